@@ -1,0 +1,125 @@
+//! perf_event_open for sampling events, one per online CPU.
+
+use std::fs;
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd};
+
+use perf_event_open_sys as perf;
+use perf_event_open_sys::bindings as sys;
+
+use super::EventSource;
+
+/// Why a perf event could not be opened, with what the errno means here.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("failed to open {what} on CPU {cpu}: {meaning} ({source})")]
+    Open {
+        what: String,
+        cpu: u32,
+        meaning: &'static str,
+        source: io::Error,
+    },
+    #[error("failed to read the online CPUs from `{path}`: {source}")]
+    OnlineCpus { path: String, source: io::Error },
+}
+
+impl OpenError {
+    /// The raw errno, when the kernel refused the event.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            OpenError::Open { source, .. } => source.raw_os_error(),
+            OpenError::OnlineCpus { .. } => None,
+        }
+    }
+}
+
+/// What an errno from perf_event_open means for a sampling event.
+pub fn errno_meaning(errno: i32) -> &'static str {
+    match errno {
+        libc::EACCES | libc::EPERM => {
+            "not permitted: needs CAP_PERFMON (or CAP_SYS_ADMIN), or kernel.perf_event_paranoid <= -1"
+        }
+        libc::ENOENT => "the CPU or kernel has no such event (no hardware PMU exposed?)",
+        libc::EOPNOTSUPP => "the event exists but cannot sample (no PMU interrupt in this VM?)",
+        libc::ENODEV => "no such PMU on this CPU",
+        libc::EINVAL => "the kernel rejected the event encoding",
+        libc::EMFILE => "too many open files (raise the open-file limit)",
+        _ => "unexpected error",
+    }
+}
+
+/// The online CPUs, parsed from a list such as `0-3,8,10-11`.
+pub fn online_cpus() -> Result<Vec<u32>, OpenError> {
+    let path = "/sys/devices/system/cpu/online";
+    let text = fs::read_to_string(path).map_err(|source| OpenError::OnlineCpus {
+        path: path.into(),
+        source,
+    })?;
+    parse_cpu_list(&text).ok_or_else(|| OpenError::OnlineCpus {
+        path: path.into(),
+        source: io::Error::new(io::ErrorKind::InvalidData, format!("bad list {text:?}")),
+    })
+}
+
+/// Parses the kernel's CPU list format (`0-3,8`).
+pub fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
+    let mut cpus = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => cpus.extend(a.parse::<u32>().ok()?..=b.parse::<u32>().ok()?),
+            None => cpus.push(part.parse().ok()?),
+        }
+    }
+    Some(cpus)
+}
+
+/// Opens `source` as a sampling event on `cpu` for every process (BPF filters by pid).
+/// The event starts disabled; attaching the BPF program enables it.
+pub fn open_sampling_event(source: &EventSource, cpu: u32) -> Result<OwnedFd, OpenError> {
+    let mut attr = sys::perf_event_attr {
+        type_: source.perf_type,
+        size: std::mem::size_of::<sys::perf_event_attr>() as u32,
+        config: source.config,
+        ..Default::default()
+    };
+    attr.__bindgen_anon_1.sample_period = source.period;
+    attr.set_disabled(1);
+    // SAFETY: `attr` is a fully initialized perf_event_attr whose `size` matches its type;
+    // pid -1 with a valid cpu and no group or flags is a documented combination.
+    let fd = unsafe {
+        perf::perf_event_open(
+            &mut attr,
+            -1,
+            cpu as i32,
+            -1,
+            sys::PERF_FLAG_FD_CLOEXEC as _,
+        )
+    };
+    if fd < 0 {
+        let source_err = io::Error::last_os_error();
+        return Err(OpenError::Open {
+            what: source.description.clone(),
+            cpu,
+            meaning: errno_meaning(source_err.raw_os_error().unwrap_or(0)),
+            source: source_err,
+        });
+    }
+    // SAFETY: perf_event_open returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// CPU lists in the kernel's range format expand to each CPU; garbage is refused.
+    #[test]
+    fn cpu_lists_parse() {
+        assert_eq!(
+            parse_cpu_list("0-3,8,10-11\n"),
+            Some(vec![0, 1, 2, 3, 8, 10, 11])
+        );
+        assert_eq!(parse_cpu_list("0"), Some(vec![0]));
+        assert_eq!(parse_cpu_list("a-b"), None);
+    }
+}

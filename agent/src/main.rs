@@ -1,0 +1,227 @@
+//! `bimodal-agent`: flags in, library call out.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use bimodal_agent::bpf::MapSizes;
+use bimodal_agent::events::{EventKind, Rates};
+use bimodal_agent::record::{self, Format, RecordOptions};
+use bimodal_agent::ship::{self, RunOptions};
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "bimodal-agent",
+    version,
+    about = "bimodal node agent: memory-system and CPU profiles with stacks, via eBPF"
+)]
+struct Cli {
+    /// More logging (-v info, -vv debug, -vvv trace).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Profile this machine for a while and write a file; no server needed.
+    Record(RecordArgs),
+    /// Sample continuously and stream to a bimodal server.
+    Run(RunArgs),
+}
+
+/// Sampling knobs shared by `record` and `run`.
+#[derive(Args, Debug)]
+struct SamplingArgs {
+    /// Only sample this process id.
+    #[arg(long, env = "BIMODAL_PID")]
+    pid: Option<u32>,
+    /// CPU samples per second, per CPU.
+    #[arg(long, env = "BIMODAL_CPU_FREQUENCY", default_value_t = 99)]
+    cpu_frequency: u64,
+    /// Page faults per page_fault sample.
+    #[arg(long, env = "BIMODAL_PAGE_FAULT_PERIOD", default_value_t = 100)]
+    page_fault_period: u64,
+    /// Cache misses per cache_miss sample.
+    #[arg(long, env = "BIMODAL_CACHE_MISS_PERIOD", default_value_t = 10_000)]
+    cache_miss_period: u64,
+    /// Distinct (thread, event, stack) keys the kernel holds per drain interval.
+    #[arg(long, env = "BIMODAL_MAP_SAMPLES", default_value_t = 16384)]
+    map_samples: u32,
+    /// Distinct stacks the kernel holds at once.
+    #[arg(long, env = "BIMODAL_MAP_STACKS", default_value_t = 16384)]
+    map_stacks: u32,
+}
+
+impl SamplingArgs {
+    fn rates(&self) -> Rates {
+        Rates {
+            cpu_frequency_hz: self.cpu_frequency,
+            page_fault_period: self.page_fault_period,
+            cache_miss_period: self.cache_miss_period,
+        }
+    }
+
+    fn map_sizes(&self) -> MapSizes {
+        MapSizes {
+            samples: self.map_samples,
+            stacks: self.map_stacks,
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+struct RecordArgs {
+    /// Event kind to sample.
+    #[arg(long, value_parser = parse_event, default_value = "cpu")]
+    event: EventKind,
+    /// How long to sample, e.g. 5s, 2m.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
+    duration: Duration,
+    #[arg(long, value_enum, default_value_t = Format::Folded)]
+    format: Format,
+    /// File to write.
+    #[arg(long, short)]
+    output: PathBuf,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// gRPC URL of the bimodal server.
+    #[arg(
+        long,
+        env = "BIMODAL_SERVER_URL",
+        default_value = "http://127.0.0.1:7070"
+    )]
+    server_url: String,
+    /// This node's name (in Kubernetes: the node name from the downward API); default: hostname.
+    #[arg(long, env = "BIMODAL_NODE_NAME")]
+    node_name: Option<String>,
+    /// A label of this node, key=value; repeatable. From the environment: comma-separated.
+    #[arg(long = "label", env = "BIMODAL_LABELS", value_delimiter = ',', value_parser = parse_label)]
+    labels: Vec<(String, String)>,
+    /// Event kinds to sample; repeatable.
+    #[arg(long = "event", env = "BIMODAL_EVENTS", value_delimiter = ',', value_parser = parse_event, default_values = ["cpu", "page_fault"])]
+    events: Vec<EventKind>,
+    /// How often samples are drained and shipped.
+    #[arg(long, env = "BIMODAL_INTERVAL", value_parser = humantime::parse_duration, default_value = "10s")]
+    interval: Duration,
+    /// Unacknowledged batches kept for resending while the server is unreachable.
+    #[arg(long, env = "BIMODAL_SPOOL_BATCHES", default_value_t = 360)]
+    spool_batches: usize,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+}
+
+fn parse_event(s: &str) -> Result<EventKind, String> {
+    EventKind::from_name(s)
+        .filter(|k| *k != EventKind::Unspecified)
+        .ok_or_else(|| {
+            let names: Vec<_> = EventKind::ALL.iter().map(|k| k.name()).collect();
+            format!("unknown event `{s}`; expected one of: {}", names.join(", "))
+        })
+}
+
+fn parse_label(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.trim().to_owned())),
+        _ => Err(format!("label `{s}` is not key=value")),
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let level = match cli.verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run(cli) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bimodal-agent: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Record(a) => {
+            let opts = RecordOptions {
+                event: a.event,
+                duration: a.duration,
+                pid: a.sampling.pid,
+                format: a.format,
+                output: a.output,
+                rates: a.sampling.rates(),
+                map_sizes: a.sampling.map_sizes(),
+            };
+            let summary = record::record(&opts)?;
+            eprintln!(
+                "bimodal-agent: wrote {} ({} samples of {}, {} lost)",
+                opts.output.display(),
+                summary.samples,
+                opts.event.name(),
+                summary.dropped
+            );
+            Ok(())
+        }
+        Command::Run(a) => {
+            let node = match a.node_name {
+                Some(n) => n,
+                None => {
+                    hostname().context("no --node-name given and the hostname is unreadable")?
+                }
+            };
+            let opts = RunOptions {
+                server_url: a.server_url,
+                node,
+                labels: a.labels.into_iter().collect::<BTreeMap<_, _>>(),
+                events: a.events,
+                pid: a.sampling.pid,
+                interval: a.interval,
+                rates: a.sampling.rates(),
+                map_sizes: a.sampling.map_sizes(),
+                spool_batches: a.spool_batches,
+            };
+            let runtime =
+                tokio::runtime::Runtime::new().context("failed to start the async runtime")?;
+            runtime.block_on(async {
+                let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+                tokio::spawn(async move {
+                    shutdown_signal().await;
+                    let _ = stop_tx.send(true);
+                });
+                ship::run(opts, stop_rx).await
+            })
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = term.recv() => {},
+    }
+}
+
+fn hostname() -> anyhow::Result<String> {
+    Ok(std::fs::read_to_string("/proc/sys/kernel/hostname")?
+        .trim()
+        .to_owned())
+}

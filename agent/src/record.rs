@@ -1,0 +1,99 @@
+//! `bimodal-agent record`: profile this machine for a while and write one file, no server.
+
+use std::fs;
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::Context;
+use bimodal_profile::Profile;
+
+use crate::batch::{self, Interval};
+use crate::bpf::{MapSizes, Sampler, SamplerOptions};
+use crate::events::{self, EventKind, Rates};
+use crate::symbolize::Frames;
+
+/// Output format of `record`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// `comm;root;…;leaf count` lines.
+    Folded,
+    /// gzip-compressed pprof protobuf.
+    Pprof,
+}
+
+/// Settings of one `record` run.
+#[derive(Clone, Debug)]
+pub struct RecordOptions {
+    pub event: EventKind,
+    pub duration: Duration,
+    pub pid: Option<u32>,
+    pub format: Format,
+    pub output: PathBuf,
+    pub rates: Rates,
+    pub map_sizes: MapSizes,
+}
+
+/// What a `record` run sampled.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RecordSummary {
+    pub samples: u64,
+    pub dropped: u64,
+}
+
+/// How often `record` empties the kernel maps: often enough that short-lived processes are
+/// still there to be symbolized.
+const DRAIN_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Samples `opts.event` for `opts.duration` and writes the profile to `opts.output`.
+pub fn record(opts: &RecordOptions) -> anyhow::Result<RecordSummary> {
+    let source = events::source(opts.event, &opts.rates)?;
+    let mut sampler = Sampler::start(SamplerOptions {
+        sources: vec![source.clone()],
+        pid: opts.pid,
+        map_sizes: opts.map_sizes,
+    })?;
+    let frames = Frames::default();
+    let mut profile = Profile::new(opts.event.name(), opts.event.unit());
+    profile.period = source.period;
+    let started = SystemTime::now();
+    let deadline = Instant::now() + opts.duration;
+    let mut summary = RecordSummary::default();
+    let mut interval_start = started;
+    loop {
+        let now = Instant::now();
+        let last = now >= deadline;
+        if !last {
+            std::thread::sleep(DRAIN_INTERVAL.min(deadline - now));
+        }
+        let drained = sampler.drain()?;
+        let end = SystemTime::now();
+        let b = batch::build(
+            &drained,
+            sampler.sources(),
+            &frames,
+            Interval {
+                start: interval_start,
+                end,
+            },
+        );
+        interval_start = end;
+        summary.samples += b.samples.iter().map(|s| s.count).sum::<u64>();
+        summary.dropped += b.sources.iter().map(|s| s.dropped).sum::<u64>();
+        profile.add_batch(&b, opts.event);
+        if last {
+            break;
+        }
+    }
+    profile.start_unix_nanos = started
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0);
+    profile.duration_nanos = opts.duration.as_nanos() as i64;
+    let bytes = match opts.format {
+        Format::Folded => profile.to_folded().into_bytes(),
+        Format::Pprof => profile.to_pprof(),
+    };
+    fs::write(&opts.output, bytes)
+        .with_context(|| format!("failed to write `{}`", opts.output.display()))?;
+    Ok(summary)
+}

@@ -1,0 +1,249 @@
+//! `bimodal-agent run`: sample continuously and stream batches to the server.
+//!
+//! A batch stays in a bounded spool until the server acks it. After a broken stream every
+//! spooled batch is sent again with `resend = true`, and the server stores it at most once.
+//! When the spool is full the oldest batch is dropped and counted, never silently.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context;
+use bimodal_proto::v1::{self, ingest_client::IngestClient, ingest_request, ingest_response};
+use tokio::sync::{mpsc, watch};
+use tokio_stream::StreamExt;
+
+use crate::batch::{self, Interval};
+use crate::bpf::{MapSizes, Sampler, SamplerOptions};
+use crate::events::{self, EventKind, Rates};
+use crate::symbolize::Frames;
+
+/// Settings of `bimodal-agent run`.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// gRPC endpoint of the server, e.g. `http://127.0.0.1:7070`.
+    pub server_url: String,
+    pub node: String,
+    pub labels: BTreeMap<String, String>,
+    pub events: Vec<EventKind>,
+    pub pid: Option<u32>,
+    /// How often samples are drained and shipped.
+    pub interval: Duration,
+    pub rates: Rates,
+    pub map_sizes: MapSizes,
+    /// Unacknowledged batches kept for resending.
+    pub spool_batches: usize,
+}
+
+/// Samples and ships until `shutdown` turns true, then sends what is left once.
+pub async fn run(opts: RunOptions, mut shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
+    let sources = opts
+        .events
+        .iter()
+        .map(|&e| events::source(e, &opts.rates))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut sampler = Sampler::start(SamplerOptions {
+        sources,
+        pid: opts.pid,
+        map_sizes: opts.map_sizes,
+    })?;
+    for s in sampler.sources() {
+        tracing::info!(event = s.event.name(), source = %s.description, "sampling");
+    }
+
+    // Draining and symbolizing are blocking work: they run on their own thread.
+    let (batches_tx, batches_rx) = mpsc::channel::<v1::Batch>(4);
+    let interval = opts.interval;
+    let mut stop = shutdown.clone();
+    let sampling = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        let frames = Frames::default();
+        let mut start = SystemTime::now();
+        loop {
+            let done = wait_or_stop(&mut stop, interval);
+            let drained = sampler.drain()?;
+            let end = SystemTime::now();
+            let b = batch::build(
+                &drained,
+                sampler.sources(),
+                &frames,
+                Interval { start, end },
+            );
+            start = end;
+            if (!b.samples.is_empty() || b.sources.iter().any(|s| s.dropped > 0))
+                && batches_tx.blocking_send(b).is_err()
+            {
+                return Ok(());
+            }
+            if done {
+                return Ok(());
+            }
+        }
+    });
+
+    let shipping = ship(opts.clone(), batches_rx, shutdown.clone());
+    let (sampled, shipped) = tokio::join!(sampling, shipping);
+    let _ = shutdown.changed();
+    sampled.context("sampling thread panicked")??;
+    shipped
+}
+
+/// Sleeps for `interval` in short steps; true when shutdown was asked for.
+fn wait_or_stop(stop: &mut watch::Receiver<bool>, interval: Duration) -> bool {
+    let step = Duration::from_millis(100);
+    let mut waited = Duration::ZERO;
+    while waited < interval {
+        if *stop.borrow() {
+            return true;
+        }
+        std::thread::sleep(step);
+        waited += step;
+    }
+    *stop.borrow()
+}
+
+struct Spool {
+    batches: VecDeque<(v1::Batch, bool)>,
+    limit: usize,
+    dropped_batches: u64,
+}
+
+impl Spool {
+    fn push(&mut self, b: v1::Batch) {
+        if self.batches.len() >= self.limit {
+            if let Some((old, _)) = self.batches.pop_front() {
+                self.dropped_batches += 1;
+                tracing::warn!(
+                    samples = old.samples.len(),
+                    dropped_batches = self.dropped_batches,
+                    "spool full: dropped the oldest unacknowledged batch"
+                );
+            }
+        }
+        self.batches.push_back((b, false));
+    }
+
+    fn ack(&mut self, id: &[u8]) {
+        self.batches.retain(|(b, _)| b.batch_id != id);
+    }
+}
+
+async fn ship(
+    opts: RunOptions,
+    mut batches: mpsc::Receiver<v1::Batch>,
+    shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let mut spool = Spool {
+        batches: VecDeque::new(),
+        limit: opts.spool_batches.max(1),
+        dropped_batches: 0,
+    };
+    let hello = v1::Hello {
+        node: opts.node.clone(),
+        labels: opts.labels.clone().into_iter().collect(),
+        agent_version: env!("CARGO_PKG_VERSION").into(),
+        agent_instance: uuid::Uuid::new_v4().as_bytes().to_vec(),
+        kernel_release: kernel_release(),
+    };
+    let mut backoff = Duration::from_millis(200);
+    let mut sampler_done = false;
+    loop {
+        match stream_once(
+            &opts.server_url,
+            &hello,
+            &mut spool,
+            &mut batches,
+            &mut sampler_done,
+        )
+        .await
+        {
+            Ok(()) => return Ok(()),
+            Err(e) => {
+                let stopping = *shutdown.borrow();
+                if stopping && sampler_done {
+                    anyhow::bail!(
+                        "stopping with {} unacknowledged batches: the server at {} is unreachable: {e:#}",
+                        spool.batches.len(),
+                        opts.server_url
+                    );
+                }
+                tracing::warn!(error = format!("{e:#}"), retry_in = ?backoff, spooled = spool.batches.len(), "stream to server failed");
+                // Keep accepting batches while waiting, so sampling never blocks.
+                let sleep = tokio::time::sleep(backoff);
+                tokio::pin!(sleep);
+                loop {
+                    tokio::select! {
+                        _ = &mut sleep => break,
+                        b = batches.recv(), if !sampler_done => match b {
+                            Some(b) => spool.push(b),
+                            None => sampler_done = true,
+                        },
+                    }
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+            }
+        }
+    }
+}
+
+/// One stream: hello, every spooled batch, then new ones as they come, until the sampler is
+/// done and everything is acked (Ok) or the stream breaks (Err).
+async fn stream_once(
+    url: &str,
+    hello: &v1::Hello,
+    spool: &mut Spool,
+    batches: &mut mpsc::Receiver<v1::Batch>,
+    sampler_done: &mut bool,
+) -> anyhow::Result<()> {
+    let mut client = IngestClient::connect(url.to_owned())
+        .await
+        .with_context(|| format!("failed to connect to `{url}`"))?
+        .max_decoding_message_size(64 << 20)
+        .max_encoding_message_size(64 << 20);
+    let (tx, rx) = mpsc::channel::<v1::IngestRequest>(16);
+    let request = |m| v1::IngestRequest { message: Some(m) };
+    tx.send(request(ingest_request::Message::Hello(hello.clone())))
+        .await?;
+    let mut acks = client
+        .stream(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .context("server refused the stream")?
+        .into_inner();
+    for (b, sent) in spool.batches.iter_mut() {
+        let mut b = b.clone();
+        b.resend = *sent;
+        *sent = true;
+        tx.send(request(ingest_request::Message::Batch(b))).await?;
+    }
+    loop {
+        if *sampler_done && spool.batches.is_empty() {
+            return Ok(());
+        }
+        tokio::select! {
+            b = batches.recv(), if !*sampler_done => match b {
+                Some(b) => {
+                    spool.push(b.clone());
+                    if let Some(last) = spool.batches.back_mut() { last.1 = true; }
+                    tx.send(request(ingest_request::Message::Batch(b))).await?;
+                }
+                None => *sampler_done = true,
+            },
+            msg = acks.next() => match msg {
+                Some(Ok(v1::IngestResponse { message: Some(ingest_response::Message::Ack(ack)) })) => {
+                    match v1::ack::Status::try_from(ack.status) {
+                        Ok(v1::ack::Status::Stored | v1::ack::Status::Duplicate) => {}
+                        _ => tracing::error!(error = %ack.error, "server rejected a batch; it will not be resent"),
+                    }
+                    spool.ack(&ack.batch_id);
+                }
+                Some(Ok(_)) => {}
+                Some(Err(status)) => anyhow::bail!("server ended the stream: {status}"),
+                None => anyhow::bail!("server closed the stream"),
+            },
+        }
+    }
+}
+
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
+}

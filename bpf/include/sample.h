@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * The one definition of what BPF programs hand to the agent. The agent reads these types
+ * from the generated skeleton; never write a Rust twin by hand.
+ */
+#ifndef BIMODAL_SAMPLE_H
+#define BIMODAL_SAMPLE_H
+
+#define COMM_LEN 16
+/* deepest stack recorded; frames past it are cut at the root end */
+#define MAX_STACK_DEPTH 127
+
+/* what a sample counts; names and numbers equal bimodal.v1.EventKind on the wire */
+enum event_kind {
+	EVENT_KIND_CPU = 1,
+	EVENT_KIND_PAGE_FAULT = 2,
+	EVENT_KIND_CACHE_MISS = 3,
+	EVENT_KIND_REMOTE_ACCESS = 4,
+	EVENT_KIND_NUMA_HINT_FAULT = 5,
+	EVENT_KIND_PAGE_MIGRATION = 6,
+	EVENT_KIND_COUNT = 7,
+};
+
+/* why a sample or part of it was lost; `drops` is indexed by event * DROP_REASON_COUNT + reason */
+enum drop_reason {
+	/* the sample map was full: the whole sample is lost */
+	DROP_SAMPLE_MAP_FULL = 0,
+	/* the user stack could not be stored (stack map full or hash collision) */
+	DROP_USER_STACK = 1,
+	/* the kernel stack could not be stored */
+	DROP_KERNEL_STACK = 2,
+	DROP_REASON_COUNT = 3,
+};
+
+/* samples are counted per distinct key in kernel maps, drained every interval */
+struct sample_key {
+	__u32 tgid;
+	__u32 pid;
+	/* enum event_kind */
+	__u32 event;
+	/* ids in the `stacks` map; negative: no stack (errno from bpf_get_stackid) */
+	__s32 user_stack_id;
+	__s32 kernel_stack_id;
+	char comm[COMM_LEN];
+};
+
+#endif /* BIMODAL_SAMPLE_H */

@@ -1,0 +1,199 @@
+//! A profile as bimodal holds it between sampling and display: interned frames, stacks of them,
+//! and samples weighted by count and value. The agent's `record` and the server's API both
+//! build one and export it as folded text, pprof or a flame-graph tree, so the three formats
+//! are written once.
+
+mod folded;
+mod pprof;
+mod tree;
+
+use std::collections::HashMap;
+
+use bimodal_proto::v1;
+
+pub use tree::TreeNode;
+
+/// What a frame is: where its address lives decides how it is shown and symbolized.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FrameKind {
+    /// The synthetic frame naming the process (its comm), at the root of each stack.
+    Process,
+    User,
+    Kernel,
+    Jit,
+    Unknown,
+}
+
+impl From<v1::FrameKind> for FrameKind {
+    fn from(k: v1::FrameKind) -> Self {
+        match k {
+            v1::FrameKind::User => FrameKind::User,
+            v1::FrameKind::Kernel => FrameKind::Kernel,
+            v1::FrameKind::Jit => FrameKind::Jit,
+            v1::FrameKind::Unspecified => FrameKind::Unknown,
+        }
+    }
+}
+
+/// One frame of a stack, symbolized or not.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Frame {
+    pub kind: FrameKind,
+    /// Function name; empty when the frame could not be symbolized.
+    pub function: String,
+    /// File (user) or kernel module the address belongs to; may be empty.
+    pub module: String,
+    /// Hex build id of the module; empty when unknown.
+    pub build_id: String,
+    /// Address in the process or kernel.
+    pub address: u64,
+    /// Offset of the address in `module`; 0 when unknown.
+    pub file_offset: u64,
+}
+
+impl Frame {
+    /// The name a person reads: the function, else `[module+0xoffset]`, else `[unknown]`.
+    pub fn display_name(&self) -> String {
+        if !self.function.is_empty() {
+            return self.function.clone();
+        }
+        let module = self.module.rsplit('/').next().unwrap_or_default();
+        match (module.is_empty(), self.file_offset) {
+            (false, 0) => format!("[{module}+{:#x}]", self.address),
+            (false, off) => format!("[{module}+{off:#x}]"),
+            (true, _) => "[unknown]".to_owned(),
+        }
+    }
+
+    fn from_proto(f: &v1::Frame) -> Self {
+        Frame {
+            kind: v1::FrameKind::try_from(f.kind)
+                .unwrap_or(v1::FrameKind::Unspecified)
+                .into(),
+            function: f.function.clone(),
+            module: f.module.clone(),
+            build_id: hex(&f.build_id),
+            address: f.address,
+            file_offset: f.file_offset,
+        }
+    }
+}
+
+/// Lower-case hex of raw bytes (build ids).
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
+/// A sample: a process name, a stack (leaf first, indices into `Profile::frames`) and weights.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sample {
+    pub comm: String,
+    pub stack: Vec<u32>,
+    /// Samples taken.
+    pub count: u64,
+    /// Events they stand for (count × period), in `Profile::unit`.
+    pub value: u64,
+}
+
+/// Samples of one event kind over one time range.
+#[derive(Clone, Debug, Default)]
+pub struct Profile {
+    /// Event kind name (`cpu`, `page_fault`, …).
+    pub event: String,
+    /// Unit of `Sample::value`.
+    pub unit: String,
+    /// Sample period in `unit` (0 when mixed or unknown).
+    pub period: u64,
+    pub start_unix_nanos: i64,
+    pub duration_nanos: i64,
+    pub frames: Vec<Frame>,
+    pub samples: Vec<Sample>,
+    frame_index: HashMap<Frame, u32>,
+}
+
+impl Profile {
+    pub fn new(event: &str, unit: &str) -> Self {
+        Profile {
+            event: event.to_owned(),
+            unit: unit.to_owned(),
+            ..Default::default()
+        }
+    }
+
+    /// Interns a frame and returns its index.
+    pub fn intern(&mut self, frame: Frame) -> u32 {
+        if let Some(&i) = self.frame_index.get(&frame) {
+            return i;
+        }
+        let i = u32::try_from(self.frames.len()).expect("fewer than 2^32 distinct frames");
+        self.frames.push(frame.clone());
+        self.frame_index.insert(frame, i);
+        i
+    }
+
+    /// Adds the samples of `event` from a wire batch. Samples whose stack or frame indices
+    /// point outside the batch are skipped and counted in the return value.
+    pub fn add_batch(&mut self, batch: &v1::Batch, event: v1::EventKind) -> usize {
+        let mut frame_map: Vec<Option<u32>> = vec![None; batch.frames.len()];
+        let mut skipped = 0;
+        for s in batch.samples.iter().filter(|s| s.event == event as i32) {
+            let Some(stack) = batch.stacks.get(s.stack_index as usize) else {
+                skipped += 1;
+                continue;
+            };
+            let mut frames = Vec::with_capacity(stack.frame_indices.len());
+            for &fi in &stack.frame_indices {
+                let Some(f) = batch.frames.get(fi as usize) else {
+                    break;
+                };
+                let idx = match frame_map[fi as usize] {
+                    Some(idx) => idx,
+                    None => {
+                        let idx = self.intern(Frame::from_proto(f));
+                        frame_map[fi as usize] = Some(idx);
+                        idx
+                    }
+                };
+                frames.push(idx);
+            }
+            if frames.len() != stack.frame_indices.len() {
+                skipped += 1;
+                continue;
+            }
+            self.samples.push(Sample {
+                comm: s.comm.clone(),
+                stack: frames,
+                count: s.count,
+                value: s.value,
+            });
+        }
+        skipped
+    }
+
+    /// Total value of all samples.
+    pub fn total(&self) -> u64 {
+        self.samples.iter().map(|s| s.value).sum()
+    }
+
+    /// Folded stacks, one line per distinct stack: `comm;root;…;leaf value`, sorted.
+    pub fn to_folded(&self) -> String {
+        folded::write(self)
+    }
+
+    /// The gzip-compressed pprof encoding.
+    pub fn to_pprof(&self) -> Vec<u8> {
+        pprof::write(self)
+    }
+
+    /// The flame-graph tree: root "all", then process, then frames root to leaf.
+    pub fn to_tree(&self) -> TreeNode {
+        tree::build(self)
+    }
+}

@@ -1,0 +1,444 @@
+// bimodal web UI: selectors in the header, a flame graph below, all state in the URL.
+
+import './style.css';
+import { ApiError, fetchEvents, fetchFlamegraph, fetchNodes, type ApiEvent, type ApiFlamegraph, type ApiNode } from './api';
+import { FlameGraph, buildTree, compileMatcher, pathOf, resolvePath, type Frame } from './flamegraph';
+import { formatAgo, formatCount, formatPercent, formatTime, formatValue } from './format';
+
+const RANGES = { '5m': 300, '15m': 900, '1h': 3600, '6h': 21600, '24h': 86400 } as const;
+type RangeKey = keyof typeof RANGES;
+const RANGE_LABELS: Record<RangeKey, string> = {
+  '5m': 'Last 5 minutes',
+  '15m': 'Last 15 minutes',
+  '1h': 'Last 1 hour',
+  '6h': 'Last 6 hours',
+  '24h': 'Last 24 hours',
+};
+const DEFAULT_RANGE: RangeKey = '15m';
+const DEFAULT_EVENT = 'cpu';
+
+/** Everything a shared link restores. */
+interface ViewState {
+  /** '' means every node. */
+  node: string;
+  /** '' until the events list says which one to default to. */
+  event: string;
+  range: RangeKey;
+  q: string;
+  /** Frame names from below the root to the zoomed frame. */
+  zoom: string[];
+}
+
+function isRange(s: string | null): s is RangeKey {
+  return s !== null && Object.hasOwn(RANGES, s);
+}
+
+function readState(): ViewState {
+  const p = new URLSearchParams(location.search);
+  const range = p.get('range');
+  const zoom = p.get('zoom');
+  return {
+    node: p.get('node') ?? '',
+    event: p.get('event') ?? '',
+    range: isRange(range) ? range : DEFAULT_RANGE,
+    q: p.get('q') ?? '',
+    // Same separator as the API's folded format.
+    zoom: zoom ? zoom.split(';').filter((s) => s !== '') : [],
+  };
+}
+
+function writeState(s: ViewState, push: boolean): void {
+  const p = new URLSearchParams();
+  if (s.node) p.set('node', s.node);
+  if (s.event) p.set('event', s.event);
+  p.set('range', s.range);
+  if (s.q) p.set('q', s.q);
+  if (s.zoom.length > 0) p.set('zoom', s.zoom.join(';'));
+  const url = `${location.pathname}?${p.toString()}${location.hash}`;
+  if (url === `${location.pathname}${location.search}${location.hash}`) return;
+  if (push) history.pushState(null, '', url);
+  else history.replaceState(null, '', url);
+}
+
+function $<T extends HTMLElement>(id: string, type: new () => T): T {
+  const el = document.getElementById(id);
+  if (!(el instanceof type)) throw new Error(`index.html lacks a <${type.name}> #${id}`);
+  return el;
+}
+
+const ui = {
+  node: $('node', HTMLSelectElement),
+  nodeMeta: $('node-meta', HTMLSpanElement),
+  event: $('event', HTMLSelectElement),
+  range: $('range', HTMLSelectElement),
+  refresh: $('refresh', HTMLButtonElement),
+  search: $('search', HTMLInputElement),
+  searchStatus: $('search-status', HTMLSpanElement),
+  breadcrumb: $('breadcrumb', HTMLElement),
+  resetZoom: $('reset-zoom', HTMLButtonElement),
+  summary: $('summary', HTMLSpanElement),
+  loading: $('loading', HTMLSpanElement),
+  message: $('message', HTMLDivElement),
+  graph: $('graph', HTMLDivElement),
+  tooltip: $('tooltip', HTMLDivElement),
+};
+
+let state = readState();
+let nodes: ApiNode[] = [];
+let events: ApiEvent[] = [];
+let profile: ApiFlamegraph | null = null;
+let loadSeq = 0;
+let inflight: AbortController | null = null;
+
+const graph = new FlameGraph(ui.graph, ui.tooltip, (frame) => {
+  zoomTo(frame, true);
+});
+
+function el<K extends keyof HTMLElementTagNameMap>(tag: K, cls?: string, text?: string): HTMLElementTagNameMap[K] {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Messages
+
+function showMessage(kind: 'info' | 'error', title: string, detail: string): void {
+  ui.message.className = `message ${kind}`;
+  ui.message.replaceChildren(el('div', 'message-title', title), el('div', 'message-detail', detail));
+  ui.message.hidden = false;
+  ui.graph.hidden = true;
+}
+
+function hideMessage(): void {
+  ui.message.hidden = true;
+  ui.graph.hidden = false;
+}
+
+function showError(what: string, err: unknown): void {
+  const status = err instanceof ApiError && err.status > 0 ? ` (HTTP ${err.status})` : '';
+  const text = err instanceof Error ? err.message : String(err);
+  showMessage('error', `Could not load ${what}${status}`, text);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Header controls
+
+function renderRangeOptions(): void {
+  ui.range.replaceChildren(
+    ...(Object.keys(RANGES) as RangeKey[]).map((k) => {
+      const o = new Option(RANGE_LABELS[k], k);
+      return o;
+    }),
+  );
+  ui.range.value = state.range;
+}
+
+function nodeLabels(n: ApiNode): string {
+  return Object.entries(n.labels ?? {})
+    .map(([k, v]) => `${k}=${v}`)
+    .join(', ');
+}
+
+function renderNodeOptions(): void {
+  const opts: HTMLOptionElement[] = [new Option(nodes.length > 0 ? `All nodes (${nodes.length})` : 'All nodes', '')];
+  for (const n of nodes) {
+    const labels = nodeLabels(n);
+    const text = [n.node, labels, `seen ${formatAgo(n.last_seen)}`].filter((s) => s !== '').join(' · ');
+    const o = new Option(text, n.node);
+    o.title = n.last_seen ?? '';
+    opts.push(o);
+  }
+  // A node named in a shared link stays selectable even if it has not reported (yet).
+  if (state.node && !nodes.some((n) => n.node === state.node)) {
+    opts.push(new Option(`${state.node} · not reporting`, state.node));
+  }
+  ui.node.replaceChildren(...opts);
+  ui.node.value = state.node;
+  renderNodeMeta();
+}
+
+function renderNodeMeta(): void {
+  const n = nodes.find((x) => x.node === state.node);
+  ui.nodeMeta.replaceChildren();
+  if (!state.node) {
+    ui.nodeMeta.textContent = nodes.length === 1 ? '1 node reporting' : `${nodes.length} nodes reporting`;
+    return;
+  }
+  if (!n) {
+    ui.nodeMeta.append(el('span', 'dot stale'), 'never seen');
+    return;
+  }
+  for (const [k, v] of Object.entries(n.labels ?? {})) ui.nodeMeta.append(el('span', 'chip', `${k}=${v}`));
+  const fresh = n.last_seen !== undefined && Date.now() - Date.parse(n.last_seen) < 5 * 60_000;
+  const seen = el('span', 'seen');
+  seen.append(el('span', fresh ? 'dot fresh' : 'dot stale'), `seen ${formatAgo(n.last_seen)}`);
+  seen.title = n.last_seen ? `last seen ${new Date(n.last_seen).toString()}` : '';
+  ui.nodeMeta.append(seen);
+}
+
+function renderEventOptions(): void {
+  const opts = events.map((e) => new Option(e.name, e.name));
+  if (state.event && !events.some((e) => e.name === state.event)) opts.push(new Option(state.event, state.event));
+  ui.event.replaceChildren(...opts);
+  ui.event.value = state.event;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading
+
+/** Reloads the node and event lists, then the flame graph. */
+async function loadAll(): Promise<void> {
+  const seq = ++loadSeq;
+  inflight?.abort();
+  const ctl = new AbortController();
+  inflight = ctl;
+  ui.loading.hidden = false;
+  try {
+    const [n, e] = await Promise.all([fetchNodes(ctl.signal), fetchEvents(ctl.signal)]);
+    if (seq !== loadSeq) return;
+    nodes = [...n].sort((a, b) => a.node.localeCompare(b.node));
+    events = e;
+    if (!state.event) {
+      state.event = events.some((x) => x.name === DEFAULT_EVENT) ? DEFAULT_EVENT : (events[0]?.name ?? DEFAULT_EVENT);
+      writeState(state, false);
+    }
+    renderNodeOptions();
+    renderEventOptions();
+    if (nodes.length === 0) {
+      setProfile(null);
+      showMessage(
+        'info',
+        'No nodes have reported yet',
+        'Start the bimodal agent on a host and point it at this server; nodes show up here after their first upload.',
+      );
+      return;
+    }
+    await loadGraph(seq, ctl.signal);
+  } catch (err) {
+    if (seq !== loadSeq || (err instanceof DOMException && err.name === 'AbortError')) return;
+    setProfile(null);
+    showError('nodes and events', err);
+  } finally {
+    if (seq === loadSeq) ui.loading.hidden = true;
+  }
+}
+
+/** Reloads only the flame graph (after a selector changed). */
+async function reloadGraph(): Promise<void> {
+  const seq = ++loadSeq;
+  inflight?.abort();
+  const ctl = new AbortController();
+  inflight = ctl;
+  ui.loading.hidden = false;
+  try {
+    await loadGraph(seq, ctl.signal);
+  } catch (err) {
+    if (seq !== loadSeq || (err instanceof DOMException && err.name === 'AbortError')) return;
+    throw err;
+  } finally {
+    if (seq === loadSeq) ui.loading.hidden = true;
+  }
+}
+
+async function loadGraph(seq: number, signal: AbortSignal): Promise<void> {
+  const to = Math.floor(Date.now() / 1000);
+  const from = to - RANGES[state.range];
+  let fg: ApiFlamegraph;
+  try {
+    fg = await fetchFlamegraph({ event: state.event, from, to, nodes: state.node ? [state.node] : [] }, signal);
+  } catch (err) {
+    if (seq !== loadSeq || (err instanceof DOMException && err.name === 'AbortError')) return;
+    setProfile(null);
+    showError('the flame graph', err);
+    return;
+  }
+  if (seq !== loadSeq) return;
+  setProfile(fg);
+}
+
+function setProfile(fg: ApiFlamegraph | null): void {
+  profile = fg;
+  if (!fg || fg.root.value <= 0 || (fg.root.children ?? []).length === 0) {
+    graph.setData(null, '', 0);
+    graph.render();
+    renderToolbar(null);
+    if (fg) {
+      const where = state.node ? `on ${state.node}` : 'on any node';
+      showMessage(
+        'info',
+        'No samples in this time range',
+        `No ${fg.event} samples ${where} in the ${RANGE_LABELS[state.range].toLowerCase()}. Try a longer range, another node or another event.`,
+      );
+    }
+    return;
+  }
+  hideMessage();
+  const tree = buildTree(fg.root);
+  graph.setData(tree, fg.unit, fg.total);
+  graph.setMatcher(currentMatcher());
+  const zoom = resolvePath(tree.root, state.zoom);
+  graph.setZoom(zoom);
+  renderToolbar(zoom, tree.count);
+  renderSearchStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Zoom, search, toolbar
+
+function zoomTo(frame: Frame | null, push: boolean): void {
+  const root = graph.root;
+  if (!root) return;
+  const target = frame ?? root;
+  state.zoom = pathOf(target);
+  writeState(state, push);
+  graph.setZoom(target);
+  renderToolbar(target);
+  renderSearchStatus();
+}
+
+let frameCount = 0;
+function renderToolbar(zoom: Frame | null, count?: number): void {
+  if (count !== undefined) frameCount = count;
+  ui.breadcrumb.replaceChildren();
+  ui.resetZoom.disabled = !zoom?.parent;
+  if (!zoom || !profile) {
+    ui.summary.textContent = '';
+    return;
+  }
+  const chain: Frame[] = [];
+  for (let f: Frame | null = zoom; f; f = f.parent) chain.unshift(f);
+  chain.forEach((f, i) => {
+    if (i > 0) ui.breadcrumb.append(el('span', 'crumb-sep', '›'));
+    const b = el('button', `crumb k-${f.kind}`, f.parent ? f.name : 'all');
+    b.type = 'button';
+    b.title = f.name;
+    if (f === zoom) b.disabled = true;
+    else
+      b.addEventListener('click', () => {
+        zoomTo(f, true);
+      });
+    ui.breadcrumb.append(b);
+  });
+  const p = profile;
+  const where = p.nodes.length === 0 ? 'all nodes' : p.nodes.length <= 3 ? p.nodes.join(', ') : `${p.nodes.length} nodes`;
+  ui.summary.textContent = `${p.event} · total ${formatValue(p.total || p.root.value, p.unit)} · ${formatCount(frameCount)} frames · ${where} · ${formatTime(p.from)} – ${formatTime(p.to)}`;
+}
+
+function currentMatcher(): ((name: string) => boolean) | null {
+  try {
+    ui.search.classList.remove('invalid');
+    return compileMatcher(state.q);
+  } catch {
+    ui.search.classList.add('invalid');
+    return null;
+  }
+}
+
+function renderSearchStatus(): void {
+  ui.searchStatus.className = 'search-status';
+  if (ui.search.classList.contains('invalid')) {
+    ui.searchStatus.textContent = 'invalid regular expression';
+    ui.searchStatus.classList.add('bad');
+    return;
+  }
+  const stats = graph.matchStats();
+  const root = graph.root;
+  const zoom = graph.zoomed;
+  if (!stats || !root || !profile) {
+    ui.searchStatus.textContent = '';
+    return;
+  }
+  if (stats.count === 0) {
+    ui.searchStatus.textContent = 'no match';
+    ui.searchStatus.classList.add('bad');
+    return;
+  }
+  const total = profile.total || root.value;
+  const frames = stats.count === 1 ? '1 frame' : `${formatCount(stats.count)} frames`;
+  let text = `matched ${formatPercent(stats.value, total)} of total (${formatValue(stats.value, profile.unit)}, ${frames})`;
+  if (zoom?.parent) text += ` · ${formatPercent(stats.zoomValue, zoom.value)} of zoom`;
+  ui.searchStatus.textContent = text;
+  ui.searchStatus.classList.add('good');
+}
+
+let searchTimer = 0;
+function onSearchInput(): void {
+  window.clearTimeout(searchTimer);
+  searchTimer = window.setTimeout(() => {
+    state.q = ui.search.value;
+    writeState(state, false);
+    graph.setMatcher(currentMatcher());
+    renderSearchStatus();
+  }, 120);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Wiring
+
+function applyStateToControls(): void {
+  ui.range.value = state.range;
+  ui.search.value = state.q;
+  if (nodes.length > 0 || state.node) renderNodeOptions();
+  if (events.length > 0) renderEventOptions();
+}
+
+ui.node.addEventListener('change', () => {
+  state.node = ui.node.value;
+  writeState(state, true);
+  renderNodeMeta();
+  void reloadGraph();
+});
+ui.event.addEventListener('change', () => {
+  state.event = ui.event.value;
+  writeState(state, true);
+  void reloadGraph();
+});
+ui.range.addEventListener('change', () => {
+  state.range = isRange(ui.range.value) ? ui.range.value : DEFAULT_RANGE;
+  writeState(state, true);
+  void reloadGraph();
+});
+ui.refresh.addEventListener('click', () => {
+  void loadAll();
+});
+ui.resetZoom.addEventListener('click', () => {
+  zoomTo(null, true);
+});
+ui.search.addEventListener('input', onSearchInput);
+ui.search.addEventListener('keydown', (e) => {
+  if (e.key === 'Escape') {
+    ui.search.value = '';
+    onSearchInput();
+  }
+});
+document.addEventListener('keydown', (e) => {
+  const t = e.target;
+  if (e.key === 'Escape' && !(t instanceof HTMLInputElement || t instanceof HTMLSelectElement)) zoomTo(null, true);
+  if (e.key === '/' && !(t instanceof HTMLInputElement)) {
+    e.preventDefault();
+    ui.search.focus();
+  }
+});
+window.addEventListener('popstate', () => {
+  const prev = state;
+  state = readState();
+  applyStateToControls();
+  if (prev.node !== state.node || prev.event !== state.event || prev.range !== state.range) {
+    void reloadGraph();
+    return;
+  }
+  graph.setMatcher(currentMatcher());
+  const root = graph.root;
+  if (root) {
+    const zoom = resolvePath(root, state.zoom);
+    graph.setZoom(zoom);
+    renderToolbar(zoom);
+  }
+  renderSearchStatus();
+});
+
+renderRangeOptions();
+applyStateToControls();
+void loadAll();

@@ -1,0 +1,345 @@
+#!/usr/bin/env node
+// A tiny stand-in for the bimodal server, for developing and testing the web UI without Rust or
+// ClickHouse. It serves web/dist at "/" and canned answers to the /api/v1 routes of
+// docs/design/001-http-api.md.
+//
+//   node test/mock-server.mjs [--port 8089] [--host 127.0.0.1] [--dist DIR]
+//                             [--frames 20000] [--no-nodes] [--fail] [--samples-after SECONDS]
+//                             [--verbose]
+//
+// Nodes and what their flame graphs answer:
+//   web-1   a small realistic profile (process, user, kernel and JIT frames)
+//   web-2   the same for cpu; no samples for page_fault
+//   big-1   a synthetic tree of about --frames frames (default 20,000), deep recursion included
+//   flaky   503 {"error": "storage unavailable: …"} (not listed in /nodes; select it by URL)
+// Without node= the flame graph merges web-1 and web-2.
+// --no-nodes     /nodes answers an empty list and every flame graph is empty
+// --fail         every flame graph answers 503 with an error
+// --samples-after S   flame graphs are empty for the first S seconds after start
+
+import { createServer } from 'node:http';
+import { readFile, stat } from 'node:fs/promises';
+import { dirname, extname, join, normalize, resolve, sep } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const { values: opts } = parseArgs({
+  options: {
+    port: { type: 'string', default: '8089' },
+    host: { type: 'string', default: '127.0.0.1' },
+    dist: { type: 'string', default: resolve(here, '..', 'dist') },
+    frames: { type: 'string', default: '20000' },
+    'no-nodes': { type: 'boolean', default: false },
+    fail: { type: 'boolean', default: false },
+    'samples-after': { type: 'string', default: '0' },
+    verbose: { type: 'boolean', default: false },
+  },
+});
+const started = Date.now();
+const dist = resolve(opts.dist);
+
+const EVENTS = [
+  { name: 'cpu', unit: 'nanoseconds' },
+  { name: 'off_cpu', unit: 'nanoseconds' },
+  { name: 'page_fault', unit: 'count' },
+];
+
+function nodesList() {
+  if (opts['no-nodes']) return [];
+  const ago = (s) => new Date(Date.now() - s * 1000).toISOString().replace(/\.\d+Z$/, 'Z');
+  return [
+    { node: 'big-1', labels: { dataset: 'synthetic' }, last_seen: ago(3) },
+    { node: 'web-1', labels: { zone: 'a', role: 'frontend' }, last_seen: ago(2) },
+    { node: 'web-2', labels: { zone: 'b' }, last_seen: ago(600) },
+  ];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Trees
+
+/** Folded stacks; a frame suffixed [k] is kernel, [j] JIT; the first frame is the process. */
+const WEB_STACKS = `
+fixture;main;run_loop;compute_hash;sha256_block 4200
+fixture;main;run_loop;compute_hash;sha256_block;memcpy 380
+fixture;main;run_loop;compute_hash;finalize 240
+fixture;main;run_loop;parse_input;serde_json::de::from_str 1300
+fixture;main;run_loop;parse_input;alloc::raw_vec::RawVec<T,A>::grow_one;realloc 260
+fixture;main;run_loop;write_output;__libc_write;entry_SYSCALL_64[k];do_syscall_64[k];__x64_sys_write[k];ksys_write[k];vfs_write[k];ext4_file_write_iter[k] 900
+fixture;main;run_loop;write_output;__libc_write;entry_SYSCALL_64[k];do_syscall_64[k];__x64_sys_write[k];ksys_write[k];vfs_write[k];fsnotify[k] 120
+fixture;main;run_loop;sleep_until;clock_nanosleep;entry_SYSCALL_64[k];do_syscall_64[k];__x64_sys_clock_nanosleep[k];hrtimer_nanosleep[k];schedule[k] 150
+fixture;[unknown] 40
+nginx;main;ngx_master_process_cycle;ngx_worker_process_cycle;ngx_process_events_and_timers;ngx_epoll_process_events;epoll_wait;entry_SYSCALL_64[k];do_syscall_64[k];do_epoll_wait[k] 700
+nginx;main;ngx_master_process_cycle;ngx_worker_process_cycle;ngx_process_events_and_timers;ngx_http_process_request;ngx_http_core_run_phases;ngx_http_static_handler;ngx_output_chain;sendfile;entry_SYSCALL_64[k];do_syscall_64[k];do_sendfile[k];tcp_sendmsg[k] 650
+nginx;main;ngx_master_process_cycle;ngx_worker_process_cycle;ngx_process_events_and_timers;ngx_http_process_request;ngx_http_core_run_phases;ngx_http_gzip_body_filter;deflate;deflate_slow;longest_match 1100
+java;start_thread;thread_native_entry;JavaThread::run;JavaCalls::call_virtual;Interpreter[j];com.example.Server.handle[j];com.example.Json.encode[j];java.lang.StringBuilder.append[j] 820
+java;start_thread;thread_native_entry;JavaThread::run;JavaCalls::call_virtual;Interpreter[j];com.example.Server.handle[j];com.example.Db.query[j];java.net.SocketInputStream.read[j];Java_java_net_SocketInputStream_socketRead0;recv;entry_SYSCALL_64[k];do_syscall_64[k];__sys_recvfrom[k];tcp_recvmsg[k] 560
+java;start_thread;thread_native_entry;GCTaskThread::run;G1ParEvacuateFollowersClosure::do_void;G1ParScanThreadState::trim_queue 430
+swapper;secondary_startup_64[k];start_secondary[k];cpu_startup_entry[k];do_idle[k];cpuidle_enter[k];intel_idle[k] 2100
+`;
+
+const MODULES = {
+  fixture: '/usr/bin/fixture',
+  nginx: '/usr/sbin/nginx',
+  java: '/usr/lib/jvm/java-17/lib/server/libjvm.so',
+  swapper: '',
+};
+const LIBC = new Set(['__libc_write', 'clock_nanosleep', 'epoll_wait', 'sendfile', 'recv', 'memcpy', 'realloc', 'start_thread']);
+
+function newRoot() {
+  return { name: 'all', kind: 'root', value: 0, children: [] };
+}
+
+function addStack(root, frames, value) {
+  root.value += value;
+  let node = root;
+  for (const f of frames) {
+    let child = node.children.find((c) => c.name === f.name && c.kind === f.kind);
+    if (!child) {
+      child = f.module ? { name: f.name, kind: f.kind, module: f.module, value: 0, children: [] } : { name: f.name, kind: f.kind, value: 0, children: [] };
+      node.children.push(child);
+    }
+    child.value += value;
+    node = child;
+  }
+}
+
+function sortTree(root) {
+  const stack = [root];
+  let count = 0;
+  while (stack.length) {
+    const n = stack.pop();
+    count++;
+    n.children.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    stack.push(...n.children);
+  }
+  return count;
+}
+
+function parseFolded(text, scale, filter = () => true) {
+  const root = newRoot();
+  for (const line of text.trim().split('\n')) {
+    const at = line.lastIndexOf(' ');
+    const names = line.slice(0, at).split(';');
+    const proc = names[0];
+    if (!filter(proc)) continue;
+    const frames = names.map((raw, i) => {
+      if (i === 0) return { name: raw, kind: 'process' };
+      if (raw.endsWith('[k]')) return { name: raw.slice(0, -3), kind: 'kernel', module: '[kernel.kallsyms]' };
+      if (raw.endsWith('[j]')) return { name: raw.slice(0, -3), kind: 'jit', module: '[jit]' };
+      if (raw === '[unknown]') return { name: raw, kind: 'unknown' };
+      return { name: raw, kind: 'user', module: LIBC.has(raw) ? '/usr/lib/x86_64-linux-gnu/libc.so.6' : MODULES[proc] };
+    });
+    addStack(root, frames, Number(line.slice(at + 1)) * scale);
+  }
+  sortTree(root);
+  return root;
+}
+
+/** Deterministic pseudo-random numbers (mulberry32). */
+function rng(seed) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** A synthetic profile with about `target` frames: wide and narrow branches and deep recursion. */
+function bigTree(target) {
+  const rand = rng(42);
+  const ns = ['app', 'db', 'http', 'cache', 'codec', 'sched', 'io', 'auth', 'render', 'metrics'];
+  const nouns = ['request', 'row', 'buffer', 'frame', 'token', 'page', 'entry', 'chunk', 'query', 'batch', 'node', 'key'];
+  const verbs = ['handle', 'parse', 'encode', 'decode', 'visit', 'flush', 'lookup', 'insert', 'merge', 'split', 'poll', 'scan'];
+  const kernel = ['entry_SYSCALL_64', 'do_syscall_64', '__x64_sys_read', 'ksys_read', 'vfs_read', 'filemap_read', 'copy_page_to_iter'];
+  const root = newRoot();
+  const procs = ['api-server', 'worker', 'indexer', 'postgres', 'envoy', 'node_exporter'];
+  // A name depends on (parent name, branch), so siblings repeat and stacks share prefixes.
+  const nameFor = (parent, branch) => {
+    let h = 2166136261;
+    for (const ch of `${parent}#${branch}`) h = Math.imul(h ^ ch.charCodeAt(0), 16777619);
+    h >>>= 0;
+    const pick = (arr, k) => arr[Math.floor(h / k) % arr.length];
+    return `${pick(ns, 1)}::${pick(nouns, 7)}::${pick(verbs, 97)}_${pick(nouns, 1013)}`;
+  };
+  let frames = 1;
+  let guard = 0;
+  while (frames < target && guard++ < 200000) {
+    const stack = [];
+    const p = Math.floor(Math.pow(rand(), 1.5) * procs.length);
+    stack.push({ name: procs[p], kind: 'process' });
+    const module = `/usr/bin/${procs[p]}`;
+    const depth = 3 + Math.floor(Math.pow(rand(), 2) * 40);
+    let parent = procs[p];
+    for (let d = 0; d < depth; d++) {
+      const branch = Math.floor(Math.pow(rand(), 3) * 14);
+      const name = nameFor(parent, branch);
+      const jit = rand() < 0.04;
+      stack.push({ name, kind: jit ? 'jit' : 'user', module: jit ? '[jit]' : module });
+      parent = name;
+    }
+    if (rand() < 0.015) {
+      // Deep recursion: a few hundred frames of one function.
+      const n = 100 + Math.floor(rand() * 300);
+      for (let i = 0; i < n; i++) stack.push({ name: 'app::tree::walk_recursive', kind: 'user', module });
+    }
+    if (rand() < 0.25) for (const k of kernel.slice(0, 2 + Math.floor(rand() * 5))) stack.push({ name: k, kind: 'kernel', module: '[kernel.kallsyms]' });
+    const value = (1 + Math.floor(Math.pow(rand(), 6) * 2000)) * 10_000_000;
+    addStack(root, stack, value);
+    if (guard % 64 === 0) frames = countFrames(root);
+  }
+  sortTree(root);
+  return root;
+}
+
+function countFrames(root) {
+  let count = 0;
+  const stack = [root];
+  while (stack.length) {
+    const n = stack.pop();
+    count++;
+    for (const c of n.children) stack.push(c);
+  }
+  return count;
+}
+
+const bigCache = new Map();
+function bigFor(event) {
+  if (!bigCache.has(event)) {
+    const t0 = Date.now();
+    const root = bigTree(Number(opts.frames));
+    if (event === 'page_fault') scaleTree(root, 1e-7);
+    bigCache.set(event, root);
+    console.error(`mock: built big tree for ${event}: ${countFrames(root)} frames in ${Date.now() - t0} ms`);
+  }
+  return bigCache.get(event);
+}
+
+function scaleTree(root, k) {
+  const stack = [root];
+  while (stack.length) {
+    const n = stack.pop();
+    n.value = Math.max(1, Math.round(n.value * k));
+    stack.push(...n.children);
+  }
+}
+
+function webTree(event, node) {
+  const only = node === 'web-2' ? (p) => p !== 'nginx' : () => true;
+  if (event === 'page_fault') return node === 'web-2' ? newRoot() : parseFolded(WEB_STACKS, 1, only);
+  if (event === 'off_cpu') return parseFolded(WEB_STACKS, 3_000_000, (p) => p !== 'swapper' && only(p));
+  return parseFolded(WEB_STACKS, 10_000_000, only);
+}
+
+function mergeInto(dst, src) {
+  dst.value += src.value;
+  for (const c of src.children) {
+    const mine = dst.children.find((x) => x.name === c.name && x.kind === c.kind);
+    if (mine) mergeInto(mine, c);
+    else dst.children.push(structuredClone(c));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP
+
+function parseTime(s, fallback) {
+  if (s === null || s === '') return fallback;
+  if (/^\d+$/.test(s)) return Number(s);
+  const t = Date.parse(s);
+  return Number.isNaN(t) ? null : Math.floor(t / 1000);
+}
+
+const rfc3339 = (secs) => new Date(secs * 1000).toISOString().replace(/\.\d+Z$/, 'Z');
+
+function flamegraph(params) {
+  const event = params.get('event');
+  if (!event) return [400, { error: 'missing parameter "event"' }];
+  const ev = EVENTS.find((e) => e.name === event);
+  if (!ev) return [400, { error: `unknown event "${event}"` }];
+  const now = Math.floor(Date.now() / 1000);
+  const to = parseTime(params.get('to'), now);
+  const from = parseTime(params.get('from'), (to ?? now) - 900);
+  if (to === null) return [400, { error: 'cannot parse "to" as RFC 3339 or Unix seconds' }];
+  if (from === null) return [400, { error: 'cannot parse "from" as RFC 3339 or Unix seconds' }];
+  if (from > to) return [400, { error: '"from" is after "to"' }];
+  const format = params.get('format') ?? 'json';
+  if (format !== 'json') return [400, { error: `the mock server only answers format=json, not "${format}"` }];
+  const nodes = params.getAll('node');
+  if (opts.fail || nodes.includes('flaky')) {
+    return [503, { error: 'storage unavailable: ClickHouse did not answer within 5 s' }];
+  }
+  const known = new Set(nodesList().map((n) => n.node));
+  const wanted = nodes.length > 0 ? nodes.filter((n) => known.has(n)) : ['web-1', 'web-2'].filter((n) => known.has(n));
+  const empty = (Date.now() - started) / 1000 < Number(opts['samples-after']);
+  const root = newRoot();
+  if (!empty) {
+    for (const n of wanted) mergeInto(root, n === 'big-1' ? bigFor(event) : webTree(event, n));
+    sortTree(root);
+  }
+  return [
+    200,
+    { event, unit: ev.unit, from: rfc3339(from), to: rfc3339(to), nodes: wanted, total: root.value, root },
+  ];
+}
+
+const TYPES = {
+  '.html': 'text/html; charset=utf-8',
+  '.js': 'text/javascript; charset=utf-8',
+  '.css': 'text/css; charset=utf-8',
+  '.svg': 'image/svg+xml',
+  '.png': 'image/png',
+  '.ico': 'image/x-icon',
+  '.json': 'application/json',
+  '.map': 'application/json',
+};
+
+async function serveStatic(path, res) {
+  const rel = normalize(decodeURIComponent(path === '/' ? '/index.html' : path)).replace(/^([/\\])+/, '');
+  const file = join(dist, rel);
+  if (file !== dist && !file.startsWith(dist + sep)) return send(res, 404, 'text/plain', 'not found\n');
+  try {
+    if (!(await stat(file)).isFile()) throw new Error('not a file');
+    const body = await readFile(file);
+    send(res, 200, TYPES[extname(file)] ?? 'application/octet-stream', body);
+  } catch {
+    send(res, 404, 'text/plain', `not found (did you run "npm run build"? serving ${dist})\n`);
+  }
+}
+
+function send(res, status, type, body) {
+  res.writeHead(status, { 'content-type': type, 'cache-control': 'no-store' });
+  res.end(body);
+}
+
+const sendJson = (res, status, obj) => send(res, status, 'application/json', JSON.stringify(obj));
+
+const server = createServer((req, res) => {
+  const url = new URL(req.url ?? '/', 'http://localhost');
+  if (opts.verbose) console.error(`mock: ${req.method} ${url.pathname}${url.search}`);
+  if (req.method !== 'GET' && req.method !== 'HEAD') return sendJson(res, 405, { error: 'method not allowed' });
+  switch (url.pathname) {
+    case '/healthz':
+      return send(res, 200, 'text/plain', 'ok\n');
+    case '/api/v1/nodes':
+      return sendJson(res, 200, { nodes: nodesList() });
+    case '/api/v1/events':
+      return sendJson(res, 200, { events: EVENTS });
+    case '/api/v1/flamegraph': {
+      const [status, body] = flamegraph(url.searchParams);
+      return sendJson(res, status, body);
+    }
+    default:
+      if (url.pathname.startsWith('/api/')) return sendJson(res, 404, { error: `no route ${url.pathname}` });
+      return void serveStatic(url.pathname, res);
+  }
+});
+
+server.listen(Number(opts.port), opts.host, () => {
+  const addr = server.address();
+  console.log(`mock server on http://${addr.address}:${addr.port}/ serving ${dist}`);
+});
+for (const sig of ['SIGINT', 'SIGTERM']) process.on(sig, () => server.close(() => process.exit(0)));
