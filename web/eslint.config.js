@@ -11,6 +11,11 @@ export default tseslint.config(
     languageOptions: { globals: { ...globals.node } },
   },
   {
+    // Functions passed to page.evaluate() run in the browser.
+    files: ['test/browser.mjs'],
+    languageOptions: { globals: { ...globals.browser } },
+  },
+  {
     files: ['src/**/*.ts'],
     extends: [...tseslint.configs.strictTypeChecked, ...tseslint.configs.stylisticTypeChecked],
     languageOptions: {

@@ -1,1 +1,80 @@
-fn main() {}
+//! `bimodal-server`: flags in, library call out.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use bimodal_server::{Config, Server};
+use clap::Parser;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "bimodal-server",
+    version,
+    about = "bimodal fleet server: ingest, storage, API and web UI"
+)]
+struct Cli {
+    /// More logging (-v info, -vv debug, -vvv trace).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// Address for gRPC ingest, the HTTP API and the web UI.
+    #[arg(long, env = "BIMODAL_LISTEN", default_value = "127.0.0.1:7070")]
+    listen: SocketAddr,
+    /// HTTP URL of an existing ClickHouse; without it a local clickhouse-server is started.
+    #[arg(long, env = "BIMODAL_CLICKHOUSE_URL")]
+    clickhouse_url: Option<String>,
+    /// ClickHouse database for bimodal's tables.
+    #[arg(long, env = "BIMODAL_CLICKHOUSE_DATABASE", default_value = "bimodal")]
+    clickhouse_database: String,
+    /// Directory for the managed ClickHouse's data, config and logs.
+    #[arg(long, env = "BIMODAL_DATA_DIR", default_value = "bimodal-data")]
+    data_dir: PathBuf,
+    /// Days of samples to keep (ClickHouse 23+ TTL).
+    #[arg(long, env = "BIMODAL_RETENTION_DAYS", default_value_t = 30)]
+    retention_days: u32,
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let level = match cli.verbose {
+        0 => "info",
+        1 => "debug",
+        _ => "trace",
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let config = Config {
+        listen: cli.listen,
+        clickhouse_url: cli.clickhouse_url,
+        clickhouse_database: cli.clickhouse_database,
+        data_dir: cli.data_dir,
+        retention_days: cli.retention_days,
+    };
+    match run(config).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bimodal-server: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(config: Config) -> anyhow::Result<()> {
+    let server = Server::bind(&config).await?;
+    let addr = server.local_addr()?;
+    eprintln!("bimodal-server: listening on {addr}: UI http://{addr}/  gRPC ingest http://{addr}");
+    server.serve(shutdown_signal()).await
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = term.recv() => {},
+    }
+}

@@ -54,7 +54,8 @@ function writeState(s: ViewState, push: boolean): void {
   p.set('range', s.range);
   if (s.q) p.set('q', s.q);
   if (s.zoom.length > 0) p.set('zoom', s.zoom.join(';'));
-  const url = `${location.pathname}?${p.toString()}${location.hash}`;
+  // ';' is legal in a query string; leaving it unescaped keeps zoom paths readable.
+  const url = `${location.pathname}?${p.toString().replaceAll('%3B', ';')}${location.hash}`;
   if (url === `${location.pathname}${location.search}${location.hash}`) return;
   if (push) history.pushState(null, '', url);
   else history.replaceState(null, '', url);
@@ -162,6 +163,7 @@ function renderNodeOptions(): void {
 function renderNodeMeta(): void {
   const n = nodes.find((x) => x.node === state.node);
   ui.nodeMeta.replaceChildren();
+  ui.nodeMeta.title = '';
   if (!state.node) {
     ui.nodeMeta.textContent = nodes.length === 1 ? '1 node reporting' : `${nodes.length} nodes reporting`;
     return;
@@ -170,12 +172,13 @@ function renderNodeMeta(): void {
     ui.nodeMeta.append(el('span', 'dot stale'), 'never seen');
     return;
   }
-  for (const [k, v] of Object.entries(n.labels ?? {})) ui.nodeMeta.append(el('span', 'chip', `${k}=${v}`));
   const fresh = n.last_seen !== undefined && Date.now() - Date.parse(n.last_seen) < 5 * 60_000;
   const seen = el('span', 'seen');
   seen.append(el('span', fresh ? 'dot fresh' : 'dot stale'), `seen ${formatAgo(n.last_seen)}`);
   seen.title = n.last_seen ? `last seen ${new Date(n.last_seen).toString()}` : '';
   ui.nodeMeta.append(seen);
+  for (const [k, v] of Object.entries(n.labels ?? {})) ui.nodeMeta.append(el('span', 'chip', `${k}=${v}`));
+  ui.nodeMeta.title = [nodeLabels(n), seen.title].filter((s) => s !== '').join('\n');
 }
 
 function renderEventOptions(): void {

@@ -5,8 +5,8 @@
 //        --expect FRAME_NAME [--expect FRAME2 …] --screenshot PATH
 //        [--range 1h] [--timeout 30] [--chromium /usr/bin/chromium]
 //
-// Opens the UI with ?node=NAME&event=EVENT&range=1h, waits up to --timeout seconds (clicking
-// Refresh every 2 s) until a `.frame[data-name="FRAME"]` is drawn for every --expect, then with
+// Opens the UI with ?node=NAME&event=EVENT&range=1h (retrying while the server does not answer),
+// waits up to --timeout seconds in all (clicking Refresh every 2 s) until a `.frame[data-name="FRAME"]` is drawn for every --expect, then with
 // the first --expect: hovers it and checks the tooltip shows its name and a percent, clicks it
 // and checks it now spans (nearly) the full width, types it into the search box and checks it is
 // highlighted. Saves a screenshot to PATH, prints one `ok: …` line and exits 0. On any failure
@@ -119,15 +119,29 @@ async function run() {
   page = await browser.newPage({ viewport: { width: 1440, height: 900 } });
   page.on('pageerror', (err) => pageErrors.push(`page error: ${err.message}`));
   page.on('console', (msg) => {
-    if (msg.type() === 'error') pageErrors.push(`console: ${msg.text()}`);
+    // HTTP errors of the API are shown (and checked) in the page itself; a server that answers
+    // 503 until storage is ready must not fail a run that later succeeds.
+    if (msg.type() === 'error' && !msg.text().startsWith('Failed to load resource')) {
+      pageErrors.push(`console: ${msg.text()}`);
+    }
   });
 
-  const resp = await page.goto(pageUrl.href, { waitUntil: 'load', timeout: timeoutMs });
+  // The server may still be starting: retry the page itself until the deadline.
+  const deadline = started + timeoutMs;
+  let resp;
+  for (;;) {
+    try {
+      resp = await page.goto(pageUrl.href, { waitUntil: 'load', timeout: Math.max(1000, deadline - Date.now()) });
+      if (resp?.ok() || Date.now() > deadline) break;
+    } catch (err) {
+      if (Date.now() > deadline) fail(`cannot open ${pageUrl.href}: ${String(err.message).split('\n')[0]}`);
+    }
+    await sleep(1000);
+  }
   if (!resp || !resp.ok()) fail(`GET ${pageUrl.href} answered ${resp ? resp.status() : 'nothing'}`);
   if ((await page.locator('#graph').count()) === 0) fail(`${pageUrl.href} is not the bimodal UI (no #graph)`);
 
   // 1. Wait until every expected frame is drawn, clicking Refresh every 2 s.
-  const deadline = started + timeoutMs;
   let lastRefresh = Date.now();
   let missing = args.expect;
   for (;;) {

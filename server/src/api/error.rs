@@ -1,0 +1,34 @@
+//! One error type for every handler: a status code and a message that never leaks internals.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+use crate::storage::StorageError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// The request is wrong; the message says how.
+    #[error("{0}")]
+    BadRequest(String),
+    /// ClickHouse did not answer.
+    #[error("storage is unavailable")]
+    Storage(#[from] StorageError),
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        let status = match &self {
+            AppError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            AppError::Storage(e) => {
+                tracing::error!(error = %e, "request failed in storage");
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+        };
+        (
+            status,
+            Json(serde_json::json!({ "error": self.to_string() })),
+        )
+            .into_response()
+    }
+}

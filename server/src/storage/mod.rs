@@ -1,0 +1,558 @@
+//! ClickHouse storage: schema migrations, batch ingest (idempotent by batch id) and the
+//! queries behind the API.
+
+pub mod managed;
+pub mod migrations;
+mod rows;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+
+use bimodal_profile::{Frame, FrameKind, Profile, Sample};
+use bimodal_proto::v1;
+use clickhouse::Client;
+
+pub use migrations::Dialect;
+use rows::{BatchRow, FlameRow, NodeRow, SampleRow, StackRow};
+
+/// A storage failure; the message says which step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    #[error("ClickHouse failed to {what}: {source}")]
+    Query {
+        what: &'static str,
+        source: clickhouse::error::Error,
+    },
+}
+
+impl StorageError {
+    fn query(what: &'static str) -> impl FnOnce(clickhouse::error::Error) -> StorageError {
+        move |source| StorageError::Query { what, source }
+    }
+}
+
+/// Why a batch was refused; resending it will not help.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum InvalidBatch {
+    #[error("batch_id must be 16 bytes, got {0}")]
+    BatchId(usize),
+    #[error("sample {sample} has event {event}, which is not a known event kind")]
+    Event { sample: usize, event: i32 },
+    #[error("sample {sample} points at stack {stack}, but the batch has {stacks} stacks")]
+    Stack {
+        sample: usize,
+        stack: u32,
+        stacks: usize,
+    },
+    #[error("stack {stack} points at frame {frame}, but the batch has {frames} frames")]
+    Frame {
+        stack: usize,
+        frame: u32,
+        frames: usize,
+    },
+}
+
+/// What happened to a batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stored {
+    /// Written now.
+    New,
+    /// Written before (a resend); nothing was written again.
+    Duplicate,
+}
+
+/// Who sent a batch.
+#[derive(Clone, Debug, Default)]
+pub struct Sender {
+    pub node: String,
+    pub labels: Vec<(String, String)>,
+    pub agent_version: String,
+    pub kernel_release: String,
+}
+
+/// One node as the API lists it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct NodeInfo {
+    pub node: String,
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// Unix seconds of the newest batch.
+    pub last_seen: u32,
+}
+
+/// Which samples a flame graph covers.
+#[derive(Clone, Debug)]
+pub struct FlameQuery {
+    pub event: v1::EventKind,
+    /// Unix seconds, inclusive.
+    pub from: u32,
+    /// Unix seconds, exclusive.
+    pub to: u32,
+    /// Empty: every node.
+    pub nodes: Vec<String>,
+}
+
+/// Stack ids known to be stored already, so repeated stacks are not written again.
+/// Bounded: when full it is cleared, which only costs a few redundant (deduplicated) writes.
+const KNOWN_STACKS_LIMIT: usize = 1 << 20;
+
+/// The ClickHouse store.
+#[derive(Debug)]
+pub struct Store {
+    client: Client,
+    pub dialect: Dialect,
+    pub version: String,
+    known_stacks: Mutex<HashSet<u64>>,
+}
+
+#[derive(clickhouse::Row, serde::Deserialize)]
+struct Version {
+    version: String,
+}
+
+#[derive(clickhouse::Row, serde::Deserialize)]
+struct Count {
+    n: u64,
+}
+
+impl Store {
+    /// Connects, probes the server version and applies pending migrations.
+    pub async fn open(
+        url: &str,
+        database: &str,
+        retention_days: u32,
+    ) -> Result<Store, StorageError> {
+        let probe = Client::default().with_url(url).with_validation(false);
+        let version = probe
+            .query("SELECT version() AS version")
+            .fetch_one::<Version>()
+            .await
+            .map_err(StorageError::query("answer `SELECT version()`"))?
+            .version;
+        let dialect = Dialect::for_version(&version, retention_days);
+        probe
+            .query(&format!(
+                "CREATE DATABASE IF NOT EXISTS `{}`",
+                database.replace('`', "")
+            ))
+            .execute()
+            .await
+            .map_err(StorageError::query("create the database"))?;
+        // RowBinaryWithNamesAndTypes (the crate's validation) only exists on modern servers.
+        let client = Client::default()
+            .with_url(url)
+            .with_database(database)
+            .with_validation(dialect.modern);
+        migrations::apply(&client, &dialect).await?;
+        tracing::info!(%version, modern = dialect.modern, "ClickHouse schema ready");
+        Ok(Store {
+            client,
+            dialect,
+            version,
+            known_stacks: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// True when ClickHouse answers.
+    pub async fn ping(&self) -> Result<(), StorageError> {
+        self.client
+            .query("SELECT 1")
+            .execute()
+            .await
+            .map_err(StorageError::query("answer a ping"))
+    }
+
+    /// Stores a batch once: a resent batch that was stored before is recognised by its id.
+    ///
+    /// Samples go in one INSERT (one partition, so ClickHouse writes them atomically) after the
+    /// stacks they reference and before the `batches` row that marks the batch complete; a
+    /// crash between the two is repaired on resend by finding the samples by batch id.
+    pub async fn ingest(
+        &self,
+        sender: &Sender,
+        batch: &v1::Batch,
+    ) -> Result<Result<Stored, InvalidBatch>, StorageError> {
+        let batch_id: [u8; 16] = match batch.batch_id.as_slice().try_into() {
+            Ok(id) => id,
+            Err(_) => return Ok(Err(InvalidBatch::BatchId(batch.batch_id.len()))),
+        };
+        if let Err(e) = validate(batch) {
+            return Ok(Err(e));
+        }
+        let mut samples_stored = false;
+        if batch.resend {
+            if self.count_batch("batches", &batch_id).await? > 0 {
+                return Ok(Ok(Stored::Duplicate));
+            }
+            samples_stored = self.count_batch("samples", &batch_id).await? > 0;
+        }
+
+        let time = (batch.start_unix_nanos / 1_000_000_000).clamp(0, i64::from(u32::MAX)) as u32;
+        let stack_ids: Vec<u64> = batch.stacks.iter().map(|s| stack_id(batch, s)).collect();
+        if !samples_stored {
+            self.insert_stacks(batch, &stack_ids).await?;
+            let mut insert = self
+                .client
+                .insert::<SampleRow>("samples")
+                .await
+                .map_err(StorageError::query("start inserting samples"))?;
+            for s in &batch.samples {
+                let event = v1::EventKind::try_from(s.event).expect("validated");
+                insert
+                    .write(&SampleRow {
+                        time,
+                        node: sender.node.clone(),
+                        event: event.name().to_owned(),
+                        pid: s.pid,
+                        tid: s.tid,
+                        comm: s.comm.clone(),
+                        stack_id: stack_ids[s.stack_index as usize],
+                        count: s.count,
+                        value: s.value,
+                        batch_id,
+                    })
+                    .await
+                    .map_err(StorageError::query("write samples"))?;
+            }
+            insert
+                .end()
+                .await
+                .map_err(StorageError::query("insert samples"))?;
+        }
+
+        let row = BatchRow {
+            received: now_secs(),
+            node: sender.node.clone(),
+            batch_id,
+            start_time: time,
+            end_time: (batch.end_unix_nanos / 1_000_000_000).clamp(0, i64::from(u32::MAX)) as u32,
+            label_keys: sender.labels.iter().map(|(k, _)| k.clone()).collect(),
+            label_values: sender.labels.iter().map(|(_, v)| v.clone()).collect(),
+            agent_version: sender.agent_version.clone(),
+            kernel_release: sender.kernel_release.clone(),
+            samples: batch.samples.iter().map(|s| s.count).sum(),
+            source_events: batch
+                .sources
+                .iter()
+                .map(|s| {
+                    v1::EventKind::try_from(s.event)
+                        .unwrap_or_default()
+                        .name()
+                        .to_owned()
+                })
+                .collect(),
+            source_descriptions: batch.sources.iter().map(|s| s.source.clone()).collect(),
+            source_periods: batch.sources.iter().map(|s| s.period).collect(),
+            source_dropped: batch.sources.iter().map(|s| s.dropped).collect(),
+        };
+        let mut insert = self
+            .client
+            .insert::<BatchRow>("batches")
+            .await
+            .map_err(StorageError::query("start inserting the batch record"))?;
+        insert
+            .write(&row)
+            .await
+            .map_err(StorageError::query("write the batch record"))?;
+        insert
+            .end()
+            .await
+            .map_err(StorageError::query("insert the batch record"))?;
+        Ok(Ok(Stored::New))
+    }
+
+    async fn count_batch(
+        &self,
+        table: &'static str,
+        batch_id: &[u8; 16],
+    ) -> Result<u64, StorageError> {
+        let hex = bimodal_profile::hex(batch_id);
+        Ok(self
+            .client
+            .query(&format!(
+                "SELECT count() AS n FROM {table} WHERE batch_id = unhex(?)"
+            ))
+            .bind(hex)
+            .fetch_one::<Count>()
+            .await
+            .map_err(StorageError::query("look up a resent batch"))?
+            .n)
+    }
+
+    async fn insert_stacks(&self, batch: &v1::Batch, ids: &[u64]) -> Result<(), StorageError> {
+        let new: Vec<usize> = {
+            let known = self.known_stacks.lock().expect("lock not poisoned");
+            let mut seen = HashSet::new();
+            (0..ids.len())
+                .filter(|&i| !known.contains(&ids[i]) && seen.insert(ids[i]))
+                .collect()
+        };
+        if new.is_empty() {
+            return Ok(());
+        }
+        let mut insert = self
+            .client
+            .insert::<StackRow>("stacks")
+            .await
+            .map_err(StorageError::query("start inserting stacks"))?;
+        for &i in &new {
+            let frames: Vec<&v1::Frame> = batch.stacks[i]
+                .frame_indices
+                .iter()
+                .map(|&f| &batch.frames[f as usize])
+                .collect();
+            insert
+                .write(&StackRow {
+                    stack_id: ids[i],
+                    kinds: frames.iter().map(|f| f.kind.clamp(0, 255) as u8).collect(),
+                    functions: frames.iter().map(|f| f.function.clone()).collect(),
+                    modules: frames.iter().map(|f| f.module.clone()).collect(),
+                    build_ids: frames
+                        .iter()
+                        .map(|f| bimodal_profile::hex(&f.build_id))
+                        .collect(),
+                    addresses: frames.iter().map(|f| f.address).collect(),
+                    file_offsets: frames.iter().map(|f| f.file_offset).collect(),
+                })
+                .await
+                .map_err(StorageError::query("write stacks"))?;
+        }
+        insert
+            .end()
+            .await
+            .map_err(StorageError::query("insert stacks"))?;
+        let mut known = self.known_stacks.lock().expect("lock not poisoned");
+        if known.len() + new.len() > KNOWN_STACKS_LIMIT {
+            known.clear();
+        }
+        known.extend(new.iter().map(|&i| ids[i]));
+        Ok(())
+    }
+
+    /// Every node that sent a batch, with its newest labels.
+    pub async fn nodes(&self) -> Result<Vec<NodeInfo>, StorageError> {
+        let rows = self
+            .client
+            .query(
+                "SELECT node, argMax(label_keys, received) AS last_label_keys, \
+                 argMax(label_values, received) AS last_label_values, toUInt32(max(received)) AS last_seen \
+                 FROM batches GROUP BY node ORDER BY node",
+            )
+            .fetch_all::<NodeRow>()
+            .await
+            .map_err(StorageError::query("list nodes"))?;
+        Ok(rows
+            .into_iter()
+            .map(|r| NodeInfo {
+                node: r.node,
+                labels: r
+                    .last_label_keys
+                    .into_iter()
+                    .zip(r.last_label_values)
+                    .collect(),
+                last_seen: r.last_seen,
+            })
+            .collect())
+    }
+
+    /// The profile of one event over a time range and set of nodes.
+    pub async fn flame_graph(&self, q: &FlameQuery) -> Result<Profile, StorageError> {
+        let node_filter = if q.nodes.is_empty() {
+            ""
+        } else {
+            " AND has(?, node)"
+        };
+        let filter =
+            format!("event = ? AND time >= toDateTime(?) AND time < toDateTime(?){node_filter}");
+        let bind = |query: clickhouse::query::Query| {
+            let query = query.bind(q.event.name()).bind(q.from).bind(q.to);
+            if q.nodes.is_empty() {
+                query
+            } else {
+                query.bind(q.nodes.clone())
+            }
+        };
+        let rows = bind(self.client.query(&format!(
+            "SELECT stack_id, comm, sum(count) AS samples, sum(value) AS total \
+             FROM samples WHERE {filter} GROUP BY stack_id, comm"
+        )))
+        .fetch_all::<FlameRow>()
+        .await
+        .map_err(StorageError::query("aggregate samples"))?;
+        let stacks = bind(self.client.query(&format!(
+            "SELECT stack_id, kinds, functions, modules, build_ids, addresses, file_offsets \
+             FROM stacks WHERE stack_id IN (SELECT stack_id FROM samples WHERE {filter})"
+        )))
+        .fetch_all::<StackRow>()
+        .await
+        .map_err(StorageError::query("read stacks"))?;
+
+        let mut profile = Profile::new(q.event.name(), q.event.unit());
+        profile.start_unix_nanos = i64::from(q.from) * 1_000_000_000;
+        profile.duration_nanos = i64::from(q.to.saturating_sub(q.from)) * 1_000_000_000;
+        // ReplacingMergeTree may still hold duplicates before a merge: the last one wins.
+        let mut frames_of: HashMap<u64, Vec<u32>> = HashMap::with_capacity(stacks.len());
+        for s in stacks {
+            let frames = (0..s.functions.len())
+                .map(|i| {
+                    profile.intern(Frame {
+                        kind: v1::FrameKind::try_from(i32::from(s.kinds[i]))
+                            .unwrap_or_default()
+                            .into(),
+                        function: s.functions[i].clone(),
+                        module: s.modules[i].clone(),
+                        build_id: s.build_ids[i].clone(),
+                        address: s.addresses[i],
+                        file_offset: s.file_offsets[i],
+                    })
+                })
+                .collect();
+            frames_of.insert(s.stack_id, frames);
+        }
+        let mut missing = 0u64;
+        for r in rows {
+            let stack = match frames_of.get(&r.stack_id) {
+                Some(f) => f.clone(),
+                None => {
+                    missing += r.samples;
+                    vec![profile.intern(Frame {
+                        kind: FrameKind::Unknown,
+                        function: "[stack not stored]".into(),
+                        module: String::new(),
+                        build_id: String::new(),
+                        address: 0,
+                        file_offset: 0,
+                    })]
+                }
+            };
+            profile.samples.push(Sample {
+                comm: r.comm,
+                stack,
+                count: r.samples,
+                value: r.total,
+            });
+        }
+        if missing > 0 {
+            tracing::warn!(missing, "samples reference stacks that are not stored");
+        }
+        Ok(profile)
+    }
+}
+
+fn now_secs() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as u32)
+        .unwrap_or(0)
+}
+
+fn validate(batch: &v1::Batch) -> Result<(), InvalidBatch> {
+    for (i, s) in batch.samples.iter().enumerate() {
+        match v1::EventKind::try_from(s.event) {
+            Ok(v1::EventKind::Unspecified) | Err(_) => {
+                return Err(InvalidBatch::Event {
+                    sample: i,
+                    event: s.event,
+                })
+            }
+            Ok(_) => {}
+        }
+        if s.stack_index as usize >= batch.stacks.len() {
+            return Err(InvalidBatch::Stack {
+                sample: i,
+                stack: s.stack_index,
+                stacks: batch.stacks.len(),
+            });
+        }
+    }
+    for (i, st) in batch.stacks.iter().enumerate() {
+        if let Some(&f) = st
+            .frame_indices
+            .iter()
+            .find(|&&f| f as usize >= batch.frames.len())
+        {
+            return Err(InvalidBatch::Frame {
+                stack: i,
+                frame: f,
+                frames: batch.frames.len(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A stable id for a stack: xxHash64 of its frames' identities, the same on every server.
+fn stack_id(batch: &v1::Batch, stack: &v1::Stack) -> u64 {
+    let mut buf = Vec::with_capacity(stack.frame_indices.len() * 48);
+    for &i in &stack.frame_indices {
+        let f = &batch.frames[i as usize];
+        buf.extend_from_slice(&f.kind.to_le_bytes());
+        buf.extend_from_slice(&f.address.to_le_bytes());
+        buf.extend_from_slice(&f.file_offset.to_le_bytes());
+        for s in [f.function.as_bytes(), f.module.as_bytes(), &f.build_id] {
+            buf.extend_from_slice(&(s.len() as u32).to_le_bytes());
+            buf.extend_from_slice(s);
+        }
+    }
+    twox_hash::XxHash64::oneshot(0, &buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch() -> v1::Batch {
+        v1::Batch {
+            batch_id: vec![7; 16],
+            frames: vec![v1::Frame {
+                function: "main".into(),
+                ..Default::default()
+            }],
+            stacks: vec![v1::Stack {
+                frame_indices: vec![0],
+            }],
+            samples: vec![v1::Sample {
+                event: v1::EventKind::Cpu as i32,
+                stack_index: 0,
+                count: 1,
+                value: 1,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    /// Indices that point outside the batch and unknown events are refused with their kind.
+    #[test]
+    fn malformed_batches_are_refused() {
+        assert_eq!(validate(&batch()), Ok(()));
+        let mut b = batch();
+        b.samples[0].stack_index = 3;
+        assert!(matches!(
+            validate(&b),
+            Err(InvalidBatch::Stack { stack: 3, .. })
+        ));
+        let mut b = batch();
+        b.stacks[0].frame_indices.push(9);
+        assert!(matches!(
+            validate(&b),
+            Err(InvalidBatch::Frame { frame: 9, .. })
+        ));
+        let mut b = batch();
+        b.samples[0].event = 99;
+        assert!(matches!(
+            validate(&b),
+            Err(InvalidBatch::Event { event: 99, .. })
+        ));
+    }
+
+    /// Equal stacks get equal ids across batches; different frames give different ids.
+    #[test]
+    fn stack_ids_are_content_hashes() {
+        let a = batch();
+        let mut b = batch();
+        b.frames.push(v1::Frame::default());
+        assert_eq!(stack_id(&a, &a.stacks[0]), stack_id(&b, &b.stacks[0]));
+        b.frames[0].function = "other".into();
+        assert_ne!(stack_id(&a, &a.stacks[0]), stack_id(&b, &b.stacks[0]));
+    }
+}

@@ -1,0 +1,63 @@
+//! Rows as ClickHouse reads and writes them (RowBinary); field order follows the SQL.
+
+use clickhouse::Row;
+use serde::{Deserialize, Serialize};
+
+#[derive(Row, Serialize)]
+pub(super) struct SampleRow {
+    pub time: u32,
+    pub node: String,
+    pub event: String,
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    pub stack_id: u64,
+    pub count: u64,
+    pub value: u64,
+    pub batch_id: [u8; 16],
+}
+
+#[derive(Row, Serialize, Deserialize)]
+pub(super) struct StackRow {
+    pub stack_id: u64,
+    pub kinds: Vec<u8>,
+    pub functions: Vec<String>,
+    pub modules: Vec<String>,
+    pub build_ids: Vec<String>,
+    pub addresses: Vec<u64>,
+    pub file_offsets: Vec<u64>,
+}
+
+#[derive(Row, Serialize)]
+pub(super) struct BatchRow {
+    pub received: u32,
+    pub node: String,
+    pub batch_id: [u8; 16],
+    pub start_time: u32,
+    pub end_time: u32,
+    pub label_keys: Vec<String>,
+    pub label_values: Vec<String>,
+    pub agent_version: String,
+    pub kernel_release: String,
+    pub samples: u64,
+    pub source_events: Vec<String>,
+    pub source_descriptions: Vec<String>,
+    pub source_periods: Vec<u64>,
+    pub source_dropped: Vec<u64>,
+}
+
+#[derive(Row, Deserialize)]
+pub(super) struct NodeRow {
+    pub node: String,
+    pub last_label_keys: Vec<String>,
+    pub last_label_values: Vec<String>,
+    pub last_seen: u32,
+}
+
+#[derive(Row, Deserialize)]
+pub(super) struct FlameRow {
+    pub stack_id: u64,
+    pub comm: String,
+    pub samples: u64,
+    pub total: u64,
+}

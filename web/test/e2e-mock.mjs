@@ -1,0 +1,45 @@
+#!/usr/bin/env node
+// Runs test/browser.mjs against test/mock-server.mjs (needs `npm run build` first):
+//   node test/e2e-mock.mjs [--screenshots DIR]
+// Prints one line per case and a closing "N passed, N failed" line; exits 1 if any failed.
+
+import { spawn } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const { values: opts } = parseArgs({ options: { screenshots: { type: 'string', default: resolve(here, '..', 'test-results') } } });
+mkdirSync(opts.screenshots, { recursive: true });
+
+const CASES = [
+  { name: 'web-1-cpu', node: 'web-1', event: 'cpu', expect: ['sha256_block', 'vfs_write', 'com.example.Server.handle'] },
+  { name: 'web-2-off-cpu', node: 'web-2', event: 'off_cpu', expect: ['compute_hash'] },
+  { name: 'big-1-20k-frames', node: 'big-1', event: 'cpu', expect: ['api-server', 'app::tree::walk_recursive'] },
+];
+
+const mock = spawn(process.execPath, [join(here, 'mock-server.mjs'), '--port', '0'], { stdio: ['ignore', 'pipe', 'inherit'] });
+const base = await new Promise((ok, ko) => {
+  let out = '';
+  mock.stdout.on('data', (d) => {
+    out += d;
+    const m = /on (http:\/\/\S+\/)/.exec(out);
+    if (m) ok(m[1]);
+  });
+  mock.on('exit', (code) => ko(new Error(`mock server exited with ${code}`)));
+});
+
+let passed = 0;
+let failed = 0;
+for (const c of CASES) {
+  const args = [join(here, 'browser.mjs'), '--url', base, '--node', c.node, '--event', c.event, '--screenshot', join(opts.screenshots, `${c.name}.png`)];
+  for (const e of c.expect) args.push('--expect', e);
+  const code = await new Promise((ok) => spawn(process.execPath, args, { stdio: 'inherit' }).on('exit', ok));
+  if (code === 0) passed++;
+  else failed++;
+  console.log(`${code === 0 ? 'PASS' : 'FAIL'} ${c.name}`);
+}
+mock.kill();
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed === 0 ? 0 : 1);
