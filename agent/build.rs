@@ -46,8 +46,7 @@ fn main() {
 
 fn write_vmlinux_h(dest: &Path) {
     if let Some(given) = env::var_os("BIMODAL_VMLINUX_H") {
-        std::fs::copy(&given, dest)
-            .unwrap_or_else(|e| panic!("failed to copy {}: {e}", Path::new(&given).display()));
+        std::fs::copy(&given, dest).unwrap_or_else(|e| panic!("failed to copy {}: {e}", Path::new(&given).display()));
         return;
     }
     let btf = "/sys/kernel/btf/vmlinux";
@@ -82,7 +81,5 @@ fn find_clang() -> PathBuf {
             }
         }
     }
-    panic!(
-        "no clang found (tried clang-19 … clang-14, clang); install clang-19 or set BIMODAL_CLANG"
-    )
+    panic!("no clang found (tried clang-19 … clang-14, clang); install clang-19 or set BIMODAL_CLANG")
 }

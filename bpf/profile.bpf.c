@@ -47,7 +47,7 @@ struct {
 /* lost samples and stacks per event kind and drop reason, per CPU so counting never contends */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, EVENT_KIND_COUNT * DROP_REASON_COUNT);
+	__uint(max_entries, DROPS_MAX_ENTRIES);
 	__type(key, __u32);
 	__type(value, __u64);
 } drops SEC(".maps");

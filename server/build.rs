@@ -14,11 +14,7 @@ fn walk(dir: &Path, root: &Path, out: &mut Vec<(String, PathBuf)>) {
             println!("cargo:rerun-if-changed={}", p.display());
             walk(&p, root, out);
         } else {
-            let rel = p
-                .strip_prefix(root)
-                .expect("under root")
-                .to_string_lossy()
-                .into_owned();
+            let rel = p.strip_prefix(root).expect("under root").to_string_lossy().into_owned();
             out.push((rel, p));
         }
     }
@@ -30,7 +26,9 @@ fn main() {
     let mut files = Vec::new();
     walk(&dist, &dist, &mut files);
     files.sort();
-    let mut code = String::from("/// (path, bytes) of every file of the built web UI.\npub(super) static WEB_ASSETS: &[(&str, &[u8])] = &[\n");
+    let mut code = String::from(
+        "/// (path, bytes) of every file of the built web UI.\npub(super) static WEB_ASSETS: &[(&str, &[u8])] = &[\n",
+    );
     for (rel, path) in &files {
         println!("cargo:rerun-if-changed={}", path.display());
         let _ = writeln!(

@@ -23,12 +23,7 @@ fn unix_nanos(t: SystemTime) -> i64 {
 }
 
 /// Symbolizes and packs one drain into a batch with a fresh batch id.
-pub fn build(
-    drained: &Drained,
-    sources: &[EventSource],
-    frames: &Frames,
-    interval: Interval,
-) -> v1::Batch {
+pub fn build(drained: &Drained, sources: &[EventSource], frames: &Frames, interval: Interval) -> v1::Batch {
     let mut batch = v1::Batch {
         batch_id: uuid::Uuid::new_v4().as_bytes().to_vec(),
         start_unix_nanos: unix_nanos(interval.start),
@@ -50,17 +45,15 @@ pub fn build(
     }
     // Frame index by (tgid, ip); tgid 0 holds kernel frames.
     let mut frame_index: HashMap<(u32, Ip), u32> = HashMap::new();
-    let mut push_frames = |batch: &mut v1::Batch,
-                           tgid: u32,
-                           mut list: Vec<Ip>,
-                           resolve: &dyn Fn(&[Ip]) -> Vec<v1::Frame>| {
-        list.sort_unstable_by_key(|ip| (ip.address, ip.leaf));
-        list.dedup();
-        for (ip, frame) in list.iter().zip(resolve(&list)) {
-            frame_index.insert((tgid, *ip), batch.frames.len() as u32);
-            batch.frames.push(frame);
-        }
-    };
+    let mut push_frames =
+        |batch: &mut v1::Batch, tgid: u32, mut list: Vec<Ip>, resolve: &dyn Fn(&[Ip]) -> Vec<v1::Frame>| {
+            list.sort_unstable_by_key(|ip| (ip.address, ip.leaf));
+            list.dedup();
+            for (ip, frame) in list.iter().zip(resolve(&list)) {
+                frame_index.insert((tgid, *ip), batch.frames.len() as u32);
+                batch.frames.push(frame);
+            }
+        };
     push_frames(&mut batch, 0, kernel_ips, &|l| frames.kernel(l));
     for (tgid, list) in user_ips {
         push_frames(&mut batch, tgid, list, &|l| frames.user(tgid, l));
@@ -78,9 +71,7 @@ pub fn build(
         }
         let next = stack_index.len() as u32;
         let stack = *stack_index.entry(indices.clone()).or_insert_with(|| {
-            batch.stacks.push(v1::Stack {
-                frame_indices: indices,
-            });
+            batch.stacks.push(v1::Stack { frame_indices: indices });
             next
         });
         batch.samples.push(v1::Sample {
@@ -99,19 +90,15 @@ pub fn build(
             event: s.event as i32,
             source: s.description.clone(),
             period: s.period,
-            dropped: drained
-                .dropped
-                .get(&s.event)
-                .map(|d| d.total())
-                .unwrap_or(0),
+            dropped: drained.dropped.get(&s.event).map(|d| d.total()).unwrap_or(0),
         })
         .collect();
     batch
 }
 
 fn ips(stack: &[u64]) -> impl Iterator<Item = Ip> + '_ {
-    stack.iter().enumerate().map(|(i, &address)| Ip {
-        address,
-        leaf: i == 0,
-    })
+    stack
+        .iter()
+        .enumerate()
+        .map(|(i, &address)| Ip { address, leaf: i == 0 })
 }

@@ -93,11 +93,7 @@ struct RecordArgs {
 #[derive(Args, Debug)]
 struct RunArgs {
     /// gRPC URL of the bimodal server.
-    #[arg(
-        long,
-        env = "BIMODAL_SERVER_URL",
-        default_value = "http://127.0.0.1:7070"
-    )]
+    #[arg(long, env = "BIMODAL_SERVER_URL", default_value = "http://127.0.0.1:7070")]
     server_url: String,
     /// This node's name (in Kubernetes: the node name from the downward API); default: hostname.
     #[arg(long, env = "BIMODAL_NODE_NAME")]
@@ -143,9 +139,7 @@ fn main() -> std::process::ExitCode {
         _ => "trace",
     };
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()))
         .with_writer(std::io::stderr)
         .init();
     match run(cli) {
@@ -182,9 +176,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Run(a) => {
             let node = match a.node_name {
                 Some(n) => n,
-                None => {
-                    hostname().context("no --node-name given and the hostname is unreadable")?
-                }
+                None => hostname().context("no --node-name given and the hostname is unreadable")?,
             };
             let opts = RunOptions {
                 server_url: a.server_url,
@@ -197,8 +189,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 map_sizes: a.sampling.map_sizes(),
                 spool_batches: a.spool_batches,
             };
-            let runtime =
-                tokio::runtime::Runtime::new().context("failed to start the async runtime")?;
+            let runtime = tokio::runtime::Runtime::new().context("failed to start the async runtime")?;
             runtime.block_on(async {
                 let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
                 tokio::spawn(async move {
@@ -221,7 +212,5 @@ async fn shutdown_signal() {
 }
 
 fn hostname() -> anyhow::Result<String> {
-    Ok(std::fs::read_to_string("/proc/sys/kernel/hostname")?
-        .trim()
-        .to_owned())
+    Ok(std::fs::read_to_string("/proc/sys/kernel/hostname")?.trim().to_owned())
 }

@@ -93,7 +93,6 @@ pub fn record(opts: &RecordOptions) -> anyhow::Result<RecordSummary> {
         Format::Folded => profile.to_folded().into_bytes(),
         Format::Pprof => profile.to_pprof(),
     };
-    fs::write(&opts.output, bytes)
-        .with_context(|| format!("failed to write `{}`", opts.output.display()))?;
+    fs::write(&opts.output, bytes).with_context(|| format!("failed to write `{}`", opts.output.display()))?;
     Ok(summary)
 }

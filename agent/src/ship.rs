@@ -35,7 +35,7 @@ pub struct RunOptions {
 }
 
 /// Samples and ships until `shutdown` turns true, then sends what is left once.
-pub async fn run(opts: RunOptions, mut shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
+pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
     let sources = opts
         .events
         .iter()
@@ -61,12 +61,7 @@ pub async fn run(opts: RunOptions, mut shutdown: watch::Receiver<bool>) -> anyho
             let done = wait_or_stop(&mut stop, interval);
             let drained = sampler.drain()?;
             let end = SystemTime::now();
-            let b = batch::build(
-                &drained,
-                sampler.sources(),
-                &frames,
-                Interval { start, end },
-            );
+            let b = batch::build(&drained, sampler.sources(), &frames, Interval { start, end });
             start = end;
             if (!b.samples.is_empty() || b.sources.iter().any(|s| s.dropped > 0))
                 && batches_tx.blocking_send(b).is_err()
@@ -81,7 +76,6 @@ pub async fn run(opts: RunOptions, mut shutdown: watch::Receiver<bool>) -> anyho
 
     let shipping = ship(opts.clone(), batches_rx, shutdown.clone());
     let (sampled, shipped) = tokio::join!(sampling, shipping);
-    let _ = shutdown.changed();
     sampled.context("sampling thread panicked")??;
     shipped
 }
@@ -146,15 +140,7 @@ async fn ship(
     let mut backoff = Duration::from_millis(200);
     let mut sampler_done = false;
     loop {
-        match stream_once(
-            &opts.server_url,
-            &hello,
-            &mut spool,
-            &mut batches,
-            &mut sampler_done,
-        )
-        .await
-        {
+        match stream_once(&opts.server_url, &hello, &mut spool, &mut batches, &mut sampler_done).await {
             Ok(()) => return Ok(()),
             Err(e) => {
                 let stopping = *shutdown.borrow();
@@ -200,8 +186,7 @@ async fn stream_once(
         .max_encoding_message_size(64 << 20);
     let (tx, rx) = mpsc::channel::<v1::IngestRequest>(16);
     let request = |m| v1::IngestRequest { message: Some(m) };
-    tx.send(request(ingest_request::Message::Hello(hello.clone())))
-        .await?;
+    tx.send(request(ingest_request::Message::Hello(hello.clone()))).await?;
     let mut acks = client
         .stream(tokio_stream::wrappers::ReceiverStream::new(rx))
         .await

@@ -67,20 +67,13 @@ impl Frames {
             .map(|ip| unsymbolized(v1::FrameKind::User, ip.address, String::new()))
             .collect();
 
-        match self
-            .normalizer
-            .normalize_user_addrs(Pid::from(tgid), &addrs)
-        {
+        match self.normalizer.normalize_user_addrs(Pid::from(tgid), &addrs) {
             Ok(normalized) => {
                 for (frame, (offset, meta_index)) in frames.iter_mut().zip(&normalized.outputs) {
                     match normalized.meta.get(*meta_index) {
                         Some(UserMeta::Elf(elf)) => {
                             frame.module = elf.path.to_string_lossy().into_owned();
-                            frame.build_id = elf
-                                .build_id
-                                .as_deref()
-                                .map(<[u8]>::to_vec)
-                                .unwrap_or_default();
+                            frame.build_id = elf.build_id.as_deref().map(<[u8]>::to_vec).unwrap_or_default();
                             frame.file_offset = *offset;
                         }
                         Some(UserMeta::Unknown(unknown)) => {
@@ -112,10 +105,7 @@ impl Frames {
                 }
             }
             Err(e) => {
-                for frame in frames
-                    .iter_mut()
-                    .filter(|f| f.unsymbolized_reason.is_empty())
-                {
+                for frame in frames.iter_mut().filter(|f| f.unsymbolized_reason.is_empty()) {
                     frame.unsymbolized_reason = format!("symbolization failed: {e}");
                 }
             }
@@ -133,9 +123,11 @@ impl Frames {
                 ..unsymbolized(v1::FrameKind::Kernel, ip.address, String::new())
             })
             .collect();
-        let mut kernel = Kernel::default();
         // kallsyms names every kernel function; searching the disk for vmlinux images is slow.
-        kernel.vmlinux = blazesym::MaybeDefault::None;
+        let kernel = Kernel {
+            vmlinux: blazesym::MaybeDefault::None,
+            ..Default::default()
+        };
         let source = Source::Kernel(kernel);
         match self.symbolizer.symbolize(&source, Input::AbsAddr(&addrs)) {
             Ok(symbolized) => {

@@ -32,6 +32,8 @@ enum drop_reason {
 	DROP_REASON_COUNT = 3,
 };
 
+#define DROPS_MAX_ENTRIES (EVENT_KIND_COUNT * DROP_REASON_COUNT)
+
 /* samples are counted per distinct key in kernel maps, drained every interval */
 struct sample_key {
 	__u32 tgid;

@@ -68,9 +68,6 @@ mod tests {
                 value: 10,
             });
         }
-        assert_eq!(
-            p.to_folded(),
-            "fixture;main;touch:pages;clear_page_[k] 20\n"
-        );
+        assert_eq!(p.to_folded(), "fixture;main;touch:pages;clear_page_[k] 20\n");
     }
 }

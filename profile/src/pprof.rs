@@ -86,23 +86,18 @@ pub(crate) fn write(p: &Profile) -> Vec<u8> {
                 _ => f.function.clone(),
             };
             let next = functions.len() as u64 + 1;
-            let function_id = *functions
-                .entry((name.clone(), f.module.as_str()))
-                .or_insert_with(|| {
-                    let n = strings.get(&name);
-                    out.function.push(pb::Function {
-                        id: next,
-                        name: n,
-                        system_name: n,
-                        filename: strings.get(&f.module),
-                        start_line: 0,
-                    });
-                    next
+            let function_id = *functions.entry((name.clone(), f.module.as_str())).or_insert_with(|| {
+                let n = strings.get(&name);
+                out.function.push(pb::Function {
+                    id: next,
+                    name: n,
+                    system_name: n,
+                    filename: strings.get(&f.module),
+                    start_line: 0,
                 });
-            lines.push(pb::Line {
-                function_id,
-                line: 0,
+                next
             });
+            lines.push(pb::Line { function_id, line: 0 });
         }
         out.location.push(pb::Location {
             id: i as u64 + 1,

@@ -64,11 +64,7 @@ impl Building {
             kind: self.kind.unwrap_or(TreeKind::Root),
             module: self.module,
             value: self.value,
-            children: self
-                .children
-                .into_iter()
-                .map(|(n, c)| c.finish(n))
-                .collect(),
+            children: self.children.into_iter().map(|(n, c)| c.finish(n)).collect(),
         }
     }
 }

@@ -71,21 +71,16 @@ impl Server {
     }
 
     /// Serves until `shutdown` completes, then stops the managed ClickHouse.
-    pub async fn serve(
-        self,
-        shutdown: impl Future<Output = ()> + Send + 'static,
-    ) -> anyhow::Result<()> {
-        let ingest = IngestServer::new(ingest::IngestService::new(self.store.clone()))
-            .max_decoding_message_size(64 << 20);
+    pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+        let ingest =
+            IngestServer::new(ingest::IngestService::new(self.store.clone())).max_decoding_message_size(64 << 20);
         // gRPC calls are HTTP/2 POSTs to /<service>/<method>: route them before the UI fallback.
         let grpc_path = format!(
             "/{}/{{*method}}",
             <IngestServer<ingest::IngestService> as NamedService>::NAME
         );
         let app = api::app(api::AppState { store: self.store }).route_service(&grpc_path, ingest);
-        let served = axum::serve(self.listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await;
+        let served = axum::serve(self.listener, app).with_graceful_shutdown(shutdown).await;
         if let Some(m) = self.managed {
             m.shutdown().await;
         }

@@ -122,9 +122,7 @@ pub struct Sampler {
 
 impl std::fmt::Debug for Sampler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sampler")
-            .field("sources", &self.sources)
-            .finish()
+        f.debug_struct("Sampler").field("sources", &self.sources).finish()
     }
 }
 
@@ -139,9 +137,7 @@ pub struct SamplerOptions {
 
 fn load_error_meaning(e: &libbpf_rs::Error) -> &'static str {
     match e.kind() {
-        libbpf_rs::ErrorKind::PermissionDenied => {
-            "not permitted: the agent needs CAP_BPF and CAP_PERFMON (or root)"
-        }
+        libbpf_rs::ErrorKind::PermissionDenied => "not permitted: the agent needs CAP_BPF and CAP_PERFMON (or root)",
         _ => "the kernel rejected the programs",
     }
 }
@@ -155,8 +151,7 @@ impl Sampler {
         let cpus = perf::online_cpus()?;
         // The skeleton borrows its object storage for its whole life; one sampler lives for the
         // whole process, so the few bytes are leaked deliberately rather than self-referenced.
-        let storage: &'static mut MaybeUninit<OpenObject> =
-            Box::leak(Box::new(MaybeUninit::uninit()));
+        let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
         let load = |e: libbpf_rs::Error| SamplerError::Load {
             meaning: load_error_meaning(&e),
             source: e,
@@ -168,10 +163,7 @@ impl Sampler {
         for map in [&mut open.maps.samples_0, &mut open.maps.samples_1] {
             map.set_max_entries(opts.map_sizes.samples).map_err(load)?;
         }
-        open.maps
-            .stacks
-            .set_max_entries(opts.map_sizes.stacks)
-            .map_err(load)?;
+        open.maps.stacks.set_max_entries(opts.map_sizes.stacks).map_err(load)?;
         let skel = open.load().map_err(load)?;
 
         // Open every event first: a refusal then leaves nothing half attached.
@@ -190,13 +182,13 @@ impl Sampler {
                 EventKind::RemoteAccess => &skel.progs.sample_remote_access,
                 other => return Err(events::Unavailable::NoSource(other.name()).into()),
             };
-            let link =
-                prog.attach_perf_event(fd.as_raw_fd())
-                    .map_err(|source| SamplerError::Attach {
-                        event: event.name(),
-                        cpu,
-                        source,
-                    })?;
+            let link = prog
+                .attach_perf_event(fd.as_raw_fd())
+                .map_err(|source| SamplerError::Attach {
+                    event: event.name(),
+                    cpu,
+                    source,
+                })?;
             // The link owns the perf event from here on and closes it when dropped.
             let _ = fd.into_raw_fd();
             links.push(link);
@@ -238,10 +230,7 @@ impl Sampler {
         let mut drained = Drained::default();
         let mut keys = Vec::new();
         for raw in inactive.keys() {
-            let Some(value) = inactive
-                .lookup(&raw, MapFlags::ANY)
-                .map_err(map_err("samples"))?
-            else {
+            let Some(value) = inactive.lookup(&raw, MapFlags::ANY).map_err(map_err("samples"))? else {
                 continue;
             };
             let count = u64::from_ne_bytes(value[..8].try_into().expect("8-byte value"));
@@ -269,19 +258,13 @@ impl Sampler {
         let stacks = &self.skel.maps.stacks;
         for id in wanted {
             let key = (id as u32).to_ne_bytes();
-            match stacks
-                .lookup(&key, MapFlags::ANY)
-                .map_err(map_err("stacks"))?
-            {
-                Some(raw) => {
-                    let ips: Vec<u64> = raw
-                        .chunks_exact(8)
-                        .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")))
-                        .take_while(|&ip| ip != 0)
-                        .collect();
-                    drained.stacks.insert(id, ips);
-                }
-                None => {}
+            if let Some(raw) = stacks.lookup(&key, MapFlags::ANY).map_err(map_err("stacks"))? {
+                let ips: Vec<u64> = raw
+                    .chunks_exact(8)
+                    .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")))
+                    .take_while(|&ip| ip != 0)
+                    .collect();
+                drained.stacks.insert(id, ips);
             }
             if !keep.contains(&id) {
                 let _ = stacks.delete(&key);
@@ -328,12 +311,7 @@ impl Sampler {
 fn decode_key(raw: &[u8]) -> SampleKey {
     let mut k = sample_key::default();
     plain::copy_from_bytes(&mut k, raw).expect("map key has the size of sample_key");
-    let comm_bytes: Vec<u8> = k
-        .comm
-        .iter()
-        .map(|&c| c as u8)
-        .take_while(|&c| c != 0)
-        .collect();
+    let comm_bytes: Vec<u8> = k.comm.iter().map(|&c| c as u8).take_while(|&c| c != 0).collect();
     SampleKey {
         tgid: k.tgid,
         pid: k.pid,

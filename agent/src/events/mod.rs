@@ -66,10 +66,7 @@ pub fn source(event: EventKind, rates: &Rates) -> Result<EventSource, Unavailabl
             perf_type: sys::PERF_TYPE_SOFTWARE,
             config: u64::from(sys::PERF_COUNT_SW_PAGE_FAULTS),
             period: rates.page_fault_period.max(1),
-            description: format!(
-                "software page-faults, 1 in {} faults",
-                rates.page_fault_period.max(1)
-            ),
+            description: format!("software page-faults, 1 in {} faults", rates.page_fault_period.max(1)),
         },
         EventKind::CacheMiss => EventSource {
             event,

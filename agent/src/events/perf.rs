@@ -86,15 +86,7 @@ pub fn open_sampling_event(source: &EventSource, cpu: u32) -> Result<OwnedFd, Op
     attr.set_disabled(1);
     // SAFETY: `attr` is a fully initialized perf_event_attr whose `size` matches its type;
     // pid -1 with a valid cpu and no group or flags is a documented combination.
-    let fd = unsafe {
-        perf::perf_event_open(
-            &mut attr,
-            -1,
-            cpu as i32,
-            -1,
-            sys::PERF_FLAG_FD_CLOEXEC as _,
-        )
-    };
+    let fd = unsafe { perf::perf_event_open(&mut attr, -1, cpu as i32, -1, sys::PERF_FLAG_FD_CLOEXEC as _) };
     if fd < 0 {
         let source_err = io::Error::last_os_error();
         return Err(OpenError::Open {
@@ -115,10 +107,7 @@ mod tests {
     /// CPU lists in the kernel's range format expand to each CPU; garbage is refused.
     #[test]
     fn cpu_lists_parse() {
-        assert_eq!(
-            parse_cpu_list("0-3,8,10-11\n"),
-            Some(vec![0, 1, 2, 3, 8, 10, 11])
-        );
+        assert_eq!(parse_cpu_list("0-3,8,10-11\n"), Some(vec![0, 1, 2, 3, 8, 10, 11]));
         assert_eq!(parse_cpu_list("0"), Some(vec![0]));
         assert_eq!(parse_cpu_list("a-b"), None);
     }

@@ -25,10 +25,6 @@ impl IntoResponse for AppError {
                 StatusCode::SERVICE_UNAVAILABLE
             }
         };
-        (
-            status,
-            Json(serde_json::json!({ "error": self.to_string() })),
-        )
-            .into_response()
+        (status, Json(serde_json::json!({ "error": self.to_string() }))).into_response()
     }
 }

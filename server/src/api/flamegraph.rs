@@ -19,10 +19,7 @@ enum Format {
     Pprof,
 }
 
-pub(super) async fn flamegraph(
-    State(state): State<AppState>,
-    RawQuery(raw): RawQuery,
-) -> Result<Response, AppError> {
+pub(super) async fn flamegraph(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Result<Response, AppError> {
     let (query, format) = parse(raw.as_deref().unwrap_or(""), now())?;
     let profile = state.store.flame_graph(&query).await?;
     Ok(match format {
@@ -44,10 +41,7 @@ pub(super) async fn flamegraph(
         Format::Pprof => (
             [
                 (header::CONTENT_TYPE, "application/octet-stream"),
-                (
-                    header::CONTENT_DISPOSITION,
-                    "attachment; filename=\"profile.pb.gz\"",
-                ),
+                (header::CONTENT_DISPOSITION, "attachment; filename=\"profile.pb.gz\""),
             ],
             profile.to_pprof(),
         )
@@ -75,14 +69,8 @@ fn parse(raw: &str, now: u32) -> Result<(FlameQuery, Format), AppError> {
                         .ok_or_else(|| bad(format!("unknown event `{v}`")))?,
                 )
             }
-            "from" => {
-                from = Some(
-                    parse_time(&v).ok_or_else(|| bad(format!("`from` is not a time: `{v}`")))?,
-                )
-            }
-            "to" => {
-                to = Some(parse_time(&v).ok_or_else(|| bad(format!("`to` is not a time: `{v}`")))?)
-            }
+            "from" => from = Some(parse_time(&v).ok_or_else(|| bad(format!("`from` is not a time: `{v}`")))?),
+            "to" => to = Some(parse_time(&v).ok_or_else(|| bad(format!("`to` is not a time: `{v}`")))?),
             "node" if !v.is_empty() => nodes.push(v.into_owned()),
             "node" => {}
             "format" => {
@@ -90,11 +78,7 @@ fn parse(raw: &str, now: u32) -> Result<(FlameQuery, Format), AppError> {
                     "json" => Format::Json,
                     "folded" => Format::Folded,
                     "pprof" => Format::Pprof,
-                    other => {
-                        return Err(bad(format!(
-                            "unknown format `{other}`; expected json, folded or pprof"
-                        )))
-                    }
+                    other => return Err(bad(format!("unknown format `{other}`; expected json, folded or pprof"))),
                 }
             }
             other => return Err(bad(format!("unknown parameter `{other}`"))),
@@ -106,15 +90,7 @@ fn parse(raw: &str, now: u32) -> Result<(FlameQuery, Format), AppError> {
     if from >= to {
         return Err(bad("`from` must be before `to`".into()));
     }
-    Ok((
-        FlameQuery {
-            event,
-            from,
-            to,
-            nodes,
-        },
-        format,
-    ))
+    Ok((FlameQuery { event, from, to, nodes }, format))
 }
 
 /// Unix seconds or RFC 3339.
@@ -130,10 +106,7 @@ fn parse_time(s: &str) -> Option<u32> {
 pub(super) fn rfc3339(secs: u32) -> String {
     time::OffsetDateTime::from_unix_timestamp(i64::from(secs))
         .ok()
-        .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
+        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
         .unwrap_or_default()
 }
 
@@ -164,10 +137,7 @@ mod tests {
             "event=cpu&format=svg",
             "event=cpu&x=1",
         ] {
-            assert!(
-                matches!(parse(raw, 100), Err(AppError::BadRequest(_))),
-                "{raw}"
-            );
+            assert!(matches!(parse(raw, 100), Err(AppError::BadRequest(_))), "{raw}");
         }
     }
 }

@@ -29,9 +29,7 @@ pub(super) async fn asset(uri: Uri) -> Response {
     }
     let path = if path.is_empty() { "index.html" } else { path };
     match WEB_ASSETS.iter().find(|(name, _)| *name == path) {
-        Some((name, bytes)) => {
-            ([(header::CONTENT_TYPE, content_type(name))], *bytes).into_response()
-        }
+        Some((name, bytes)) => ([(header::CONTENT_TYPE, content_type(name))], *bytes).into_response(),
         None if WEB_ASSETS.is_empty() => (
             StatusCode::NOT_FOUND,
             "the web UI was not built into this server: run `make web` and rebuild\n",

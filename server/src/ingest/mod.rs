@@ -40,10 +40,7 @@ fn ack(batch_id: Vec<u8>, status: v1::ack::Status, error: String) -> v1::IngestR
 impl Ingest for IngestService {
     type StreamStream = AckStream;
 
-    async fn stream(
-        &self,
-        request: Request<Streaming<v1::IngestRequest>>,
-    ) -> Result<Response<AckStream>, Status> {
+    async fn stream(&self, request: Request<Streaming<v1::IngestRequest>>) -> Result<Response<AckStream>, Status> {
         let mut inbound = request.into_inner();
         let hello = match inbound.message().await? {
             Some(v1::IngestRequest {
@@ -78,9 +75,7 @@ impl Ingest for IngestService {
                     })) => b,
                     Ok(Some(_)) => {
                         let _ = tx
-                            .send(Err(Status::invalid_argument(
-                                "only the first message may be a Hello",
-                            )))
+                            .send(Err(Status::invalid_argument("only the first message may be a Hello")))
                             .await;
                         return;
                     }
@@ -91,21 +86,11 @@ impl Ingest for IngestService {
                     }
                 };
                 let reply = match store.ingest(&sender, &batch).await {
-                    Ok(Ok(Stored::New)) => {
-                        Ok(ack(batch.batch_id, v1::ack::Status::Stored, String::new()))
-                    }
-                    Ok(Ok(Stored::Duplicate)) => Ok(ack(
-                        batch.batch_id,
-                        v1::ack::Status::Duplicate,
-                        String::new(),
-                    )),
+                    Ok(Ok(Stored::New)) => Ok(ack(batch.batch_id, v1::ack::Status::Stored, String::new())),
+                    Ok(Ok(Stored::Duplicate)) => Ok(ack(batch.batch_id, v1::ack::Status::Duplicate, String::new())),
                     Ok(Err(invalid)) => {
                         tracing::warn!(node = %sender.node, error = %invalid, "rejected a malformed batch");
-                        Ok(ack(
-                            batch.batch_id,
-                            v1::ack::Status::Rejected,
-                            invalid.to_string(),
-                        ))
+                        Ok(ack(batch.batch_id, v1::ack::Status::Rejected, invalid.to_string()))
                     }
                     Err(e) => {
                         // The agent keeps the batch and resends it on a new stream.

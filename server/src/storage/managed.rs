@@ -15,15 +15,9 @@ pub enum ManagedError {
     #[error("no clickhouse-server binary found (looked for {looked}); install it (`apt-get install clickhouse-server`) or pass --clickhouse-url")]
     NotInstalled { looked: String },
     #[error("failed to prepare `{path}`: {source}")]
-    Prepare {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Prepare { path: PathBuf, source: std::io::Error },
     #[error("failed to start `{binary}`: {source}")]
-    Spawn {
-        binary: PathBuf,
-        source: std::io::Error,
-    },
+    Spawn { binary: PathBuf, source: std::io::Error },
     #[error("clickhouse-server did not answer on {url} within {waited:?}; its log is `{log}`")]
     NotReady {
         url: String,
@@ -114,10 +108,7 @@ impl ManagedClickHouse {
             let p = dir.join(sub);
             std::fs::create_dir_all(&p).map_err(prepare(&p))?;
         }
-        let (http_port, tcp_port) = (
-            free_port().map_err(prepare(dir))?,
-            free_port().map_err(prepare(dir))?,
-        );
+        let (http_port, tcp_port) = (free_port().map_err(prepare(dir))?, free_port().map_err(prepare(dir))?);
         let config = dir.join("config.xml");
         std::fs::write(&config, config_xml(dir, http_port, tcp_port)).map_err(prepare(&config))?;
         let url = format!("http://127.0.0.1:{http_port}");
@@ -156,11 +147,9 @@ fn spawn(binary: &Path, config: &Path, dir: &Path) -> Result<Child, ManagedError
     if binary.file_name().is_some_and(|n| n == "clickhouse") {
         cmd.arg("server");
     }
-    let stdout = std::fs::File::create(dir.join("log/stdout.log")).map_err(|source| {
-        ManagedError::Prepare {
-            path: dir.join("log/stdout.log"),
-            source,
-        }
+    let stdout = std::fs::File::create(dir.join("log/stdout.log")).map_err(|source| ManagedError::Prepare {
+        path: dir.join("log/stdout.log"),
+        source,
     })?;
     cmd.arg(format!("--config-file={}", config.display()))
         .current_dir(dir)
@@ -204,9 +193,7 @@ async fn wait_ready(url: &str, log: &Path, limit: Duration) -> Result<(), Manage
 /// ClickHouse answers `GET /ping` with `Ok.`; a raw request avoids an HTTP client dependency.
 async fn ping(addr: &str) -> bool {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Ok(Ok(mut s)) =
-        tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(addr)).await
-    else {
+    let Ok(Ok(mut s)) = tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(addr)).await else {
         return false;
     };
     let req = format!("GET /ping HTTP/1.0\r\nHost: {addr}\r\n\r\n");
@@ -218,13 +205,7 @@ async fn ping(addr: &str) -> bool {
     matches!(read, Ok(Ok(_))) && String::from_utf8_lossy(&buf).contains("Ok.")
 }
 
-async fn supervise(
-    mut child: Child,
-    binary: PathBuf,
-    config: PathBuf,
-    dir: PathBuf,
-    mut stop: watch::Receiver<bool>,
-) {
+async fn supervise(mut child: Child, binary: PathBuf, config: PathBuf, dir: PathBuf, mut stop: watch::Receiver<bool>) {
     let mut backoff = Duration::from_millis(500);
     loop {
         tokio::select! {

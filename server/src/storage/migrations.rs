@@ -8,8 +8,7 @@ use clickhouse::Client;
 use super::StorageError;
 
 /// Migrations in order: (version, name, SQL).
-const MIGRATIONS: &[(u32, &str, &str)] =
-    &[(1, "init", include_str!("../../migrations/001_init.sql"))];
+const MIGRATIONS: &[(u32, &str, &str)] = &[(1, "init", include_str!("../../migrations/001_init.sql"))];
 
 /// What the ClickHouse server supports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,11 +22,7 @@ pub struct Dialect {
 impl Dialect {
     /// The dialect of a server that reports `version` (e.g. `18.16.1`, `24.8.4.13`).
     pub fn for_version(version: &str, retention_days: u32) -> Dialect {
-        let major: u32 = version
-            .split('.')
-            .next()
-            .and_then(|m| m.parse().ok())
-            .unwrap_or(0);
+        let major: u32 = version.split('.').next().and_then(|m| m.parse().ok()).unwrap_or(0);
         Dialect {
             modern: major >= 23,
             retention_days,
@@ -135,25 +130,14 @@ mod tests {
     /// Legacy servers get plain types and no TTL; modern ones get LowCardinality, codecs and TTL.
     #[test]
     fn dialects_render_differently() {
-        let legacy = Dialect::for_version("18.16.1", 30)
-            .render(MIGRATIONS[0].2)
-            .join(";\n");
-        assert!(
-            !legacy.contains("LowCardinality")
-                && !legacy.contains("TTL")
-                && !legacy.contains("CODEC")
-        );
+        let legacy = Dialect::for_version("18.16.1", 30).render(MIGRATIONS[0].2).join(";\n");
+        assert!(!legacy.contains("LowCardinality") && !legacy.contains("TTL") && !legacy.contains("CODEC"));
         assert!(!legacy.contains("{{"));
         let modern = Dialect::for_version("24.8.4.13", 30)
             .render(MIGRATIONS[0].2)
             .join(";\n");
         assert!(modern.contains("node LowCardinality(String)"));
         assert!(modern.contains("TTL time + INTERVAL 30 DAY"));
-        assert_eq!(
-            Dialect::for_version("24.8.4.13", 30)
-                .render(MIGRATIONS[0].2)
-                .len(),
-            3
-        );
+        assert_eq!(Dialect::for_version("24.8.4.13", 30).render(MIGRATIONS[0].2).len(), 3);
     }
 }

@@ -39,17 +39,9 @@ pub enum InvalidBatch {
     #[error("sample {sample} has event {event}, which is not a known event kind")]
     Event { sample: usize, event: i32 },
     #[error("sample {sample} points at stack {stack}, but the batch has {stacks} stacks")]
-    Stack {
-        sample: usize,
-        stack: u32,
-        stacks: usize,
-    },
+    Stack { sample: usize, stack: u32, stacks: usize },
     #[error("stack {stack} points at frame {frame}, but the batch has {frames} frames")]
-    Frame {
-        stack: usize,
-        frame: u32,
-        frames: usize,
-    },
+    Frame { stack: usize, frame: u32, frames: usize },
 }
 
 /// What happened to a batch.
@@ -116,11 +108,7 @@ struct Count {
 
 impl Store {
     /// Connects, probes the server version and applies pending migrations.
-    pub async fn open(
-        url: &str,
-        database: &str,
-        retention_days: u32,
-    ) -> Result<Store, StorageError> {
+    pub async fn open(url: &str, database: &str, retention_days: u32) -> Result<Store, StorageError> {
         let probe = Client::default().with_url(url).with_validation(false);
         let version = probe
             .query("SELECT version() AS version")
@@ -213,10 +201,7 @@ impl Store {
                     .await
                     .map_err(StorageError::query("write samples"))?;
             }
-            insert
-                .end()
-                .await
-                .map_err(StorageError::query("insert samples"))?;
+            insert.end().await.map_err(StorageError::query("insert samples"))?;
         }
 
         let row = BatchRow {
@@ -233,12 +218,7 @@ impl Store {
             source_events: batch
                 .sources
                 .iter()
-                .map(|s| {
-                    v1::EventKind::try_from(s.event)
-                        .unwrap_or_default()
-                        .name()
-                        .to_owned()
-                })
+                .map(|s| v1::EventKind::try_from(s.event).unwrap_or_default().name().to_owned())
                 .collect(),
             source_descriptions: batch.sources.iter().map(|s| s.source.clone()).collect(),
             source_periods: batch.sources.iter().map(|s| s.period).collect(),
@@ -260,17 +240,11 @@ impl Store {
         Ok(Ok(Stored::New))
     }
 
-    async fn count_batch(
-        &self,
-        table: &'static str,
-        batch_id: &[u8; 16],
-    ) -> Result<u64, StorageError> {
+    async fn count_batch(&self, table: &'static str, batch_id: &[u8; 16]) -> Result<u64, StorageError> {
         let hex = bimodal_profile::hex(batch_id);
         Ok(self
             .client
-            .query(&format!(
-                "SELECT count() AS n FROM {table} WHERE batch_id = unhex(?)"
-            ))
+            .query(&format!("SELECT count() AS n FROM {table} WHERE batch_id = unhex(?)"))
             .bind(hex)
             .fetch_one::<Count>()
             .await
@@ -306,20 +280,14 @@ impl Store {
                     kinds: frames.iter().map(|f| f.kind.clamp(0, 255) as u8).collect(),
                     functions: frames.iter().map(|f| f.function.clone()).collect(),
                     modules: frames.iter().map(|f| f.module.clone()).collect(),
-                    build_ids: frames
-                        .iter()
-                        .map(|f| bimodal_profile::hex(&f.build_id))
-                        .collect(),
+                    build_ids: frames.iter().map(|f| bimodal_profile::hex(&f.build_id)).collect(),
                     addresses: frames.iter().map(|f| f.address).collect(),
                     file_offsets: frames.iter().map(|f| f.file_offset).collect(),
                 })
                 .await
                 .map_err(StorageError::query("write stacks"))?;
         }
-        insert
-            .end()
-            .await
-            .map_err(StorageError::query("insert stacks"))?;
+        insert.end().await.map_err(StorageError::query("insert stacks"))?;
         let mut known = self.known_stacks.lock().expect("lock not poisoned");
         if known.len() + new.len() > KNOWN_STACKS_LIMIT {
             known.clear();
@@ -344,11 +312,7 @@ impl Store {
             .into_iter()
             .map(|r| NodeInfo {
                 node: r.node,
-                labels: r
-                    .last_label_keys
-                    .into_iter()
-                    .zip(r.last_label_values)
-                    .collect(),
+                labels: r.last_label_keys.into_iter().zip(r.last_label_values).collect(),
                 last_seen: r.last_seen,
             })
             .collect())
@@ -356,13 +320,8 @@ impl Store {
 
     /// The profile of one event over a time range and set of nodes.
     pub async fn flame_graph(&self, q: &FlameQuery) -> Result<Profile, StorageError> {
-        let node_filter = if q.nodes.is_empty() {
-            ""
-        } else {
-            " AND has(?, node)"
-        };
-        let filter =
-            format!("event = ? AND time >= toDateTime(?) AND time < toDateTime(?){node_filter}");
+        let node_filter = if q.nodes.is_empty() { "" } else { " AND has(?, node)" };
+        let filter = format!("event = ? AND time >= toDateTime(?) AND time < toDateTime(?){node_filter}");
         let bind = |query: clickhouse::query::Query| {
             let query = query.bind(q.event.name()).bind(q.from).bind(q.to);
             if q.nodes.is_empty() {
@@ -465,11 +424,7 @@ fn validate(batch: &v1::Batch) -> Result<(), InvalidBatch> {
         }
     }
     for (i, st) in batch.stacks.iter().enumerate() {
-        if let Some(&f) = st
-            .frame_indices
-            .iter()
-            .find(|&&f| f as usize >= batch.frames.len())
-        {
+        if let Some(&f) = st.frame_indices.iter().find(|&&f| f as usize >= batch.frames.len()) {
             return Err(InvalidBatch::Frame {
                 stack: i,
                 frame: f,
@@ -507,9 +462,7 @@ mod tests {
                 function: "main".into(),
                 ..Default::default()
             }],
-            stacks: vec![v1::Stack {
-                frame_indices: vec![0],
-            }],
+            stacks: vec![v1::Stack { frame_indices: vec![0] }],
             samples: vec![v1::Sample {
                 event: v1::EventKind::Cpu as i32,
                 stack_index: 0,
@@ -527,22 +480,13 @@ mod tests {
         assert_eq!(validate(&batch()), Ok(()));
         let mut b = batch();
         b.samples[0].stack_index = 3;
-        assert!(matches!(
-            validate(&b),
-            Err(InvalidBatch::Stack { stack: 3, .. })
-        ));
+        assert!(matches!(validate(&b), Err(InvalidBatch::Stack { stack: 3, .. })));
         let mut b = batch();
         b.stacks[0].frame_indices.push(9);
-        assert!(matches!(
-            validate(&b),
-            Err(InvalidBatch::Frame { frame: 9, .. })
-        ));
+        assert!(matches!(validate(&b), Err(InvalidBatch::Frame { frame: 9, .. })));
         let mut b = batch();
         b.samples[0].event = 99;
-        assert!(matches!(
-            validate(&b),
-            Err(InvalidBatch::Event { event: 99, .. })
-        ));
+        assert!(matches!(validate(&b), Err(InvalidBatch::Event { event: 99, .. })));
     }
 
     /// Equal stacks get equal ids across batches; different frames give different ids.

@@ -1,0 +1,49 @@
+# bimodal's entry points. `make demo` and `make test` work on a fresh Debian 12 machine as root.
+SHELL := /bin/bash
+CARGO ?= cargo
+CLANG_FORMAT ?= clang-format-19
+C_SOURCES := $(wildcard bpf/*.c bpf/include/*.h testdata/fixtures/*.c)
+
+.PHONY: all setup web build release demo test lint fmt clean
+
+all: build
+
+## setup: install the system packages and web tools bimodal needs (idempotent)
+setup:
+	tools/setup.sh
+
+## web: build the web UI into web/dist (embedded into the server at build time)
+web: setup
+	cd web && npm run build --silent
+
+## build: debug builds of the agent and server
+build: web
+	$(CARGO) build --workspace
+
+## release: optimized binaries in target/release
+release: web
+	$(CARGO) build --release --workspace --bins
+
+## demo: server with a managed ClickHouse, an agent on this machine, demo workloads; prints the UI URL
+demo: release
+	tools/demo.sh
+
+## test: every test: Rust unit and integration suites (BPF, ClickHouse, gRPC, browser), web
+test: web
+	$(CARGO) test --workspace --no-fail-fast
+
+## lint: rustfmt, clippy (warnings denied), clang-format for BPF and fixture C, eslint
+lint: setup
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CLANG_FORMAT) --dry-run -Werror $(C_SOURCES)
+	cd web && npm run lint --silent
+
+## fmt: format Rust and C in place
+fmt:
+	$(CARGO) fmt --all
+	$(CLANG_FORMAT) -i $(C_SOURCES)
+
+clean:
+	$(CARGO) clean
+	rm -rf web/dist .demo

@@ -1,0 +1,6 @@
+//! The agent's integration tests: real BPF programs on this kernel, real fixture processes.
+//! They need root (CAP_BPF + CAP_PERFMON), as the agent does.
+
+#[path = "../../testdata/fixtures/fixture.rs"]
+mod fixture;
+mod suite;

@@ -1,0 +1,54 @@
+//! Bad input to the agent's command line is a clear error, never a panic.
+
+use std::process::Command;
+
+fn agent(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_bimodal-agent"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// An unknown event kind is a usage error (exit 2) naming the valid kinds.
+#[test]
+fn unknown_event_is_a_usage_error() {
+    let out = agent(&["record", "--event", "cycles", "-o", "/dev/null"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("page_fault") && err.contains("remote_access"), "{err}");
+}
+
+/// A malformed label is refused before anything starts.
+#[test]
+fn malformed_label_is_a_usage_error() {
+    let out = agent(&["run", "--label", "no-equals-sign"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// An event this machine cannot sample (no hardware PMU here; in this agent version
+/// remote_access has no source yet) fails with a message, not a panic; where the hardware
+/// can count cache misses, recording them succeeds.
+#[test]
+fn unavailable_events_fail_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    for event in ["cache_miss", "remote_access"] {
+        let path = dir.path().join(event);
+        let out = agent(&[
+            "record",
+            "--event",
+            event,
+            "--duration",
+            "1s",
+            "-o",
+            path.to_str().unwrap(),
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{event}: {err}");
+        if out.status.success() {
+            assert!(path.exists(), "{event}: success without output");
+        } else {
+            assert_eq!(out.status.code(), Some(1), "{event}: {err}");
+            assert!(err.contains("bimodal-agent: error:"), "{event}: {err}");
+        }
+    }
+}

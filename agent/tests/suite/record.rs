@@ -1,0 +1,141 @@
+//! `bimodal-agent record` against fixture processes with known stacks.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+use crate::fixture;
+
+fn agent() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_bimodal-agent"))
+}
+
+/// Records `event` of process `pid` for `seconds` into a folded file and parses it.
+fn record_folded(event: &str, pid: u32, seconds: u32, dir: &Path) -> BTreeMap<String, u64> {
+    let out = dir.join(format!("{event}.folded"));
+    let status = agent()
+        .args([
+            "record",
+            "--event",
+            event,
+            "--duration",
+            &format!("{seconds}s"),
+            "--pid",
+            &pid.to_string(),
+            "-o",
+        ])
+        .arg(&out)
+        .status()
+        .expect("run bimodal-agent");
+    assert!(status.success(), "record --event {event} failed");
+    std::fs::read_to_string(&out)
+        .expect("folded output")
+        .lines()
+        .map(|l| {
+            let (stack, n) = l.rsplit_once(' ').expect("`stack count` line");
+            (stack.to_owned(), n.parse().expect("count"))
+        })
+        .collect()
+}
+
+/// Share of the total value whose stack contains `chain` (root first, `;`-joined).
+fn share(folded: &BTreeMap<String, u64>, chain: &str) -> f64 {
+    let total: u64 = folded.values().sum();
+    let hit: u64 = folded.iter().filter(|(s, _)| s.contains(chain)).map(|(_, n)| n).sum();
+    assert!(total > 0, "no samples at all");
+    hit as f64 / total as f64
+}
+
+/// Page faults of a process that touches fresh pages land in `touch_fresh_pages`, under its
+/// callers `fault_loop` and `main`, rooted at the process name.
+#[test]
+fn page_faults_are_attributed_to_the_faulting_function() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = fixture::start("fault", 30);
+    let folded = record_folded("page_fault", running.pid(), 3, dir.path());
+    let s = share(&folded, "main;fault_loop;touch_fresh_pages");
+    assert!(
+        s > 0.8,
+        "only {:.0}% of page faults in main;fault_loop;touch_fresh_pages: {folded:?}",
+        s * 100.0
+    );
+    assert!(
+        folded.keys().all(|k| k.starts_with("workload;")),
+        "every stack is rooted at the process: {folded:?}"
+    );
+}
+
+/// CPU samples of a spinning process land in `spin_hot_loop` under `spin_loop` and `main`.
+#[test]
+fn cpu_samples_are_attributed_to_the_spinning_function() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = fixture::start("spin", 30);
+    let folded = record_folded("cpu", running.pid(), 3, dir.path());
+    let s = share(&folded, "main;spin_loop;spin_hot_loop");
+    assert!(
+        s > 0.8,
+        "only {:.0}% of cpu samples in main;spin_loop;spin_hot_loop: {folded:?}",
+        s * 100.0
+    );
+    // 3 s of one busy thread at 99 Hz is ~300 samples of ~10.1 ms each.
+    let total_ns: u64 = folded.values().sum();
+    assert!(
+        (1_500_000_000..=4_000_000_000).contains(&total_ns),
+        "cpu time {total_ns} ns for 3 s of one busy thread"
+    );
+}
+
+fn go() -> Option<std::path::PathBuf> {
+    ["go", "/usr/local/go/bin/go", "/usr/lib/go/bin/go"]
+        .into_iter()
+        .find(|g| {
+            Command::new(g)
+                .arg("version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .map(Into::into)
+}
+
+/// The pprof output is a profile `go tool pprof` reads, with the fixture's functions in it.
+#[test]
+fn pprof_output_is_readable_by_go_tool_pprof() {
+    let go = go().expect("`go` is needed to check pprof output (make setup installs it)");
+    let dir = tempfile::tempdir().unwrap();
+    let running = fixture::start("spin", 30);
+    let out = dir.path().join("cpu.pb.gz");
+    let status = agent()
+        .args([
+            "record",
+            "--event",
+            "cpu",
+            "--duration",
+            "2s",
+            "--format",
+            "pprof",
+            "--pid",
+            &running.pid().to_string(),
+            "-o",
+        ])
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let top = Command::new(go)
+        .args(["tool", "pprof", "-top", "-sample_index=cpu"])
+        .arg(&out)
+        .env("HOME", dir.path())
+        .env("GOFLAGS", "-mod=mod")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&top.stdout);
+    assert!(
+        top.status.success(),
+        "go tool pprof failed: {}",
+        String::from_utf8_lossy(&top.stderr)
+    );
+    assert!(
+        text.contains("spin_hot_loop"),
+        "pprof -top lacks spin_hot_loop:\n{text}"
+    );
+}

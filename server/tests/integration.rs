@@ -1,0 +1,6 @@
+//! The server's integration tests: a real bimodal-server with its managed ClickHouse, real gRPC
+//! over loopback, the real agent library sampling a fixture process, and headless Chromium.
+
+#[path = "../../testdata/fixtures/fixture.rs"]
+mod fixture;
+mod suite;

@@ -1,0 +1,120 @@
+//! The whole data path: fixture process → BPF → agent → gRPC → server → ClickHouse → API → browser.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use bimodal_agent::bpf::MapSizes;
+use bimodal_agent::events::{EventKind, Rates};
+use bimodal_agent::ship::{self, RunOptions};
+
+use super::common::TestServer;
+use crate::fixture;
+
+/// A real agent streams page-fault and cpu samples of a fixture to a real server; the API's
+/// flame graph holds the fixture's faulting stack, the node is listed with its label, and
+/// headless Chromium renders that frame (screenshot in target/artifacts/flamegraph.png).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_samples_reach_the_flame_graph_in_the_browser() {
+    let server = TestServer::start().await;
+    let workload = fixture::start("fault", 120);
+    let (stop_agent, agent_stopped) = tokio::sync::watch::channel(false);
+    let agent = tokio::spawn(ship::run(
+        RunOptions {
+            server_url: server.url(),
+            node: "e2e-node".into(),
+            labels: [("zone".to_owned(), "test".to_owned())].into(),
+            events: vec![EventKind::PageFault, EventKind::Cpu],
+            pid: Some(workload.pid()),
+            interval: Duration::from_secs(1),
+            rates: Rates::default(),
+            map_sizes: MapSizes::default(),
+            spool_batches: 16,
+        },
+        agent_stopped,
+    ));
+
+    let chain = "workload;__libc_start_call_main;main;fault_loop;touch_fresh_pages";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let folded = loop {
+        let (status, body) = server
+            .get("/api/v1/flamegraph?event=page_fault&node=e2e-node&format=folded")
+            .await;
+        assert_eq!(status, 200, "{body}");
+        if body.lines().any(|l| l.starts_with(chain)) {
+            break body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the fixture's stack never reached the API; last answer:\n{body}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let total: u64 = folded
+        .lines()
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+        .sum();
+    let hit: u64 = folded
+        .lines()
+        .filter(|l| l.starts_with(chain))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+        .sum();
+    assert!(
+        hit * 10 >= total * 8,
+        "only {hit} of {total} faults on the fixture's stack:\n{folded}"
+    );
+
+    let (status, nodes) = server.get("/api/v1/nodes").await;
+    assert_eq!(status, 200);
+    let nodes: serde_json::Value = serde_json::from_str(&nodes).unwrap();
+    assert_eq!(nodes["nodes"][0]["node"], "e2e-node");
+    assert_eq!(nodes["nodes"][0]["labels"]["zone"], "test");
+
+    let (status, json) = server.get("/api/v1/flamegraph?event=page_fault&node=e2e-node").await;
+    assert_eq!(status, 200);
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(json["unit"], "count");
+    assert_eq!(json["root"]["children"][0]["name"], "workload");
+    assert_eq!(json["root"]["children"][0]["kind"], "process");
+
+    browser_shows(&server, "touch_fresh_pages");
+
+    let _ = stop_agent.send(true);
+    agent
+        .await
+        .unwrap()
+        .expect("agent stops cleanly after its last batch is acked");
+    server.stop().await;
+}
+
+/// Runs web/test/browser.mjs (Playwright driving Debian's Chromium) against the server.
+fn browser_shows(server: &TestServer, frame: &str) {
+    let web = Path::new(env!("CARGO_MANIFEST_DIR")).join("../web");
+    assert!(
+        web.join("node_modules/playwright-core").exists(),
+        "web/node_modules is missing: run `make setup` (npm ci in web/)"
+    );
+    let artifacts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let out = Command::new("node")
+        .current_dir(&web)
+        .args([
+            "test/browser.mjs",
+            "--url",
+            &format!("{}/", server.url()),
+            "--node",
+            "e2e-node",
+            "--event",
+            "page_fault",
+            "--expect",
+            frame,
+            "--screenshot",
+        ])
+        .arg(artifacts.join("flamegraph.png"))
+        .output()
+        .expect("run node (install nodejs)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "browser check failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("ok:"), "{stdout}");
+}

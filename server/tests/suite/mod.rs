@@ -1,0 +1,3 @@
+mod common;
+mod e2e;
+mod ingest;

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Installs what building, testing and running bimodal needs on Debian 12, skipping what is
+# already there. Safe to run again. Used by `make setup` (and so by `make test` and `make demo`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+want() { # want PACKAGE [COMMAND-OR-FILE]
+	local pkg=$1 probe=${2:-}
+	if [ -n "$probe" ]; then
+		if command -v "$probe" >/dev/null 2>&1 || [ -e "$probe" ]; then return; fi
+	elif dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+		return
+	fi
+	need_apt+=("$pkg")
+}
+
+want clang-19 clang-19
+want clang-format-19 clang-format-19
+want llvm-19 llvm-strip-19
+want libelf-dev /usr/include/libelf.h
+want zlib1g-dev /usr/include/zlib.h
+want pkg-config pkg-config
+want make make
+want gcc cc
+want bpftool /usr/sbin/bpftool
+want clickhouse-server /usr/sbin/clickhouse-server
+want clickhouse-client clickhouse-client
+want chromium /usr/bin/chromium
+want nodejs node
+want npm npm
+want curl curl
+if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then need_apt+=(golang-go); fi
+
+if [ ${#need_apt[@]} -gt 0 ]; then
+	echo "setup: installing ${need_apt[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+	echo "setup: cargo is missing: install Rust with rustup (https://rustup.rs), then run this again" >&2
+	exit 1
+fi
+for c in rustfmt clippy; do
+	if ! cargo "$c" --version >/dev/null 2>&1; then rustup component add "$c"; fi
+done
+
+# The web UI's build and browser-test tools, pinned by package-lock.json.
+if [ ! -d web/node_modules ] || [ web/package-lock.json -nt web/node_modules/.package-lock.json ]; then
+	echo "setup: npm ci (web/)"
+	(cd web && npm ci --no-audit --no-fund --loglevel=error)
+fi
