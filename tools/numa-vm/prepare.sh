@@ -31,7 +31,7 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 # Bump when the layout of the base initramfs changes in a way the hash below misses.
-LAYOUT_VERSION=3
+LAYOUT_VERSION=4
 
 QUIET="${NUMA_VM_QUIET:-0}"
 CACHE=""
@@ -96,7 +96,7 @@ if [ -f "$CACHE/current.env" ] && [ "${NUMA_VM_REFRESH:-0}" != 1 ]; then
       && [ -f "$NUMA_VM_KERNEL" ] && [ -f "$NUMA_VM_INITRD" ] || exit 1
     [ "${NUMA_VM_OFFLINE:-0}" = 1 ] && exit 0
     [ -z "$(find /var/lib/apt/lists -maxdepth 1 -newer "$CACHE/current.env" -print -quit 2>/dev/null)" ]
-  ) && { log "up to date ($CACHE/current.env)"; exit 0; }
+  ) && { [ "${NUMA_VM_FROM_RUN:-0}" = 1 ] || log "up to date ($CACHE/current.env)"; exit 0; }
 fi
 
 # ------------------------------------------------------------ apt helpers
@@ -163,6 +163,8 @@ elif [ -n "$KPKG" ]; then
   echo "$KPKG $KPKG_VER" > "$KDIR/package"
   rm -rf "$tmp"
   touch "$KDIR/.complete"
+  # keep only the kernel in use
+  for d in "$CACHE"/kernel/*/; do [ "${d%/}" = "$KDIR" ] || rm -rf "$d"; done
 else
   KDIR="$(newest_cached "$CACHE/kernel")"
   [ -n "$KDIR" ] || die "cannot resolve the kernel package (offline?) and nothing is cached in $CACHE/kernel"
@@ -210,7 +212,8 @@ INIT_SRC="$HERE/guest-init.sh"
 [ -f "$INIT_SRC" ] || die "missing $INIT_SRC"
 INIT_SHA="$(sha256sum "$INIT_SRC" | cut -c1-16)"
 bbsha="$(sha256sum "$BUSYBOX" | cut -c1-16)"
-base_key="$(printf '%s\n' "$LAYOUT_VERSION" "$INIT_SHA" "$bbsha" | sha256sum | cut -c1-16)"
+cfgsha="$(sha256sum "$KDIR/config" | cut -c1-16)"
+base_key="$(printf '%s\n' "$LAYOUT_VERSION" "$INIT_SHA" "$bbsha" "$KREL" "$cfgsha" | sha256sum | cut -c1-16)"
 INITRD="$CACHE/initramfs/base-$base_key.cpio.gz"
 if [ ! -s "$INITRD" ]; then
   log "building base initramfs"
@@ -229,6 +232,10 @@ if [ ! -s "$INITRD" ]; then
       [ -e "$p" ] || [ -L "$p" ] || ln -s /bin/busybox "$p"
     done
     cp "$INIT_SRC" init
+    # libbpf (__kconfig externs) and bpftool look for /boot/config-$(uname -r);
+    # the cloud kernel has no /proc/config.gz (CONFIG_IKCONFIG is off).
+    mkdir -p boot
+    cp "$KDIR/config" "boot/config-$KREL"
     chmod 755 init
     printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' > etc/passwd
     printf 'root:x:0:\nnogroup:x:65534:\n' > etc/group
@@ -246,6 +253,7 @@ if [ ! -s "$INITRD" ]; then
   truncate -s %4 "$INITRD.tmp"
   mv "$INITRD.tmp" "$INITRD"
   rm -rf "$st"
+  find "$CACHE/initramfs" -maxdepth 1 -name 'base-*.cpio.gz' ! -name "$(basename "$INITRD")" -delete
 fi
 
 # ---------------------------------------------------------------- env for run.sh

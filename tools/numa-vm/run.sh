@@ -88,15 +88,9 @@ OUT_MIB="$(to_mib "$OUT_SIZE")" && [ "$OUT_MIB" -ge 1 ] || { echo "numa-vm: bad 
 # ------------------------------------------------------------------ cache
 mkdir -p "$CACHE"
 CACHE="$(cd "$CACHE" && pwd)"
-init_sha="$(sha256sum "$HERE/guest-init.sh" | cut -c1-16)"
-NUMA_VM_INIT_SHA=""
-[ -f "$CACHE/current.env" ] && . "$CACHE/current.env"
-if [ "$NUMA_VM_INIT_SHA" != "$init_sha" ] || [ ! -f "${NUMA_VM_KERNEL:-/nonexistent}" ] \
-   || [ ! -f "${NUMA_VM_INITRD:-/nonexistent}" ]; then
-  say "cache missing or stale; running prepare.sh"
-  NUMA_VM_QUIET="$QUIET" "$HERE/prepare.sh" "$CACHE" >&2 || die "prepare.sh failed"
-  . "$CACHE/current.env"
-fi
+# prepare.sh returns in ~30 ms when its cache is current.
+NUMA_VM_FROM_RUN=1 NUMA_VM_QUIET="$QUIET" "$HERE/prepare.sh" "$CACHE" >&2 || die "prepare.sh failed"
+. "$CACHE/current.env"
 command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found (run prepare.sh)"
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/numa-vm.XXXXXX")"
