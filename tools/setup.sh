@@ -47,8 +47,10 @@ for c in rustfmt clippy; do
 	if ! cargo "$c" --version >/dev/null 2>&1; then rustup component add "$c"; fi
 done
 
-# The web UI's build and browser-test tools, pinned by package-lock.json.
+# The web UI's build and browser-test tools, pinned by package-lock.json. `npm install`, not
+# `npm ci`: the registry mirror here lacks other platforms' optional rollup packages, which
+# `npm ci` insists on finding in the lock file; `npm install` keeps the lock's versions.
 if [ ! -d web/node_modules ] || [ web/package-lock.json -nt web/node_modules/.package-lock.json ]; then
-	echo "setup: npm ci (web/)"
-	(cd web && npm ci --no-audit --no-fund --loglevel=error)
+	echo "setup: npm install (web/)"
+	(cd web && npm install --no-audit --no-fund --loglevel=error)
 fi
