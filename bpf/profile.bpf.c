@@ -1,9 +1,13 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
- * Stack sampling on perf events: one program per event kind, attached to a perf event per CPU
- * (cpu-clock for `cpu`, the software page-fault event for `page_fault`, hardware events where
- * a PMU exists). Samples are counted in kernel maps keyed by thread, event and stacks; user
- * space drains them every interval.
+ * Stack sampling for every event kind, counted in kernel maps keyed by thread, event and stacks;
+ * user space drains them every interval.
+ *
+ * Sources, one program each, chosen and attached by the agent per machine:
+ *  - perf events (cpu-clock, page faults, hardware PMU events) on every CPU;
+ *  - task_numa_fault, by fentry or kprobe, for NUMA-balancing hinting faults and the remote
+ *    ones among them (remote_access where no PMU counts remote accesses);
+ *  - the mm_migrate_pages raw tracepoint for page migrations.
  *
  * Two sample maps are used in turn: programs count into `samples_0` or `samples_1` as
  * `active_buffer` says, and user space flips it before draining the other one, so a drain
@@ -12,11 +16,15 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
 
 #include "sample.h"
 
 /* vmlinux.h carries no errno values */
 #define EFAULT 14
+
+/* task_numa_fault() flags (include/linux/sched/numa_balancing.h, stable since 3.13) */
+#define TNF_FAULT_LOCAL 0x08
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -25,7 +33,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
 	__type(key, struct sample_key);
-	__type(value, __u64);
+	__type(value, struct sample_value);
 } samples_0 SEC(".maps");
 
 /* sample counts per key while `active_buffer` is 1 */
@@ -33,7 +41,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
 	__type(key, struct sample_key);
-	__type(value, __u64);
+	__type(value, struct sample_value);
 } samples_1 SEC(".maps");
 
 /* stack traces (instruction pointers, leaf first) by id; user space deletes read ids */
@@ -43,6 +51,12 @@ struct {
 	__uint(key_size, sizeof(__u32));
 	__uint(value_size, MAX_STACK_DEPTH * sizeof(__u64));
 } stacks SEC(".maps");
+
+/* samples with a data address (struct data_sample), read by user space at every drain */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} data_samples SEC(".maps");
 
 /* lost samples and stacks per event kind and drop reason, per CPU so counting never contends */
 struct {
@@ -55,11 +69,19 @@ struct {
 /* only sample this process (tgid); 0 samples every process */
 const volatile __u32 filter_tgid = 0;
 
+/* event kinds to record, one bit per enum event_kind: a shared program may serve several */
+const volatile __u32 enabled_events = 0;
+
+/* send data addresses of samples that have one through `data_samples` */
+const volatile bool send_data_addresses = true;
+
 /* which sample map programs count into; flipped by user space before each drain */
 __u32 active_buffer = 0;
 
 /* emit the shared types into BTF so the skeleton carries them to Rust */
 struct sample_key _sample_key = {};
+struct sample_value _sample_value = {};
+struct data_sample _data_sample = {};
 enum event_kind _event_kind = 0;
 enum drop_reason _drop_reason = 0;
 
@@ -72,11 +94,14 @@ static __always_inline void count_drop(enum event_kind event, enum drop_reason r
 		*n += 1;
 }
 
-static __always_inline int record_sample(void *ctx, enum event_kind event)
+/* counts one sample of `event` standing for `weight` events, with the current stacks */
+static __always_inline int record_sample(void *ctx, enum event_kind event, __u64 weight,
+					 __u64 address)
 {
 	struct sample_key key = {};
+	struct sample_value first = {.count = 1, .value = weight}, *value;
+	struct data_sample *data;
 	__u64 id = bpf_get_current_pid_tgid();
-	__u64 one = 1, *count;
 	void *samples;
 
 	key.tgid = id >> 32;
@@ -87,6 +112,8 @@ static __always_inline int record_sample(void *ctx, enum event_kind event)
 	if (filter_tgid && key.tgid != filter_tgid)
 		return 0;
 
+	if (!(enabled_events & (1u << event)))
+		return 0;
 	key.event = event;
 	bpf_get_current_comm(&key.comm, sizeof(key.comm));
 
@@ -100,42 +127,98 @@ static __always_inline int record_sample(void *ctx, enum event_kind event)
 		count_drop(event, DROP_KERNEL_STACK);
 
 	samples = active_buffer ? (void *)&samples_1 : (void *)&samples_0;
-	count = bpf_map_lookup_elem(samples, &key);
-	if (count) {
-		__sync_fetch_and_add(count, 1);
+	value = bpf_map_lookup_elem(samples, &key);
+	if (value) {
+		__sync_fetch_and_add(&value->count, 1);
+		__sync_fetch_and_add(&value->value, weight);
+	} else if (bpf_map_update_elem(samples, &key, &first, BPF_NOEXIST)) {
+		/* another CPU may have inserted the key meanwhile */
+		value = bpf_map_lookup_elem(samples, &key);
+		if (value) {
+			__sync_fetch_and_add(&value->count, 1);
+			__sync_fetch_and_add(&value->value, weight);
+		} else {
+			count_drop(event, DROP_SAMPLE_MAP_FULL);
+			return 0;
+		}
+	}
+
+	if (!address || !send_data_addresses)
+		return 0;
+	data = bpf_ringbuf_reserve(&data_samples, sizeof(*data), 0);
+	if (!data) {
+		count_drop(event, DROP_DATA_RING_FULL);
 		return 0;
 	}
-	if (bpf_map_update_elem(samples, &key, &one, BPF_NOEXIST)) {
-		/* another CPU may have inserted the key meanwhile */
-		count = bpf_map_lookup_elem(samples, &key);
-		if (count)
-			__sync_fetch_and_add(count, 1);
-		else
-			count_drop(event, DROP_SAMPLE_MAP_FULL);
-	}
+	data->tgid = key.tgid;
+	data->pid = key.pid;
+	data->event = event;
+	data->user_stack_id = key.user_stack_id;
+	data->address = address;
+	data->weight = weight;
+	bpf_ringbuf_submit(data, 0);
 	return 0;
 }
+
+/* perf events: the period comes with every sample, the data address where the event has one */
 
 SEC("perf_event")
 int sample_cpu(struct bpf_perf_event_data *ctx)
 {
-	return record_sample(ctx, EVENT_KIND_CPU);
+	return record_sample(ctx, EVENT_KIND_CPU, ctx->sample_period, 0);
 }
 
 SEC("perf_event")
 int sample_page_fault(struct bpf_perf_event_data *ctx)
 {
-	return record_sample(ctx, EVENT_KIND_PAGE_FAULT);
+	/* the software page-fault event reports the faulting address */
+	return record_sample(ctx, EVENT_KIND_PAGE_FAULT, ctx->sample_period, ctx->addr);
 }
 
 SEC("perf_event")
 int sample_cache_miss(struct bpf_perf_event_data *ctx)
 {
-	return record_sample(ctx, EVENT_KIND_CACHE_MISS);
+	return record_sample(ctx, EVENT_KIND_CACHE_MISS, ctx->sample_period, ctx->addr);
 }
 
 SEC("perf_event")
 int sample_remote_access(struct bpf_perf_event_data *ctx)
 {
-	return record_sample(ctx, EVENT_KIND_REMOTE_ACCESS);
+	return record_sample(ctx, EVENT_KIND_REMOTE_ACCESS, ctx->sample_period, ctx->addr);
+}
+
+/*
+ * NUMA-balancing hinting faults: task_numa_fault(last_cpupid, mem_node, pages, flags) runs in
+ * the faulting task after the fault was handled; mem_node is where the page is now, so a fault
+ * was remote when the kernel did not flag it local.
+ */
+static __always_inline int numa_fault(void *ctx, int pages, int flags)
+{
+	if (pages <= 0)
+		return 0;
+	record_sample(ctx, EVENT_KIND_NUMA_HINT_FAULT, pages, 0);
+	if (!(flags & TNF_FAULT_LOCAL))
+		record_sample(ctx, EVENT_KIND_REMOTE_ACCESS, pages, 0);
+	return 0;
+}
+
+SEC("fentry/task_numa_fault")
+int BPF_PROG(numa_fault_fentry, int last_cpupid, int mem_node, int pages, int flags)
+{
+	return numa_fault(ctx, pages, flags);
+}
+
+SEC("kprobe/task_numa_fault")
+int BPF_KPROBE(numa_fault_kprobe, int last_cpupid, int mem_node, int pages, int flags)
+{
+	return numa_fault(ctx, pages, flags);
+}
+
+/* mm_migrate_pages(succeeded, failed, ...): the first argument is stable across kernels */
+SEC("raw_tp/mm_migrate_pages")
+int BPF_PROG(page_migration, unsigned long succeeded)
+{
+	if (succeeded)
+		record_sample(ctx, EVENT_KIND_PAGE_MIGRATION, succeeded, 0);
+	return 0;
 }

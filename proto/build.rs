@@ -4,6 +4,7 @@
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = [
         "bimodal/v1/profile.proto",
+        "bimodal/v1/facts.proto",
         "bimodal/v1/ingest.proto",
         "pprof/profile.proto",
     ];

@@ -6,7 +6,7 @@ use std::time::SystemTime;
 use bimodal_proto::v1;
 
 use crate::bpf::Drained;
-use crate::events::{EventKind, EventSource};
+use crate::events::EventSource;
 use crate::symbolize::{Frames, Ip};
 
 /// The interval a drain covered.
@@ -30,7 +30,6 @@ pub fn build(drained: &Drained, sources: &[EventSource], frames: &Frames, interv
         end_unix_nanos: unix_nanos(interval.end),
         ..Default::default()
     };
-    let period: HashMap<EventKind, u64> = sources.iter().map(|s| (s.event, s.period)).collect();
 
     // Resolve each distinct address once: user addresses per process, kernel ones together.
     let mut user_ips: HashMap<u32, Vec<Ip>> = HashMap::new();
@@ -60,7 +59,7 @@ pub fn build(drained: &Drained, sources: &[EventSource], frames: &Frames, interv
     }
 
     let mut stack_index: HashMap<Vec<u32>, u32> = HashMap::new();
-    for (key, count) in &drained.samples {
+    for (key, v) in &drained.samples {
         // Leaf first: kernel frames, then the user frames below them.
         let mut indices = Vec::new();
         if let Some(stack) = drained.stacks.get(&key.kernel_stack_id) {
@@ -80,8 +79,8 @@ pub fn build(drained: &Drained, sources: &[EventSource], frames: &Frames, interv
             pid: key.tgid,
             tid: key.pid,
             comm: key.comm.clone(),
-            count: *count,
-            value: count * period.get(&key.event).copied().unwrap_or(1),
+            count: v.count,
+            value: v.value,
         });
     }
     batch.sources = sources

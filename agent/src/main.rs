@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use bimodal_agent::bpf::MapSizes;
-use bimodal_agent::events::{EventKind, Rates};
+use bimodal_agent::events::{EventKind, LiveProber, Machine, Rates};
+use bimodal_agent::probe;
 use bimodal_agent::record::{self, Format, RecordOptions};
 use bimodal_agent::ship::{self, RunOptions};
 use clap::{Args, Parser, Subcommand};
@@ -31,6 +32,17 @@ enum Command {
     Record(RecordArgs),
     /// Sample continuously and stream to a bimodal server.
     Run(RunArgs),
+    /// Show which source samples each event kind on this machine, and why others were rejected.
+    Probe(ProbeArgs),
+}
+
+#[derive(Args, Debug)]
+struct ProbeArgs {
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    sampling: SamplingArgs,
 }
 
 /// Sampling knobs shared by `record` and `run`.
@@ -45,9 +57,9 @@ struct SamplingArgs {
     /// Page faults per page_fault sample.
     #[arg(long, env = "BIMODAL_PAGE_FAULT_PERIOD", default_value_t = 100)]
     page_fault_period: u64,
-    /// Cache misses per cache_miss sample.
-    #[arg(long, env = "BIMODAL_CACHE_MISS_PERIOD", default_value_t = 10_000)]
-    cache_miss_period: u64,
+    /// Hardware events (cache misses, remote accesses) per sample.
+    #[arg(long, env = "BIMODAL_HARDWARE_PERIOD", default_value_t = 10_000)]
+    hardware_period: u64,
     /// Distinct (thread, event, stack) keys the kernel holds per drain interval.
     #[arg(long, env = "BIMODAL_MAP_SAMPLES", default_value_t = 16384)]
     map_samples: u32,
@@ -61,7 +73,7 @@ impl SamplingArgs {
         Rates {
             cpu_frequency_hz: self.cpu_frequency,
             page_fault_period: self.page_fault_period,
-            cache_miss_period: self.cache_miss_period,
+            hardware_period: self.hardware_period,
         }
     }
 
@@ -142,6 +154,7 @@ fn main() -> std::process::ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()))
         .with_writer(std::io::stderr)
         .init();
+    route_libbpf_logs();
     match run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
@@ -171,6 +184,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 opts.event.name(),
                 summary.dropped
             );
+            Ok(())
+        }
+        Command::Probe(a) => {
+            let report = probe::probe(&Machine::read(), &a.sampling.rates(), &LiveProber::default());
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", report.to_text());
+            }
             Ok(())
         }
         Command::Run(a) => {
@@ -209,6 +231,15 @@ async fn shutdown_signal() {
         _ = tokio::signal::ctrl_c() => {},
         _ = term.recv() => {},
     }
+}
+
+/// libbpf explains every refused program on stderr; those lines belong in the debug log, and
+/// the agent reports the refusal itself.
+fn route_libbpf_logs() {
+    libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, |level, msg| match level {
+        libbpf_rs::PrintLevel::Warn => tracing::debug!(target: "libbpf", "{}", msg.trim_end()),
+        _ => tracing::trace!(target: "libbpf", "{}", msg.trim_end()),
+    })));
 }
 
 fn hostname() -> anyhow::Result<String> {

@@ -9,7 +9,7 @@ use bimodal_profile::Profile;
 
 use crate::batch::{self, Interval};
 use crate::bpf::{MapSizes, Sampler, SamplerOptions};
-use crate::events::{self, EventKind, Rates};
+use crate::events::{self, EventKind, LiveProber, Machine, Rates};
 use crate::symbolize::Frames;
 
 /// Output format of `record`.
@@ -46,7 +46,7 @@ const DRAIN_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Samples `opts.event` for `opts.duration` and writes the profile to `opts.output`.
 pub fn record(opts: &RecordOptions) -> anyhow::Result<RecordSummary> {
-    let source = events::source(opts.event, &opts.rates)?;
+    let source = events::resolve(opts.event, &opts.rates, &Machine::read(), &LiveProber::default()).into_source()?;
     let mut sampler = Sampler::start(SamplerOptions {
         sources: vec![source.clone()],
         pid: opts.pid,

@@ -14,7 +14,7 @@ use tokio_stream::StreamExt;
 
 use crate::batch::{self, Interval};
 use crate::bpf::{MapSizes, Sampler, SamplerOptions};
-use crate::events::{self, EventKind, Rates};
+use crate::events::{self, EventKind, LiveProber, Machine, Rates};
 use crate::symbolize::Frames;
 
 /// Settings of `bimodal-agent run`.
@@ -36,10 +36,11 @@ pub struct RunOptions {
 
 /// Samples and ships until `shutdown` turns true, then sends what is left once.
 pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
+    let machine = Machine::read();
     let sources = opts
         .events
         .iter()
-        .map(|&e| events::source(e, &opts.rates))
+        .map(|&e| events::resolve(e, &opts.rates, &machine, &LiveProber::default()).into_source())
         .collect::<Result<Vec<_>, _>>()?;
     let mut sampler = Sampler::start(SamplerOptions {
         sources,
@@ -136,6 +137,7 @@ async fn ship(
         agent_version: env!("CARGO_PKG_VERSION").into(),
         agent_instance: uuid::Uuid::new_v4().as_bytes().to_vec(),
         kernel_release: kernel_release(),
+        facts: None,
     };
     let mut backoff = Duration::from_millis(200);
     let mut sampler_done = false;

@@ -29,7 +29,9 @@ enum drop_reason {
 	DROP_USER_STACK = 1,
 	/* the kernel stack could not be stored */
 	DROP_KERNEL_STACK = 2,
-	DROP_REASON_COUNT = 3,
+	/* the data-address ring buffer was full: the sample is counted, its address lost */
+	DROP_DATA_RING_FULL = 3,
+	DROP_REASON_COUNT = 4,
 };
 
 #define DROPS_MAX_ENTRIES (EVENT_KIND_COUNT * DROP_REASON_COUNT)
@@ -44,6 +46,27 @@ struct sample_key {
 	__s32 user_stack_id;
 	__s32 kernel_stack_id;
 	char comm[COMM_LEN];
+};
+
+/* what the samples of one key add up to */
+struct sample_value {
+	/* samples taken */
+	__u64 count;
+	/* events they stand for: the sum of sample periods, or of pages for numa and migration */
+	__u64 value;
+};
+
+/* a sample that carries the data address it touched, sent through the `data_samples` ring */
+struct data_sample {
+	__u32 tgid;
+	__u32 pid;
+	/* enum event_kind */
+	__u32 event;
+	__s32 user_stack_id;
+	/* the data (virtual) address the event is about */
+	__u64 address;
+	/* events this sample stands for (its period) */
+	__u64 weight;
 };
 
 #endif /* BIMODAL_SAMPLE_H */

@@ -1,15 +1,16 @@
-//! Loads the BPF sampling programs, attaches them to perf events and drains their maps.
+//! Loads the BPF sampling programs, attaches them to their sources and drains their maps.
 
 use std::collections::{HashMap, HashSet};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, IntoRawFd};
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
 
-use crate::events::{self, perf, EventKind, EventSource};
+use crate::events::{perf, Attach, EventKind, EventSource};
 
 mod profile {
     #![allow(
@@ -22,12 +23,16 @@ mod profile {
     include!(concat!(env!("OUT_DIR"), "/profile.skel.rs"));
 }
 
-use profile::types::sample_key;
-use profile::{ProfileSkel, ProfileSkelBuilder};
+use profile::types::{data_sample, sample_key, sample_value};
+use profile::{OpenProfileSkel, ProfileSkel, ProfileSkelBuilder};
 
-// SAFETY: `sample_key` is a plain C struct of integers and a byte array: every bit pattern of
-// its size is a valid value, which is what `plain` requires.
+// SAFETY: these are plain C structs of integers and byte arrays: every bit pattern of their
+// size is a valid value, which is what `plain` requires.
 unsafe impl plain::Plain for sample_key {}
+// SAFETY: as above.
+unsafe impl plain::Plain for sample_value {}
+// SAFETY: as above.
+unsafe impl plain::Plain for data_sample {}
 
 /// Why sampling could not start.
 #[derive(Debug, thiserror::Error)]
@@ -39,14 +44,12 @@ pub enum SamplerError {
         meaning: &'static str,
         source: libbpf_rs::Error,
     },
-    #[error("{0}")]
-    Unavailable(#[from] events::Unavailable),
     #[error(transparent)]
     Perf(#[from] perf::OpenError),
-    #[error("failed to attach the BPF program for {event} on CPU {cpu}: {source}")]
+    #[error("failed to attach the BPF program for {event} ({attach}): {source}")]
     Attach {
         event: &'static str,
-        cpu: u32,
+        attach: &'static str,
         source: libbpf_rs::Error,
     },
     #[error("failed to read BPF map `{map}`: {source}")]
@@ -77,7 +80,9 @@ impl Default for MapSizes {
 /// What one drain read: sample counts per key and the stacks they reference.
 #[derive(Debug, Default)]
 pub struct Drained {
-    pub samples: Vec<(SampleKey, u64)>,
+    pub samples: Vec<(SampleKey, SampleValue)>,
+    /// Samples with the data address they touched, in arrival order.
+    pub data: Vec<DataSample>,
     /// Instruction pointers, leaf first, by stack id.
     pub stacks: HashMap<i32, Vec<u64>>,
     /// Losses since the previous drain, per event kind.
@@ -90,13 +95,16 @@ pub struct Dropped {
     pub sample_map_full: u64,
     pub user_stack: u64,
     pub kernel_stack: u64,
+    /// Data addresses lost because the ring buffer was full (the samples are still counted).
+    pub data_ring_full: u64,
     /// Samples whose stack id was gone from the stack map when read.
     pub stack_missing: u64,
 }
 
 impl Dropped {
+    /// Samples lost whole or in part.
     pub fn total(&self) -> u64 {
-        self.sample_map_full + self.user_stack + self.kernel_stack + self.stack_missing
+        self.sample_map_full + self.user_stack + self.kernel_stack + self.data_ring_full + self.stack_missing
     }
 }
 
@@ -111,19 +119,24 @@ pub struct SampleKey {
     pub comm: String,
 }
 
-/// The loaded programs and their perf events. Dropping it detaches everything.
-pub struct Sampler {
-    skel: ProfileSkel<'static>,
-    sources: Vec<EventSource>,
-    _links: Vec<Link>,
-    /// Cumulative loss counters at the previous drain, by `drops` map index.
-    drops_seen: HashMap<u32, u64>,
+/// What the samples of one key add up to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SampleValue {
+    /// Samples taken.
+    pub count: u64,
+    /// Events they stand for (sum of periods, or of pages).
+    pub value: u64,
 }
 
-impl std::fmt::Debug for Sampler {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sampler").field("sources", &self.sources).finish()
-    }
+/// One sample with its data address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataSample {
+    pub tgid: u32,
+    pub pid: u32,
+    pub event: EventKind,
+    pub user_stack_id: i32,
+    pub address: u64,
+    pub weight: u64,
 }
 
 /// Settings for [`Sampler::start`].
@@ -135,67 +148,244 @@ pub struct SamplerOptions {
     pub map_sizes: MapSizes,
 }
 
+/// The loaded programs and their attachments. Dropping it detaches everything.
+pub struct Sampler {
+    skel: ProfileSkel<'static>,
+    sources: Vec<EventSource>,
+    ring: RingBuffer<'static>,
+    ring_out: Arc<Mutex<Vec<DataSample>>>,
+    _links: Vec<Link>,
+    /// Cumulative loss counters at the previous drain, by `drops` map index.
+    drops_seen: HashMap<u32, u64>,
+}
+
+impl std::fmt::Debug for Sampler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sampler").field("sources", &self.sources).finish()
+    }
+}
+
 fn load_error_meaning(e: &libbpf_rs::Error) -> &'static str {
     match e.kind() {
-        libbpf_rs::ErrorKind::PermissionDenied => "not permitted: the agent needs CAP_BPF and CAP_PERFMON (or root)",
+        libbpf_rs::ErrorKind::PermissionDenied => {
+            "not permitted: needs CAP_BPF and CAP_PERFMON (or root); fentry and kprobes are also refused under kernel lockdown"
+        }
+        libbpf_rs::ErrorKind::NotFound => "the kernel lacks the function, tracepoint or BTF the program attaches to",
         _ => "the kernel rejected the programs",
     }
 }
 
+fn load_error(e: libbpf_rs::Error) -> SamplerError {
+    SamplerError::Load {
+        meaning: load_error_meaning(&e),
+        source: e,
+    }
+}
+
+/// Opens the skeleton with only the programs `attaches` need marked for loading, so a program
+/// this kernel refuses (fentry under lockdown, a missing kprobe) never fails the others.
+fn open_for(
+    attaches: &[&Attach],
+    pid: Option<u32>,
+    sizes: MapSizes,
+    events: u32,
+) -> Result<OpenProfileSkel<'static>, SamplerError> {
+    // The skeleton borrows its object storage for its whole life; a sampler lives for the
+    // whole process, so the few bytes are leaked deliberately rather than self-referenced.
+    let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
+    let mut open = ProfileSkelBuilder::default().open(storage).map_err(load_error)?;
+    if let Some(rodata) = open.maps.rodata_data.as_deref_mut() {
+        rodata.filter_tgid = pid.unwrap_or(0);
+        rodata.enabled_events = events;
+    }
+    for map in [&mut open.maps.samples_0, &mut open.maps.samples_1] {
+        map.set_max_entries(sizes.samples).map_err(load_error)?;
+    }
+    open.maps.stacks.set_max_entries(sizes.stacks).map_err(load_error)?;
+    let wants = |a: &Attach| attaches.contains(&a);
+    let any_perf = attaches.iter().any(|a| matches!(a, Attach::Perf(_)));
+    let progs = &mut open.progs;
+    for p in [
+        &mut progs.sample_cpu,
+        &mut progs.sample_page_fault,
+        &mut progs.sample_cache_miss,
+        &mut progs.sample_remote_access,
+    ] {
+        p.set_autoload(any_perf);
+    }
+    progs.numa_fault_fentry.set_autoload(wants(&Attach::NumaFaultFentry));
+    progs.numa_fault_kprobe.set_autoload(wants(&Attach::NumaFaultKprobe));
+    progs.page_migration.set_autoload(wants(&Attach::MigrateTracepoint));
+    Ok(open)
+}
+
+fn attach_tracing(
+    skel: &ProfileSkel<'static>,
+    event: EventKind,
+    attach: &Attach,
+) -> Result<Option<Link>, SamplerError> {
+    let prog = match attach {
+        Attach::NumaFaultFentry => &skel.progs.numa_fault_fentry,
+        Attach::NumaFaultKprobe => &skel.progs.numa_fault_kprobe,
+        Attach::MigrateTracepoint => &skel.progs.page_migration,
+        Attach::Perf(_) => return Ok(None),
+    };
+    prog.attach().map(Some).map_err(|source| SamplerError::Attach {
+        event: event.name(),
+        attach: attach.kind_name(),
+        source,
+    })
+}
+
+/// Loads and attaches one tracing source, then detaches it: whether it works here, in words.
+pub fn try_attach(attach: &Attach) -> Result<(), String> {
+    let result = open_for(
+        &[attach],
+        None,
+        MapSizes {
+            samples: 16,
+            stacks: 16,
+        },
+        0,
+    )
+    .and_then(|open| open.load().map_err(load_error))
+    .and_then(|skel| attach_tracing(&skel, EventKind::Unspecified, attach).map(drop));
+    result.map_err(|e| {
+        let source = match &e {
+            SamplerError::Load { source, .. } | SamplerError::Attach { source, .. } => source.to_string(),
+            other => other.to_string(),
+        };
+        match diagnose(attach) {
+            Some(why) => format!("{why} ({source})"),
+            None => e.to_string(),
+        }
+    })
+}
+
+/// The machine fact that explains why a tracing source fails, where one can be read.
+fn diagnose(attach: &Attach) -> Option<String> {
+    let lockdown = std::fs::read_to_string("/sys/kernel/security/lockdown").ok();
+    let locked = lockdown
+        .as_deref()
+        .and_then(|l| l.split_whitespace().find(|w| w.starts_with('[')))
+        .map(|w| w.trim_matches(['[', ']']).to_owned())
+        .filter(|mode| mode != "none");
+    let in_kallsyms = |f: &str| {
+        std::fs::read_to_string("/proc/kallsyms")
+            .map(|k| k.lines().any(|l| l.split_whitespace().nth(2) == Some(f)))
+            .unwrap_or(false)
+    };
+    match attach {
+        Attach::NumaFaultFentry if !in_kallsyms("task_numa_fault") => {
+            Some("task_numa_fault is not in /proc/kallsyms (kernel without NUMA balancing?)".into())
+        }
+        Attach::NumaFaultFentry => match locked {
+            Some(mode) => Some(format!(
+                "kernel lockdown is `{mode}`: the kernel refuses fentry programs"
+            )),
+            None => Some(
+                "the kernel refused the fentry program (no BTF for task_numa_fault, or missing CAP_BPF/CAP_PERFMON)"
+                    .into(),
+            ),
+        },
+        Attach::NumaFaultKprobe if !Path::new("/sys/bus/event_source/devices/kprobe").exists() => {
+            Some("the kernel has no kprobe support (no `kprobe` PMU: CONFIG_KPROBES unset)".into())
+        }
+        Attach::NumaFaultKprobe if !in_kallsyms("task_numa_fault") => {
+            Some("task_numa_fault is not in /proc/kallsyms (kernel without NUMA balancing?)".into())
+        }
+        _ => None,
+    }
+}
+
 impl Sampler {
-    /// Loads the programs and starts sampling every source on every online CPU.
+    /// Loads the programs and starts every source (perf events on every online CPU).
     pub fn start(opts: SamplerOptions) -> Result<Sampler, SamplerError> {
         if !Path::new("/sys/kernel/btf/vmlinux").exists() {
             return Err(SamplerError::NoBtf);
         }
         let cpus = perf::online_cpus()?;
-        // The skeleton borrows its object storage for its whole life; one sampler lives for the
-        // whole process, so the few bytes are leaked deliberately rather than self-referenced.
-        let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
-        let load = |e: libbpf_rs::Error| SamplerError::Load {
-            meaning: load_error_meaning(&e),
-            source: e,
-        };
-        let mut open = ProfileSkelBuilder::default().open(storage).map_err(load)?;
-        if let Some(rodata) = open.maps.rodata_data.as_deref_mut() {
-            rodata.filter_tgid = opts.pid.unwrap_or(0);
-        }
-        for map in [&mut open.maps.samples_0, &mut open.maps.samples_1] {
-            map.set_max_entries(opts.map_sizes.samples).map_err(load)?;
-        }
-        open.maps.stacks.set_max_entries(opts.map_sizes.stacks).map_err(load)?;
-        let skel = open.load().map_err(load)?;
+        let attaches: Vec<&Attach> = opts.sources.iter().map(|s| &s.attach).collect();
+        let events = opts.sources.iter().fold(0u32, |m, s| m | 1 << (s.event as u32));
+        let skel = open_for(&attaches, opts.pid, opts.map_sizes, events)?
+            .load()
+            .map_err(load_error)?;
 
-        // Open every event first: a refusal then leaves nothing half attached.
+        // Open every perf event first: a refusal then leaves nothing half attached.
         let mut fds = Vec::new();
         for source in &opts.sources {
-            for &cpu in &cpus {
-                fds.push((source.event, cpu, perf::open_sampling_event(source, cpu)?));
+            if let Attach::Perf(event) = &source.attach {
+                for &cpu in &cpus {
+                    fds.push((
+                        source.event,
+                        cpu,
+                        perf::open_sampling_event(event, &source.description, cpu)?,
+                    ));
+                }
             }
         }
         let mut links = Vec::new();
-        for (event, cpu, fd) in fds {
+        for (event, _cpu, fd) in fds {
             let prog = match event {
                 EventKind::Cpu => &skel.progs.sample_cpu,
                 EventKind::PageFault => &skel.progs.sample_page_fault,
                 EventKind::CacheMiss => &skel.progs.sample_cache_miss,
-                EventKind::RemoteAccess => &skel.progs.sample_remote_access,
-                other => return Err(events::Unavailable::NoSource(other.name()).into()),
+                _ => &skel.progs.sample_remote_access,
             };
             let link = prog
                 .attach_perf_event(fd.as_raw_fd())
                 .map_err(|source| SamplerError::Attach {
                     event: event.name(),
-                    cpu,
+                    attach: "perf_event",
                     source,
                 })?;
             // The link owns the perf event from here on and closes it when dropped.
             let _ = fd.into_raw_fd();
             links.push(link);
         }
+        let mut attached: Vec<&Attach> = Vec::new();
+        for source in &opts.sources {
+            // remote_access and numa_hint_fault can share one task_numa_fault program.
+            if attached.contains(&&source.attach) {
+                continue;
+            }
+            if let Some(link) = attach_tracing(&skel, source.event, &source.attach)? {
+                links.push(link);
+            }
+            attached.push(&source.attach);
+        }
+
+        let ring_out: Arc<Mutex<Vec<DataSample>>> = Arc::default();
+        let sink = ring_out.clone();
+        let mut builder = RingBufferBuilder::new();
+        builder
+            .add(&skel.maps.data_samples, move |raw: &[u8]| {
+                let mut d = data_sample::default();
+                if plain::copy_from_bytes(&mut d, raw).is_ok() {
+                    sink.lock().expect("not poisoned").push(DataSample {
+                        tgid: d.tgid,
+                        pid: d.pid,
+                        event: EventKind::try_from(d.event as i32).unwrap_or(EventKind::Unspecified),
+                        user_stack_id: d.user_stack_id,
+                        address: d.address,
+                        weight: d.weight,
+                    });
+                }
+                0
+            })
+            .map_err(|source| SamplerError::Map {
+                map: "data_samples",
+                source,
+            })?;
+        let ring = builder.build().map_err(|source| SamplerError::Map {
+            map: "data_samples",
+            source,
+        })?;
         Ok(Sampler {
             skel,
             sources: opts.sources,
+            ring,
+            ring_out,
             _links: links,
             drops_seen: HashMap::new(),
         })
@@ -220,21 +410,31 @@ impl Sampler {
         // Programs that read the old value just before the flip finish within microseconds.
         std::thread::sleep(Duration::from_millis(2));
 
+        let map_err = |map: &'static str| move |source| SamplerError::Map { map, source };
+        let mut drained = Drained::default();
+        // Data samples reference stacks of both buffers; read them before any stack is deleted.
+        self.ring.consume().map_err(map_err("data_samples"))?;
+        drained.data = std::mem::take(&mut *self.ring_out.lock().expect("not poisoned"));
+
         let (inactive, active) = if draining == 0 {
             (&self.skel.maps.samples_0, &self.skel.maps.samples_1)
         } else {
             (&self.skel.maps.samples_1, &self.skel.maps.samples_0)
         };
-        let map_err = |map: &'static str| move |source| SamplerError::Map { map, source };
-
-        let mut drained = Drained::default();
         let mut keys = Vec::new();
         for raw in inactive.keys() {
-            let Some(value) = inactive.lookup(&raw, MapFlags::ANY).map_err(map_err("samples"))? else {
+            let Some(bytes) = inactive.lookup(&raw, MapFlags::ANY).map_err(map_err("samples"))? else {
                 continue;
             };
-            let count = u64::from_ne_bytes(value[..8].try_into().expect("8-byte value"));
-            drained.samples.push((decode_key(&raw), count));
+            let mut v = sample_value::default();
+            plain::copy_from_bytes(&mut v, &bytes).expect("map value has the size of sample_value");
+            drained.samples.push((
+                decode_key(&raw),
+                SampleValue {
+                    count: v.count,
+                    value: v.value,
+                },
+            ));
             keys.push(raw);
         }
         for raw in &keys {
@@ -253,6 +453,7 @@ impl Sampler {
             .samples
             .iter()
             .flat_map(|(k, _)| [k.user_stack_id, k.kernel_stack_id])
+            .chain(drained.data.iter().map(|d| d.user_stack_id))
             .filter(|&id| id >= 0)
             .collect();
         let stacks = &self.skel.maps.stacks;
@@ -270,10 +471,10 @@ impl Sampler {
                 let _ = stacks.delete(&key);
             }
         }
-        for (k, count) in &drained.samples {
+        for (k, v) in &drained.samples {
             for id in [k.user_stack_id, k.kernel_stack_id] {
                 if id >= 0 && !drained.stacks.contains_key(&id) {
-                    drained.dropped.entry(k.event).or_default().stack_missing += count;
+                    drained.dropped.entry(k.event).or_default().stack_missing += v.count;
                 }
             }
         }
@@ -300,7 +501,8 @@ impl Sampler {
                 match reason {
                     0 => entry.sample_map_full += added,
                     1 => entry.user_stack += added,
-                    _ => entry.kernel_stack += added,
+                    2 => entry.kernel_stack += added,
+                    _ => entry.data_ring_full += added,
                 }
             }
         }

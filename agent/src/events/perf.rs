@@ -7,7 +7,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use perf_event_open_sys as perf;
 use perf_event_open_sys::bindings as sys;
 
-use super::EventSource;
+use super::PerfEvent;
 
 /// Why a perf event could not be opened, with what the errno means here.
 #[derive(Debug, thiserror::Error)]
@@ -73,27 +73,32 @@ pub fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
     Some(cpus)
 }
 
-/// Opens `source` as a sampling event on `cpu` for every process (BPF filters by pid).
+/// Opens `event` as a sampling event on `cpu` for every process (BPF filters by pid).
 /// The event starts disabled; attaching the BPF program enables it.
-pub fn open_sampling_event(source: &EventSource, cpu: u32) -> Result<OwnedFd, OpenError> {
+pub fn open_sampling_event(event: &PerfEvent, description: &str, cpu: u32) -> Result<OwnedFd, OpenError> {
     let mut attr = sys::perf_event_attr {
-        type_: source.perf_type,
+        type_: event.perf_type,
         size: std::mem::size_of::<sys::perf_event_attr>() as u32,
-        config: source.config,
+        config: event.config,
         ..Default::default()
     };
-    attr.__bindgen_anon_1.sample_period = source.period;
+    attr.__bindgen_anon_1.sample_period = event.period;
+    attr.__bindgen_anon_3.config1 = event.config1;
+    if event.sample_addr {
+        attr.sample_type |= u64::from(sys::PERF_SAMPLE_ADDR);
+    }
+    attr.set_precise_ip(u64::from(event.precise_ip));
     attr.set_disabled(1);
     // SAFETY: `attr` is a fully initialized perf_event_attr whose `size` matches its type;
-    // pid -1 with a valid cpu and no group or flags is a documented combination.
+    // pid -1 with a valid cpu and no group is a documented combination.
     let fd = unsafe { perf::perf_event_open(&mut attr, -1, cpu as i32, -1, sys::PERF_FLAG_FD_CLOEXEC as _) };
     if fd < 0 {
-        let source_err = io::Error::last_os_error();
+        let source = io::Error::last_os_error();
         return Err(OpenError::Open {
-            what: source.description.clone(),
+            what: description.to_owned(),
             cpu,
-            meaning: errno_meaning(source_err.raw_os_error().unwrap_or(0)),
-            source: source_err,
+            meaning: errno_meaning(source.raw_os_error().unwrap_or(0)),
+            source,
         });
     }
     // SAFETY: perf_event_open returned a new descriptor that nothing else owns.

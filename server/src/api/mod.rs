@@ -46,18 +46,57 @@ async fn events() -> Json<serde_json::Value> {
 }
 
 async fn nodes(State(state): State<AppState>) -> Result<Json<serde_json::Value>, AppError> {
+    let facts = state.store.node_facts().await?;
     let nodes: Vec<_> = state
         .store
         .nodes()
         .await?
         .into_iter()
         .map(|n| {
+            let f = facts.get(&n.node);
             serde_json::json!({
                 "node": n.node,
                 "labels": n.labels,
                 "last_seen": flamegraph::rfc3339(n.last_seen),
+                "facts": f.map(facts_json),
             })
         })
         .collect();
     Ok(Json(serde_json::json!({ "nodes": nodes })))
+}
+
+/// The node facts the UI and fleet comparisons need, as JSON.
+fn facts_json(f: &bimodal_proto::v1::NodeFacts) -> serde_json::Value {
+    let sources: serde_json::Map<String, serde_json::Value> = f
+        .event_sources
+        .iter()
+        .map(|s| {
+            let event = EventKind::try_from(s.event).unwrap_or_default().name().to_owned();
+            let value = serde_json::json!({
+                "source": s.source,
+                "encoding": s.encoding,
+                "attach": s.attach,
+                "data_address": s.data_address,
+                "rejected": s.rejected,
+            });
+            (event, value)
+        })
+        .collect();
+    serde_json::json!({
+        "kernel_release": f.kernel_release,
+        "cpu": {"vendor": f.cpu_vendor, "model_name": f.cpu_model_name, "family": f.cpu_family, "model": f.cpu_model},
+        "online_cpus": f.online_cpus.len(),
+        "sockets": f.sockets,
+        "cores": f.cores,
+        "threads_per_core": f.threads_per_core,
+        "numa_nodes": f.numa_nodes.iter().map(|n| serde_json::json!({
+            "id": n.id, "cpus": n.cpus, "memory_bytes": n.memory_bytes, "distances": n.distances,
+        })).collect::<Vec<_>>(),
+        "l3_domains": f.l3_domains.iter().map(|d| d.cpus.clone()).collect::<Vec<_>>(),
+        "nics": f.nics.iter().map(|n| serde_json::json!({"name": n.name, "numa_node": n.numa_node})).collect::<Vec<_>>(),
+        "numa_balancing": f.numa_balancing,
+        "transparent_hugepages": f.transparent_hugepages,
+        "hardware_pmu": f.hardware_pmu,
+        "event_sources": sources,
+    })
 }

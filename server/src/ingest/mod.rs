@@ -55,15 +55,21 @@ impl Ingest for IngestService {
         if hello.node.trim().is_empty() {
             return Err(Status::invalid_argument("Hello.node must name the node"));
         }
-        let mut labels: Vec<(String, String)> = hello.labels.into_iter().collect();
+        let mut labels: Vec<(String, String)> = hello.labels.clone().into_iter().collect();
         labels.sort();
         let sender = Sender {
-            node: hello.node,
+            node: hello.node.clone(),
             labels,
-            agent_version: hello.agent_version,
-            kernel_release: hello.kernel_release,
+            agent_version: hello.agent_version.clone(),
+            kernel_release: hello.kernel_release.clone(),
         };
         tracing::info!(node = %sender.node, agent = %sender.agent_version, "agent connected");
+        if let Some(facts) = &hello.facts {
+            if let Err(e) = self.store.record_node_facts(&sender.node, facts).await {
+                tracing::error!(node = %sender.node, error = %e, "failed to store node facts");
+                return Err(Status::unavailable("storage is unavailable; reconnect later"));
+            }
+        }
 
         let (tx, rx) = mpsc::channel(16);
         let store = self.store.clone();

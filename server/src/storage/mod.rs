@@ -13,7 +13,10 @@ use bimodal_proto::v1;
 use clickhouse::Client;
 
 pub use migrations::Dialect;
-use rows::{BatchRow, FlameRow, NodeRow, SampleRow, StackRow};
+use rows::{
+    BatchRow, CounterRow, DataSampleRow, FactsBlobRow, FlameRow, NodeFactsRow, NodeRow, PlacementRow, SampleRow,
+    StackRow,
+};
 
 /// A storage failure; the message says which step failed.
 #[derive(Debug, thiserror::Error)]
@@ -21,6 +24,11 @@ pub enum StorageError {
     #[error("ClickHouse failed to {what}: {source}")]
     Query {
         what: &'static str,
+        source: clickhouse::error::Error,
+    },
+    #[error("ClickHouse failed to insert into `{table}`: {source}")]
+    Insert {
+        table: &'static str,
         source: clickhouse::error::Error,
     },
 }
@@ -166,78 +174,171 @@ impl Store {
         if let Err(e) = validate(batch) {
             return Ok(Err(e));
         }
-        let mut samples_stored = false;
-        if batch.resend {
-            if self.count_batch("batches", &batch_id).await? > 0 {
-                return Ok(Ok(Stored::Duplicate));
-            }
-            samples_stored = self.count_batch("samples", &batch_id).await? > 0;
+        if batch.resend && self.count_batch("batches", &batch_id).await? > 0 {
+            return Ok(Ok(Stored::Duplicate));
         }
-
-        let time = (batch.start_unix_nanos / 1_000_000_000).clamp(0, i64::from(u32::MAX)) as u32;
+        let time = unix_secs(batch.start_unix_nanos);
         let stack_ids: Vec<u64> = batch.stacks.iter().map(|s| stack_id(batch, s)).collect();
-        if !samples_stored {
-            self.insert_stacks(batch, &stack_ids).await?;
-            let mut insert = self
-                .client
-                .insert::<SampleRow>("samples")
-                .await
-                .map_err(StorageError::query("start inserting samples"))?;
-            for s in &batch.samples {
-                let event = v1::EventKind::try_from(s.event).expect("validated");
-                insert
-                    .write(&SampleRow {
-                        time,
-                        node: sender.node.clone(),
-                        event: event.name().to_owned(),
-                        pid: s.pid,
-                        tid: s.tid,
-                        comm: s.comm.clone(),
-                        stack_id: stack_ids[s.stack_index as usize],
-                        count: s.count,
-                        value: s.value,
-                        batch_id,
-                    })
-                    .await
-                    .map_err(StorageError::query("write samples"))?;
-            }
-            insert.end().await.map_err(StorageError::query("insert samples"))?;
-        }
+        // Stacks are keyed by content: writing one twice is harmless.
+        self.insert_stacks(batch, &stack_ids).await?;
 
+        // Each table is written once per batch: a resend skips the tables that already hold it.
+        let node = &sender.node;
+        let data = batch.data_samples.iter().map(|d| DataSampleRow {
+            time,
+            node: node.clone(),
+            event: event_name(d.event),
+            pid: d.pid,
+            tid: d.tid,
+            comm: d.comm.clone(),
+            stack_id: stack_ids[d.stack_index as usize],
+            mapping_kind: d.mapping_kind.clone(),
+            mapping_path: d.mapping_path.clone(),
+            symbol: d.symbol.clone(),
+            cache_line: d.cache_line,
+            count: d.count,
+            value: d.value,
+            batch_id,
+        });
+        self.insert_once("data_samples", batch, &batch_id, data.collect())
+            .await?;
+        let counters = batch.counters.iter().map(|c| CounterRow {
+            time,
+            node: node.clone(),
+            name: c.name.clone(),
+            value: c.value,
+            batch_id,
+        });
+        self.insert_once("counters", batch, &batch_id, counters.collect())
+            .await?;
+        let placements = batch.placements.iter().flat_map(|p| {
+            let mut threads: Vec<(u32, u32)> = p.threads_per_node.iter().map(|(&n, &c)| (n, c)).collect();
+            threads.sort_unstable();
+            p.mappings.iter().map(move |m| {
+                let mut pages: Vec<(u32, u64)> = m.pages_per_node.iter().map(|(&n, &c)| (n, c)).collect();
+                pages.sort_unstable();
+                PlacementRow {
+                    time,
+                    node: node.clone(),
+                    pid: p.pid,
+                    comm: p.comm.clone(),
+                    executable: p.executable.clone(),
+                    thread_nodes: threads.iter().map(|t| t.0).collect(),
+                    thread_counts: threads.iter().map(|t| t.1).collect(),
+                    kind: m.kind.clone(),
+                    path: m.path.clone(),
+                    start: m.start,
+                    end: m.end,
+                    permissions: m.permissions.clone(),
+                    page_nodes: pages.iter().map(|p| p.0).collect(),
+                    page_counts: pages.iter().map(|p| p.1).collect(),
+                    page_size: m.page_size,
+                    batch_id,
+                }
+            })
+        });
+        self.insert_once("placements", batch, &batch_id, placements.collect())
+            .await?;
+        let samples = batch.samples.iter().map(|s| SampleRow {
+            time,
+            node: node.clone(),
+            event: event_name(s.event),
+            pid: s.pid,
+            tid: s.tid,
+            comm: s.comm.clone(),
+            stack_id: stack_ids[s.stack_index as usize],
+            count: s.count,
+            value: s.value,
+            batch_id,
+        });
+        self.insert_once("samples", batch, &batch_id, samples.collect()).await?;
+
+        // Last: the record that marks the batch complete.
         let row = BatchRow {
             received: now_secs(),
             node: sender.node.clone(),
             batch_id,
             start_time: time,
-            end_time: (batch.end_unix_nanos / 1_000_000_000).clamp(0, i64::from(u32::MAX)) as u32,
+            end_time: unix_secs(batch.end_unix_nanos),
             label_keys: sender.labels.iter().map(|(k, _)| k.clone()).collect(),
             label_values: sender.labels.iter().map(|(_, v)| v.clone()).collect(),
             agent_version: sender.agent_version.clone(),
             kernel_release: sender.kernel_release.clone(),
             samples: batch.samples.iter().map(|s| s.count).sum(),
-            source_events: batch
-                .sources
-                .iter()
-                .map(|s| v1::EventKind::try_from(s.event).unwrap_or_default().name().to_owned())
-                .collect(),
+            source_events: batch.sources.iter().map(|s| event_name(s.event)).collect(),
             source_descriptions: batch.sources.iter().map(|s| s.source.clone()).collect(),
             source_periods: batch.sources.iter().map(|s| s.period).collect(),
             source_dropped: batch.sources.iter().map(|s| s.dropped).collect(),
         };
-        let mut insert = self
-            .client
-            .insert::<BatchRow>("batches")
-            .await
-            .map_err(StorageError::query("start inserting the batch record"))?;
-        insert
-            .write(&row)
-            .await
-            .map_err(StorageError::query("write the batch record"))?;
-        insert
-            .end()
-            .await
-            .map_err(StorageError::query("insert the batch record"))?;
+        self.insert_rows("batches", vec![row]).await?;
         Ok(Ok(Stored::New))
+    }
+
+    /// Writes `rows` into `table` unless this is a resend and the table holds the batch already.
+    async fn insert_once<R: clickhouse::RowOwned + clickhouse::RowWrite + serde::Serialize>(
+        &self,
+        table: &'static str,
+        batch: &v1::Batch,
+        batch_id: &[u8; 16],
+        rows: Vec<R>,
+    ) -> Result<(), StorageError> {
+        if batch.resend && self.count_batch(table, batch_id).await? > 0 {
+            return Ok(());
+        }
+        self.insert_rows(table, rows).await
+    }
+
+    /// One INSERT of all `rows` (nothing when there are none).
+    async fn insert_rows<R: clickhouse::RowOwned + clickhouse::RowWrite + serde::Serialize>(
+        &self,
+        table: &'static str,
+        rows: Vec<R>,
+    ) -> Result<(), StorageError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let err = |e| StorageError::Insert { table, source: e };
+        let mut insert = self.client.insert::<R>(table).await.map_err(err)?;
+        for row in rows {
+            insert.write(&row).await.map_err(err)?;
+        }
+        insert.end().await.map_err(err)
+    }
+
+    /// Stores what a node is; the newest facts of a node replace the older ones.
+    pub async fn record_node_facts(&self, node: &str, facts: &v1::NodeFacts) -> Result<(), StorageError> {
+        use prost::Message;
+        let row = NodeFactsRow {
+            received: now_secs(),
+            node: node.to_owned(),
+            kernel_release: facts.kernel_release.clone(),
+            cpu_vendor: facts.cpu_vendor.clone(),
+            cpu_model_name: facts.cpu_model_name.clone(),
+            cpu_family: facts.cpu_family,
+            cpu_model: facts.cpu_model,
+            online_cpus: facts.online_cpus.len() as u32,
+            sockets: facts.sockets,
+            numa_nodes: facts.numa_nodes.len() as u32,
+            numa_balancing: facts.numa_balancing.clone(),
+            hardware_pmu: facts.hardware_pmu.clone(),
+            facts: facts.encode_to_vec(),
+        };
+        self.insert_rows("node_facts", vec![row]).await
+    }
+
+    /// The newest facts of every node.
+    pub async fn node_facts(&self) -> Result<HashMap<String, v1::NodeFacts>, StorageError> {
+        use prost::Message;
+        let rows = self
+            .client
+            .query("SELECT node, argMax(facts, received) AS facts FROM node_facts GROUP BY node")
+            .fetch_all::<FactsBlobRow>()
+            .await
+            .map_err(StorageError::query("read node facts"))?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| Some((r.node, v1::NodeFacts::decode(r.facts.as_slice()).ok()?)))
+            .collect())
     }
 
     async fn count_batch(&self, table: &'static str, batch_id: &[u8; 16]) -> Result<u64, StorageError> {
@@ -263,19 +364,15 @@ impl Store {
         if new.is_empty() {
             return Ok(());
         }
-        let mut insert = self
-            .client
-            .insert::<StackRow>("stacks")
-            .await
-            .map_err(StorageError::query("start inserting stacks"))?;
-        for &i in &new {
-            let frames: Vec<&v1::Frame> = batch.stacks[i]
-                .frame_indices
-                .iter()
-                .map(|&f| &batch.frames[f as usize])
-                .collect();
-            insert
-                .write(&StackRow {
+        let rows = new
+            .iter()
+            .map(|&i| {
+                let frames: Vec<&v1::Frame> = batch.stacks[i]
+                    .frame_indices
+                    .iter()
+                    .map(|&f| &batch.frames[f as usize])
+                    .collect();
+                StackRow {
                     stack_id: ids[i],
                     kinds: frames.iter().map(|f| f.kind.clamp(0, 255) as u8).collect(),
                     functions: frames.iter().map(|f| f.function.clone()).collect(),
@@ -283,11 +380,10 @@ impl Store {
                     build_ids: frames.iter().map(|f| bimodal_profile::hex(&f.build_id)).collect(),
                     addresses: frames.iter().map(|f| f.address).collect(),
                     file_offsets: frames.iter().map(|f| f.file_offset).collect(),
-                })
-                .await
-                .map_err(StorageError::query("write stacks"))?;
-        }
-        insert.end().await.map_err(StorageError::query("insert stacks"))?;
+                }
+            })
+            .collect();
+        self.insert_rows("stacks", rows).await?;
         let mut known = self.known_stacks.lock().expect("lock not poisoned");
         if known.len() + new.len() > KNOWN_STACKS_LIMIT {
             known.clear();
@@ -397,6 +493,14 @@ impl Store {
     }
 }
 
+fn unix_secs(nanos: i64) -> u32 {
+    (nanos / 1_000_000_000).clamp(0, i64::from(u32::MAX)) as u32
+}
+
+fn event_name(event: i32) -> String {
+    v1::EventKind::try_from(event).unwrap_or_default().name().to_owned()
+}
+
 fn now_secs() -> u32 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -420,6 +524,21 @@ fn validate(batch: &v1::Batch) -> Result<(), InvalidBatch> {
                 sample: i,
                 stack: s.stack_index,
                 stacks: batch.stacks.len(),
+            });
+        }
+    }
+    for (i, d) in batch.data_samples.iter().enumerate() {
+        if d.stack_index as usize >= batch.stacks.len() {
+            return Err(InvalidBatch::Stack {
+                sample: i,
+                stack: d.stack_index,
+                stacks: batch.stacks.len(),
+            });
+        }
+        if !matches!(v1::EventKind::try_from(d.event), Ok(e) if e != v1::EventKind::Unspecified) {
+            return Err(InvalidBatch::Event {
+                sample: i,
+                event: d.event,
             });
         }
     }

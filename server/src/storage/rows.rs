@@ -61,3 +61,73 @@ pub(super) struct FlameRow {
     pub samples: u64,
     pub total: u64,
 }
+
+#[derive(Row, Serialize)]
+pub(super) struct NodeFactsRow {
+    pub received: u32,
+    pub node: String,
+    pub kernel_release: String,
+    pub cpu_vendor: String,
+    pub cpu_model_name: String,
+    pub cpu_family: u32,
+    pub cpu_model: u32,
+    pub online_cpus: u32,
+    pub sockets: u32,
+    pub numa_nodes: u32,
+    pub numa_balancing: String,
+    pub hardware_pmu: String,
+    pub facts: Vec<u8>,
+}
+
+#[derive(Row, Deserialize)]
+pub(super) struct FactsBlobRow {
+    pub node: String,
+    pub facts: Vec<u8>,
+}
+
+#[derive(Row, Serialize)]
+pub(super) struct CounterRow {
+    pub time: u32,
+    pub node: String,
+    pub name: String,
+    pub value: u64,
+    pub batch_id: [u8; 16],
+}
+
+#[derive(Row, Serialize)]
+pub(super) struct PlacementRow {
+    pub time: u32,
+    pub node: String,
+    pub pid: u32,
+    pub comm: String,
+    pub executable: String,
+    pub thread_nodes: Vec<u32>,
+    pub thread_counts: Vec<u32>,
+    pub kind: String,
+    pub path: String,
+    pub start: u64,
+    pub end: u64,
+    pub permissions: String,
+    pub page_nodes: Vec<u32>,
+    pub page_counts: Vec<u64>,
+    pub page_size: u64,
+    pub batch_id: [u8; 16],
+}
+
+#[derive(Row, Serialize)]
+pub(super) struct DataSampleRow {
+    pub time: u32,
+    pub node: String,
+    pub event: String,
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    pub stack_id: u64,
+    pub mapping_kind: String,
+    pub mapping_path: String,
+    pub symbol: String,
+    pub cache_line: u64,
+    pub count: u64,
+    pub value: u64,
+    pub batch_id: [u8; 16],
+}

@@ -41,7 +41,7 @@ fn batch(id: u8, resend: bool) -> v1::Batch {
             count: 3,
             value: 300,
         }],
-        sources: vec![],
+        ..Default::default()
     }
 }
 
