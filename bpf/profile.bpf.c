@@ -55,7 +55,7 @@ struct {
 /* samples with a data address (struct data_sample), read by user space at every drain */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 256 * 1024);
+	__uint(max_entries, 1024 * 1024);
 } data_samples SEC(".maps");
 
 /* lost samples and stacks per event kind and drop reason, per CPU so counting never contends */

@@ -1,4 +1,5 @@
-//! Builds a wire batch from one drain: frames and stacks deduplicated, samples weighted.
+//! Builds a wire batch from one drain: frames and stacks deduplicated, samples weighted, data
+//! addresses attributed to the mapping, symbol and cache line they fall in.
 
 use std::collections::HashMap;
 use std::time::SystemTime;
@@ -7,7 +8,7 @@ use bimodal_proto::v1;
 
 use crate::bpf::Drained;
 use crate::events::EventSource;
-use crate::symbolize::{Frames, Ip};
+use crate::symbolize::{DataObject, Frames, Ip};
 
 /// The interval a drain covered.
 #[derive(Clone, Copy, Debug)]
@@ -22,6 +23,36 @@ fn unix_nanos(t: SystemTime) -> i64 {
         .unwrap_or(0)
 }
 
+/// Data samples by (event, stack index, pid, tid, data object): (count, value).
+type DataGroups = HashMap<(i32, u32, u32, u32, DataObject), (u64, u64)>;
+
+/// Interns frames and stacks into a batch.
+struct Stacks<'a> {
+    drained: &'a Drained,
+    /// Frame index by (tgid, ip); tgid 0 holds kernel frames.
+    frame_index: HashMap<(u32, Ip), u32>,
+    stack_index: HashMap<Vec<u32>, u32>,
+}
+
+impl Stacks<'_> {
+    /// The batch's index of the stack made of `kernel_stack_id` over `user_stack_id`.
+    fn intern(&mut self, batch: &mut v1::Batch, tgid: u32, kernel_stack_id: i32, user_stack_id: i32) -> u32 {
+        // Leaf first: kernel frames, then the user frames below them.
+        let mut indices = Vec::new();
+        if let Some(stack) = self.drained.stacks.get(&kernel_stack_id) {
+            indices.extend(ips(stack).map(|ip| self.frame_index[&(0, ip)]));
+        }
+        if let Some(stack) = self.drained.stacks.get(&user_stack_id) {
+            indices.extend(ips(stack).map(|ip| self.frame_index[&(tgid, ip)]));
+        }
+        let next = self.stack_index.len() as u32;
+        *self.stack_index.entry(indices.clone()).or_insert_with(|| {
+            batch.stacks.push(v1::Stack { frame_indices: indices });
+            next
+        })
+    }
+}
+
 /// Symbolizes and packs one drain into a batch with a fresh batch id.
 pub fn build(drained: &Drained, sources: &[EventSource], frames: &Frames, interval: Interval) -> v1::Batch {
     let mut batch = v1::Batch {
@@ -34,22 +65,32 @@ pub fn build(drained: &Drained, sources: &[EventSource], frames: &Frames, interv
     // Resolve each distinct address once: user addresses per process, kernel ones together.
     let mut user_ips: HashMap<u32, Vec<Ip>> = HashMap::new();
     let mut kernel_ips: Vec<Ip> = Vec::new();
-    for (key, _) in &drained.samples {
-        if let Some(stack) = drained.stacks.get(&key.user_stack_id) {
-            user_ips.entry(key.tgid).or_default().extend(ips(stack));
+    let user_stacks = drained
+        .samples
+        .iter()
+        .map(|(k, _)| (k.tgid, k.user_stack_id))
+        .chain(drained.data.iter().map(|d| (d.tgid, d.user_stack_id)));
+    for (tgid, id) in user_stacks {
+        if let Some(stack) = drained.stacks.get(&id) {
+            user_ips.entry(tgid).or_default().extend(ips(stack));
         }
+    }
+    for (key, _) in &drained.samples {
         if let Some(stack) = drained.stacks.get(&key.kernel_stack_id) {
             kernel_ips.extend(ips(stack));
         }
     }
-    // Frame index by (tgid, ip); tgid 0 holds kernel frames.
-    let mut frame_index: HashMap<(u32, Ip), u32> = HashMap::new();
+    let mut stacks = Stacks {
+        drained,
+        frame_index: HashMap::new(),
+        stack_index: HashMap::new(),
+    };
     let mut push_frames =
-        |batch: &mut v1::Batch, tgid: u32, mut list: Vec<Ip>, resolve: &dyn Fn(&[Ip]) -> Vec<v1::Frame>| {
+        |batch: &mut v1::Batch, tgid: u32, mut list: Vec<Ip>, resolved: &dyn Fn(&[Ip]) -> Vec<v1::Frame>| {
             list.sort_unstable_by_key(|ip| (ip.address, ip.leaf));
             list.dedup();
-            for (ip, frame) in list.iter().zip(resolve(&list)) {
-                frame_index.insert((tgid, *ip), batch.frames.len() as u32);
+            for (ip, frame) in list.iter().zip(resolved(&list)) {
+                stacks.frame_index.insert((tgid, *ip), batch.frames.len() as u32);
                 batch.frames.push(frame);
             }
         };
@@ -58,21 +99,10 @@ pub fn build(drained: &Drained, sources: &[EventSource], frames: &Frames, interv
         push_frames(&mut batch, tgid, list, &|l| frames.user(tgid, l));
     }
 
-    let mut stack_index: HashMap<Vec<u32>, u32> = HashMap::new();
+    let mut comm_of: HashMap<u32, &str> = HashMap::new();
     for (key, v) in &drained.samples {
-        // Leaf first: kernel frames, then the user frames below them.
-        let mut indices = Vec::new();
-        if let Some(stack) = drained.stacks.get(&key.kernel_stack_id) {
-            indices.extend(ips(stack).map(|ip| frame_index[&(0, ip)]));
-        }
-        if let Some(stack) = drained.stacks.get(&key.user_stack_id) {
-            indices.extend(ips(stack).map(|ip| frame_index[&(key.tgid, ip)]));
-        }
-        let next = stack_index.len() as u32;
-        let stack = *stack_index.entry(indices.clone()).or_insert_with(|| {
-            batch.stacks.push(v1::Stack { frame_indices: indices });
-            next
-        });
+        comm_of.insert(key.pid, &key.comm);
+        let stack = stacks.intern(&mut batch, key.tgid, key.kernel_stack_id, key.user_stack_id);
         batch.samples.push(v1::Sample {
             event: key.event as i32,
             stack_index: stack,
@@ -83,6 +113,41 @@ pub fn build(drained: &Drained, sources: &[EventSource], frames: &Frames, interv
             value: v.value,
         });
     }
+
+    // Data samples: grouped by stack and the data object the address falls in.
+    let mut by_process: HashMap<u32, Vec<usize>> = HashMap::new();
+    for (i, d) in drained.data.iter().enumerate() {
+        by_process.entry(d.tgid).or_default().push(i);
+    }
+    let mut grouped: DataGroups = HashMap::new();
+    for (tgid, indices) in by_process {
+        let addresses: Vec<u64> = indices.iter().map(|&i| drained.data[i].address).collect();
+        for (&i, object) in indices.iter().zip(frames.data_objects(tgid, &addresses)) {
+            let d = &drained.data[i];
+            let stack = stacks.intern(&mut batch, d.tgid, -1, d.user_stack_id);
+            let entry = grouped
+                .entry((d.event as i32, stack, d.tgid, d.pid, object))
+                .or_default();
+            entry.0 += 1;
+            entry.1 += d.weight;
+        }
+    }
+    for ((event, stack_index, pid, tid, object), (count, value)) in grouped {
+        batch.data_samples.push(v1::DataSample {
+            event,
+            stack_index,
+            pid,
+            tid,
+            comm: comm_of.get(&tid).map(|c| c.to_string()).unwrap_or_default(),
+            count,
+            value,
+            mapping_kind: object.kind,
+            mapping_path: object.path,
+            symbol: object.symbol,
+            cache_line: object.cache_line,
+        });
+    }
+
     batch.sources = sources
         .iter()
         .map(|s| v1::EventSource {

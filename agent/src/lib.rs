@@ -4,11 +4,18 @@
 //! The data path, by module: `events` (which perf event samples each kind) → `bpf` (programs
 //! and their maps) → `symbolize` (addresses to frames) → `batch` (wire batches) → `record` /
 //! `ship`; `probe` reports which source each event kind uses here.
+//!
+//! Node facts for the server: `topology` (what the node looks like), `counters` (how its NUMA and
+//! fault counters move), `placement` (on which nodes a process's memory and threads are).
 
 pub mod batch;
 pub mod bpf;
+pub mod counters;
 pub mod events;
+pub mod facts;
+pub mod placement;
 pub mod probe;
 pub mod record;
 pub mod ship;
 pub mod symbolize;
+pub mod topology;

@@ -7,9 +7,11 @@ use std::time::Duration;
 use anyhow::Context;
 use bimodal_agent::bpf::MapSizes;
 use bimodal_agent::events::{EventKind, LiveProber, Machine, Rates};
-use bimodal_agent::probe;
+use bimodal_agent::placement::Placement;
 use bimodal_agent::record::{self, Format, RecordOptions};
 use bimodal_agent::ship::{self, RunOptions};
+use bimodal_agent::topology::Topology;
+use bimodal_agent::{facts, probe};
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser, Debug)]
@@ -34,6 +36,18 @@ enum Command {
     Run(RunArgs),
     /// Show which source samples each event kind on this machine, and why others were rejected.
     Probe(ProbeArgs),
+    /// Show where a process's memory lives, per mapping and NUMA node, and where its threads run.
+    Placement(PlacementArgs),
+}
+
+#[derive(Args, Debug)]
+struct PlacementArgs {
+    /// The process.
+    #[arg(long)]
+    pid: u32,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -98,6 +112,10 @@ struct RecordArgs {
     /// File to write.
     #[arg(long, short)]
     output: PathBuf,
+    /// Profile the data the samples touched: each stack is topped by its data object
+    /// (`[bss] table`, `[heap]`). Needs an event source with data addresses (page_fault here).
+    #[arg(long)]
+    data_objects: bool,
     #[command(flatten)]
     sampling: SamplingArgs,
 }
@@ -175,6 +193,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 output: a.output,
                 rates: a.sampling.rates(),
                 map_sizes: a.sampling.map_sizes(),
+                data_objects: a.data_objects,
             };
             let summary = record::record(&opts)?;
             eprintln!(
@@ -192,6 +211,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
                 print!("{}", report.to_text());
+            }
+            Ok(())
+        }
+        Command::Placement(a) => {
+            let root = std::path::Path::new("/");
+            let topology = Topology::read_from(root)?;
+            let p = Placement::read(root, a.pid, &|cpu| topology.node_of_cpu(cpu))?;
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&facts::placement_json(&p, root))?);
+            } else {
+                for m in p.mappings.iter().filter(|m| m.resident_pages() > 0) {
+                    println!("{}", m.describe());
+                }
+                println!("threads ran on nodes: {:?}", p.thread_nodes);
+                for f in p.remote_mappings() {
+                    println!("finding: {f}");
+                }
             }
             Ok(())
         }

@@ -31,6 +31,9 @@ pub struct RecordOptions {
     pub output: PathBuf,
     pub rates: Rates,
     pub map_sizes: MapSizes,
+    /// Profile the data objects the samples touched (each stack topped by `[bss] table`)
+    /// instead of the code alone; needs a source with data addresses.
+    pub data_objects: bool,
 }
 
 /// What a `record` run sampled.
@@ -47,6 +50,13 @@ const DRAIN_INTERVAL: Duration = Duration::from_secs(1);
 /// Samples `opts.event` for `opts.duration` and writes the profile to `opts.output`.
 pub fn record(opts: &RecordOptions) -> anyhow::Result<RecordSummary> {
     let source = events::resolve(opts.event, &opts.rates, &Machine::read(), &LiveProber::default()).into_source()?;
+    if opts.data_objects && !source.data_address {
+        anyhow::bail!(
+            "`{}` is sampled by {} here, which carries no data addresses: --data-objects needs one that does",
+            opts.event.name(),
+            source.description
+        );
+    }
     let mut sampler = Sampler::start(SamplerOptions {
         sources: vec![source.clone()],
         pid: opts.pid,
@@ -79,7 +89,11 @@ pub fn record(opts: &RecordOptions) -> anyhow::Result<RecordSummary> {
         interval_start = end;
         summary.samples += b.samples.iter().map(|s| s.count).sum::<u64>();
         summary.dropped += b.sources.iter().map(|s| s.dropped).sum::<u64>();
-        profile.add_batch(&b, opts.event);
+        if opts.data_objects {
+            profile.add_data_samples(&b, opts.event);
+        } else {
+            profile.add_batch(&b, opts.event);
+        }
         if last {
             break;
         }

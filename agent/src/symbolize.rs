@@ -9,6 +9,8 @@ use blazesym::symbolize::source::{Kernel, Process, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use blazesym::Pid;
 
+use crate::placement::MappingClass;
+
 /// One symbolizer per agent: blazesym caches parsed ELF files and kallsyms across calls.
 pub struct Frames {
     symbolizer: Symbolizer,
@@ -165,5 +167,102 @@ fn fill(frame: &mut v1::Frame, sym: Symbolized<'_>) {
                 frame.unsymbolized_reason = reason.to_string();
             }
         }
+    }
+}
+
+/// What a data address belongs to: its mapping, the global variable, the cache line.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DataObject {
+    /// The mapping's class (`bss`, `data`, `heap`, `anon`, ...; `unknown` when unmapped).
+    pub kind: String,
+    /// The ELF image for data and bss, else the mapping's path; empty for anonymous memory.
+    pub path: String,
+    /// The global variable holding the address, where the image has symbols.
+    pub symbol: String,
+    /// The 64-byte line: ELF virtual address for an image's data and bss (the same in every
+    /// process and node), else the offset in the mapping.
+    pub cache_line: u64,
+}
+
+const CACHE_LINE: u64 = 64;
+
+/// Whether an ELF file is position independent (ET_DYN): its virtual addresses are then
+/// relative to where it was loaded.
+fn is_position_independent(path: &Path) -> Option<bool> {
+    use std::io::Read;
+    let mut header = [0u8; 18];
+    std::fs::File::open(path).ok()?.read_exact(&mut header).ok()?;
+    (header[..4] == *b"\x7fELF").then(|| u16::from_le_bytes([header[16], header[17]]) == 3)
+}
+
+impl Frames {
+    /// Attributes data addresses of process `tgid` to their data objects, one per address.
+    pub fn data_objects(&self, tgid: u32, addresses: &[u64]) -> Vec<DataObject> {
+        let root = Path::new("/");
+        let Ok(mappings) = crate::placement::read_mappings(root, tgid) else {
+            return addresses
+                .iter()
+                .map(|_| DataObject {
+                    kind: "unknown".into(),
+                    ..Default::default()
+                })
+                .collect();
+        };
+        let mut out = Vec::with_capacity(addresses.len());
+        // ELF virtual addresses to symbolize, per image: (index in `out`, vaddr).
+        let mut lookups: std::collections::HashMap<String, Vec<(usize, u64)>> = Default::default();
+        for &address in addresses {
+            let Some(m) = mappings.iter().find(|m| m.start <= address && address < m.end) else {
+                out.push(DataObject {
+                    kind: "unknown".into(),
+                    cache_line: address & !(CACHE_LINE - 1),
+                    ..Default::default()
+                });
+                continue;
+            };
+            let mut object = DataObject {
+                kind: m.class.as_str().into(),
+                path: m.image.clone().or_else(|| m.path.clone()).unwrap_or_default(),
+                symbol: String::new(),
+                cache_line: (address - m.start) & !(CACHE_LINE - 1),
+            };
+            if let Some(image) = m
+                .image
+                .as_deref()
+                .filter(|_| matches!(m.class, MappingClass::Data | MappingClass::Bss))
+            {
+                // The image's load base: its lowest mapping, which maps file offset 0.
+                let base = mappings
+                    .iter()
+                    .filter(|x| x.path.as_deref() == Some(image))
+                    .map(|x| x.start.saturating_sub(x.offset))
+                    .min()
+                    .unwrap_or(0);
+                let file = Path::new("/proc")
+                    .join(tgid.to_string())
+                    .join("root")
+                    .join(image.trim_start_matches('/'));
+                let pie = is_position_independent(&file).unwrap_or(true);
+                let vaddr = if pie { address - base } else { address };
+                object.cache_line = vaddr & !(CACHE_LINE - 1);
+                lookups
+                    .entry(file.to_string_lossy().into_owned())
+                    .or_default()
+                    .push((out.len(), vaddr));
+            }
+            out.push(object);
+        }
+        for (file, wanted) in lookups {
+            let vaddrs: Vec<u64> = wanted.iter().map(|w| w.1).collect();
+            let source = Source::Elf(blazesym::symbolize::source::Elf::new(&file));
+            if let Ok(symbols) = self.symbolizer.symbolize(&source, Input::VirtOffset(&vaddrs)) {
+                for ((index, _), sym) in wanted.iter().zip(symbols) {
+                    if let Symbolized::Sym(sym) = sym {
+                        out[*index].symbol = sym.name.into_owned();
+                    }
+                }
+            }
+        }
+        out
     }
 }

@@ -22,6 +22,8 @@ pub enum FrameKind {
     User,
     Kernel,
     Jit,
+    /// The data object a sample's address touched (`[bss] table`), as the leaf of a data profile.
+    Data,
     Unknown,
 }
 
@@ -170,6 +172,47 @@ impl Profile {
                 stack: frames,
                 count: s.count,
                 value: s.value,
+            });
+        }
+        skipped
+    }
+
+    /// Adds the data samples of `event` from a wire batch, each stack topped by a frame naming
+    /// the data object (`[bss] table`, `[heap]`); returns how many were skipped as malformed.
+    pub fn add_data_samples(&mut self, batch: &v1::Batch, event: v1::EventKind) -> usize {
+        let mut skipped = 0;
+        for d in batch.data_samples.iter().filter(|d| d.event == event as i32) {
+            let Some(stack) = batch.stacks.get(d.stack_index as usize) else {
+                skipped += 1;
+                continue;
+            };
+            let name = match (d.symbol.as_str(), d.mapping_kind.as_str()) {
+                ("", kind) => format!("[{kind}] {}", d.mapping_path.rsplit('/').next().unwrap_or_default()),
+                (symbol, kind) => format!("[{kind}] {symbol}"),
+            };
+            let mut frames = vec![self.intern(Frame {
+                kind: FrameKind::Data,
+                function: name.trim_end().to_owned(),
+                module: d.mapping_path.clone(),
+                build_id: String::new(),
+                address: d.cache_line,
+                file_offset: 0,
+            })];
+            for &fi in &stack.frame_indices {
+                match batch.frames.get(fi as usize) {
+                    Some(f) => frames.push(self.intern(Frame::from_proto(f))),
+                    None => break,
+                }
+            }
+            if frames.len() != stack.frame_indices.len() + 1 {
+                skipped += 1;
+                continue;
+            }
+            self.samples.push(Sample {
+                comm: d.comm.clone(),
+                stack: frames,
+                count: d.count,
+                value: d.value,
             });
         }
         skipped

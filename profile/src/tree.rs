@@ -25,6 +25,7 @@ pub enum TreeKind {
     User,
     Kernel,
     Jit,
+    Data,
     Unknown,
 }
 
@@ -35,6 +36,7 @@ impl From<FrameKind> for TreeKind {
             FrameKind::User => TreeKind::User,
             FrameKind::Kernel => TreeKind::Kernel,
             FrameKind::Jit => TreeKind::Jit,
+            FrameKind::Data => TreeKind::Data,
             FrameKind::Unknown => TreeKind::Unknown,
         }
     }
