@@ -140,6 +140,12 @@ struct RunArgs {
     /// Unacknowledged batches kept for resending while the server is unreachable.
     #[arg(long, env = "BIMODAL_SPOOL_BATCHES", default_value_t = 360)]
     spool_batches: usize,
+    /// Read the memory placement (numa_maps) of the busiest processes every N intervals; 0: never.
+    #[arg(long, env = "BIMODAL_PLACEMENT_EVERY", default_value_t = 6)]
+    placement_every: u32,
+    /// How many processes' placement is read each time.
+    #[arg(long, env = "BIMODAL_PLACEMENT_PROCESSES", default_value_t = 5)]
+    placement_processes: usize,
     #[command(flatten)]
     sampling: SamplingArgs,
 }
@@ -246,6 +252,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 rates: a.sampling.rates(),
                 map_sizes: a.sampling.map_sizes(),
                 spool_batches: a.spool_batches,
+                placement_every: a.placement_every,
+                placement_processes: a.placement_processes,
             };
             let runtime = tokio::runtime::Runtime::new().context("failed to start the async runtime")?;
             runtime.block_on(async {

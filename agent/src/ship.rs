@@ -4,7 +4,8 @@
 //! spooled batch is sent again with `resend = true`, and the server stores it at most once.
 //! When the spool is full the oldest batch is dropped and counted, never silently.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
@@ -14,8 +15,12 @@ use tokio_stream::StreamExt;
 
 use crate::batch::{self, Interval};
 use crate::bpf::{MapSizes, Sampler, SamplerOptions};
+use crate::counters::{CounterDelta, NodeCounters};
 use crate::events::{self, EventKind, LiveProber, Machine, Rates};
+use crate::placement::{self, Placement};
 use crate::symbolize::Frames;
+use crate::topology::Topology;
+use crate::{facts, probe};
 
 /// Settings of `bimodal-agent run`.
 #[derive(Clone, Debug)]
@@ -32,16 +37,26 @@ pub struct RunOptions {
     pub map_sizes: MapSizes,
     /// Unacknowledged batches kept for resending.
     pub spool_batches: usize,
+    /// Memory placement is read every this many intervals (0: never); reading `numa_maps`
+    /// walks page tables, so it is not done at every drain.
+    pub placement_every: u32,
+    /// How many processes' placement is read: those with the most samples, then the largest.
+    pub placement_processes: usize,
 }
 
 /// Samples and ships until `shutdown` turns true, then sends what is left once.
 pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
     let machine = Machine::read();
+    let prober = LiveProber::default();
+    let report = probe::probe(&machine, &opts.rates, &prober);
     let sources = opts
         .events
         .iter()
-        .map(|&e| events::resolve(e, &opts.rates, &machine, &LiveProber::default()).into_source())
+        .map(|&e| events::resolve(e, &opts.rates, &machine, &prober).into_source())
         .collect::<Result<Vec<_>, _>>()?;
+    let root = Path::new("/");
+    let topology = Topology::read_from(root).context("failed to read the node's topology")?;
+    let node_facts = facts::node_facts(&topology, &report);
     let mut sampler = Sampler::start(SamplerOptions {
         sources,
         pid: opts.pid,
@@ -51,31 +66,51 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
         tracing::info!(event = s.event.name(), source = %s.description, "sampling");
     }
 
+    let hello = v1::Hello {
+        node: opts.node.clone(),
+        labels: opts.labels.clone().into_iter().collect(),
+        agent_version: env!("CARGO_PKG_VERSION").into(),
+        agent_instance: uuid::Uuid::new_v4().as_bytes().to_vec(),
+        kernel_release: kernel_release(),
+        facts: Some(node_facts),
+    };
+
     // Draining and symbolizing are blocking work: they run on their own thread.
     let (batches_tx, batches_rx) = mpsc::channel::<v1::Batch>(4);
     let interval = opts.interval;
+    let placement_every = u64::from(opts.placement_every);
+    let placement_processes = opts.placement_processes;
     let mut stop = shutdown.clone();
     let sampling = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
         let frames = Frames::default();
         let mut start = SystemTime::now();
-        loop {
+        let mut counters = NodeCounters::read_from(root).ok();
+        let mut busiest: HashMap<u32, u64> = HashMap::new();
+        for n in 0u64.. {
             let done = wait_or_stop(&mut stop, interval);
             let drained = sampler.drain()?;
             let end = SystemTime::now();
-            let b = batch::build(&drained, sampler.sources(), &frames, Interval { start, end });
+            let mut b = batch::build(&drained, sampler.sources(), &frames, Interval { start, end });
             start = end;
-            if (!b.samples.is_empty() || b.sources.iter().any(|s| s.dropped > 0))
-                && batches_tx.blocking_send(b).is_err()
-            {
-                return Ok(());
+            let now = NodeCounters::read_from(root).ok();
+            if let (Some(prev), Some(next)) = (&counters, &now) {
+                b.counters = facts::counters(&CounterDelta::between(prev, next));
             }
-            if done {
+            counters = now;
+            for s in &b.samples {
+                *busiest.entry(s.pid).or_default() += s.count;
+            }
+            if placement_every > 0 && n % placement_every == 0 {
+                b.placements = placements(root, &topology, std::mem::take(&mut busiest), placement_processes);
+            }
+            if batches_tx.blocking_send(b).is_err() || done {
                 return Ok(());
             }
         }
+        Ok(())
     });
 
-    let shipping = ship(opts.clone(), batches_rx, shutdown.clone());
+    let shipping = ship(opts.clone(), hello, batches_rx, shutdown.clone());
     let (sampled, shipped) = tokio::join!(sampling, shipping);
     sampled.context("sampling thread panicked")??;
     shipped
@@ -123,6 +158,7 @@ impl Spool {
 
 async fn ship(
     opts: RunOptions,
+    hello: v1::Hello,
     mut batches: mpsc::Receiver<v1::Batch>,
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
@@ -130,14 +166,6 @@ async fn ship(
         batches: VecDeque::new(),
         limit: opts.spool_batches.max(1),
         dropped_batches: 0,
-    };
-    let hello = v1::Hello {
-        node: opts.node.clone(),
-        labels: opts.labels.clone().into_iter().collect(),
-        agent_version: env!("CARGO_PKG_VERSION").into(),
-        agent_instance: uuid::Uuid::new_v4().as_bytes().to_vec(),
-        kernel_release: kernel_release(),
-        facts: None,
     };
     let mut backoff = Duration::from_millis(200);
     let mut sampler_done = false;
@@ -227,6 +255,26 @@ async fn stream_once(
             },
         }
     }
+}
+
+/// Placement of the processes with the most samples since the last reading, topped up with the
+/// largest by resident memory; processes that exit meanwhile are skipped.
+fn placements(root: &Path, topology: &Topology, busiest: HashMap<u32, u64>, n: usize) -> Vec<v1::Placement> {
+    let mut by_samples: Vec<(u32, u64)> = busiest.into_iter().collect();
+    by_samples.sort_unstable_by(|a, b| b.1.cmp(&a.1));
+    let mut pids: Vec<u32> = by_samples.into_iter().map(|(pid, _)| pid).take(n).collect();
+    for pid in placement::top_by_rss(root, n).unwrap_or_default() {
+        if pids.len() >= n {
+            break;
+        }
+        if !pids.contains(&pid) {
+            pids.push(pid);
+        }
+    }
+    pids.into_iter()
+        .filter_map(|pid| Placement::read(root, pid, &|cpu| topology.node_of_cpu(cpu)).ok())
+        .map(|p| facts::placement(&p, root))
+        .collect()
 }
 
 fn kernel_release() -> String {

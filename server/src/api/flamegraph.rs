@@ -6,11 +6,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use bimodal_proto::v1::EventKind;
 
+use super::params::{now, rfc3339, Params};
 use super::{AppError, AppState};
 use crate::storage::FlameQuery;
-
-/// Default range when `from` is absent: the last 15 minutes.
-const DEFAULT_RANGE_SECS: u32 = 15 * 60;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Format {
@@ -49,65 +47,32 @@ pub(super) async fn flamegraph(State(state): State<AppState>, RawQuery(raw): Raw
     })
 }
 
-fn now() -> u32 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as u32)
-        .unwrap_or(0)
-}
-
 fn parse(raw: &str, now: u32) -> Result<(FlameQuery, Format), AppError> {
-    let bad = |m: String| AppError::BadRequest(m);
-    let (mut event, mut from, mut to, mut format) = (None, None, None, Format::Json);
-    let mut nodes = Vec::new();
-    for (k, v) in form_urlencoded::parse(raw.as_bytes()) {
-        match &*k {
-            "event" => {
-                event = Some(
-                    EventKind::from_name(&v)
-                        .filter(|e| *e != EventKind::Unspecified)
-                        .ok_or_else(|| bad(format!("unknown event `{v}`")))?,
-                )
-            }
-            "from" => from = Some(parse_time(&v).ok_or_else(|| bad(format!("`from` is not a time: `{v}`")))?),
-            "to" => to = Some(parse_time(&v).ok_or_else(|| bad(format!("`to` is not a time: `{v}`")))?),
-            "node" if !v.is_empty() => nodes.push(v.into_owned()),
-            "node" => {}
-            "format" => {
-                format = match &*v {
-                    "json" => Format::Json,
-                    "folded" => Format::Folded,
-                    "pprof" => Format::Pprof,
-                    other => return Err(bad(format!("unknown format `{other}`; expected json, folded or pprof"))),
-                }
-            }
-            other => return Err(bad(format!("unknown parameter `{other}`"))),
+    let p = Params::parse(Some(raw), &["event", "from", "to", "node", "format"])?;
+    let name = p.required("event")?;
+    let event = EventKind::from_name(name)
+        .filter(|e| *e != EventKind::Unspecified)
+        .ok_or_else(|| AppError::BadRequest(format!("unknown event `{name}`")))?;
+    let format = match p.one("format").unwrap_or("json") {
+        "json" => Format::Json,
+        "folded" => Format::Folded,
+        "pprof" => Format::Pprof,
+        other => {
+            return Err(AppError::BadRequest(format!(
+                "unknown format `{other}`; expected json, folded or pprof"
+            )))
         }
-    }
-    let event = event.ok_or_else(|| bad("`event` is required".into()))?;
-    let to = to.unwrap_or(now.saturating_add(1));
-    let from = from.unwrap_or(to.saturating_sub(DEFAULT_RANGE_SECS));
-    if from >= to {
-        return Err(bad("`from` must be before `to`".into()));
-    }
-    Ok((FlameQuery { event, from, to, nodes }, format))
-}
-
-/// Unix seconds or RFC 3339.
-fn parse_time(s: &str) -> Option<u32> {
-    if let Ok(secs) = s.parse::<u32>() {
-        return Some(secs);
-    }
-    let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()?;
-    u32::try_from(t.unix_timestamp()).ok()
-}
-
-/// Unix seconds as RFC 3339 in UTC.
-pub(super) fn rfc3339(secs: u32) -> String {
-    time::OffsetDateTime::from_unix_timestamp(i64::from(secs))
-        .ok()
-        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
-        .unwrap_or_default()
+    };
+    let (from, to) = p.time_range(now)?;
+    Ok((
+        FlameQuery {
+            event,
+            from,
+            to,
+            nodes: p.all("node"),
+        },
+        format,
+    ))
 }
 
 #[cfg(test)]

@@ -2,6 +2,8 @@
 
 mod error;
 mod flamegraph;
+mod node;
+mod params;
 mod web;
 
 use std::sync::Arc;
@@ -28,6 +30,8 @@ pub fn app(state: AppState) -> Router {
         .route("/api/v1/events", get(events))
         .route("/api/v1/nodes", get(nodes))
         .route("/api/v1/flamegraph", get(flamegraph::flamegraph))
+        .route("/api/v1/placement", get(node::placement))
+        .route("/api/v1/counters", get(node::counters))
         .fallback(web::asset)
         .with_state(state)
 }
@@ -57,7 +61,7 @@ async fn nodes(State(state): State<AppState>) -> Result<Json<serde_json::Value>,
             serde_json::json!({
                 "node": n.node,
                 "labels": n.labels,
-                "last_seen": flamegraph::rfc3339(n.last_seen),
+                "last_seen": params::rfc3339(n.last_seen),
                 "facts": f.map(facts_json),
             })
         })

@@ -3,6 +3,7 @@
 
 pub mod managed;
 pub mod migrations;
+pub mod placement;
 mod rows;
 
 use std::collections::{HashMap, HashSet};

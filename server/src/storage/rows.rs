@@ -131,3 +131,28 @@ pub(super) struct DataSampleRow {
     pub value: u64,
     pub batch_id: [u8; 16],
 }
+
+#[derive(Row, Deserialize)]
+pub(super) struct PlacementReadRow {
+    pub time: u32,
+    pub pid: u32,
+    pub comm: String,
+    pub executable: String,
+    pub thread_nodes: Vec<u32>,
+    pub thread_counts: Vec<u32>,
+    pub kind: String,
+    pub path: String,
+    pub start: u64,
+    pub end: u64,
+    pub permissions: String,
+    pub page_nodes: Vec<u32>,
+    pub page_counts: Vec<u64>,
+    pub page_size: u64,
+}
+
+#[derive(Row, Deserialize)]
+pub(super) struct CounterPointRow {
+    pub time: u32,
+    pub name: String,
+    pub value: u64,
+}

@@ -30,6 +30,8 @@ async fn agent_samples_reach_the_flame_graph_in_the_browser() {
             rates: Rates::default(),
             map_sizes: MapSizes::default(),
             spool_batches: 16,
+            placement_every: 2,
+            placement_processes: 3,
         },
         agent_stopped,
     ));
@@ -76,6 +78,46 @@ async fn agent_samples_reach_the_flame_graph_in_the_browser() {
     assert_eq!(json["unit"], "count");
     assert_eq!(json["root"]["children"][0]["name"], "workload");
     assert_eq!(json["root"]["children"][0]["kind"], "process");
+
+    // The node's facts came with the hello: its CPU, and the source each event kind uses.
+    let facts = &nodes["nodes"][0]["facts"];
+    assert!(facts["online_cpus"].as_u64().unwrap() >= 1, "{facts}");
+    assert!(
+        facts["event_sources"]["page_fault"]["source"]
+            .as_str()
+            .unwrap()
+            .contains("page-faults"),
+        "{facts}"
+    );
+
+    // Counters and placement arrive with the batches.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, counters) = server.get("/api/v1/counters?node=e2e-node&name=pgfault").await;
+        assert_eq!(status, 200, "{counters}");
+        let counters: serde_json::Value = serde_json::from_str(&counters).unwrap();
+        let faults: u64 = counters["counters"]["pgfault"]
+            .as_array()
+            .map(|points| points.iter().map(|p| p["value"].as_u64().unwrap()).sum())
+            .unwrap_or(0);
+        let (status, placement) = server.get("/api/v1/placement?node=e2e-node").await;
+        assert_eq!(status, 200, "{placement}");
+        let placement: serde_json::Value = serde_json::from_str(&placement).unwrap();
+        let workload_mapped = placement["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["pid"] == workload.pid() && p["mappings"].as_array().is_some_and(|m| !m.is_empty()));
+        // The fixture faults thousands of pages a second.
+        if faults > 1000 && workload_mapped {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "counters or placement missing: pgfault {faults}; placement {placement}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 
     browser_shows(&server, "touch_fresh_pages");
 

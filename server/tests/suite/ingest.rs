@@ -101,6 +101,41 @@ async fn resent_batches_are_stored_once_and_malformed_ones_refused() {
     server.stop().await;
 }
 
+/// A placement showing a process's .bss on node 1 while its threads ran on node 0 (the ScyllaDB
+/// case; no NUMA hardware needed to store and judge it) is reported as remote memory, and a
+/// local heap is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_bss_placement_is_a_finding() {
+    let server = TestServer::start().await;
+    let mapping = |kind: &str, node: u32, pages: u64| v1::MappingPlacement {
+        kind: kind.into(),
+        path: "/usr/bin/scylla".into(),
+        start: 0x1000,
+        end: 0x1000 + pages * 4096,
+        permissions: "rw-p".into(),
+        pages_per_node: [(node, pages)].into(),
+        page_size: 4096,
+    };
+    let mut b = batch(20, false);
+    b.placements = vec![v1::Placement {
+        pid: 42,
+        comm: "scylla".into(),
+        executable: "/usr/bin/scylla".into(),
+        threads_per_node: [(0, 8)].into(),
+        mappings: vec![mapping("bss", 1, 16384), mapping("heap", 0, 4096)],
+    }];
+    exchange(&server, vec![hello(), req(b)]).await.unwrap();
+    let (status, body) = server.get("/api/v1/placement?node=ingest-node").await;
+    assert_eq!(status, 200, "{body}");
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let findings = json["findings"].as_array().unwrap();
+    assert_eq!(findings.len(), 1, "{body}");
+    assert_eq!(findings[0]["kind"], "bss");
+    assert_eq!(findings[0]["node"], 1);
+    assert_eq!(findings[0]["thread_nodes"], serde_json::json!([0]));
+    server.stop().await;
+}
+
 /// A stream that does not start with a hello is refused as an invalid argument.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_must_start_with_hello() {

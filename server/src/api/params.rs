@@ -1,0 +1,90 @@
+//! Query parameters shared by the API's routes: repeatable keys, time ranges, bound values.
+
+use super::AppError;
+
+/// Default range when `from` is absent: the last 15 minutes.
+const DEFAULT_RANGE_SECS: u32 = 15 * 60;
+
+/// The decoded query string of one request.
+#[derive(Debug)]
+pub(super) struct Params {
+    pairs: Vec<(String, String)>,
+}
+
+impl Params {
+    /// Decodes `raw`; a key not in `allowed` is a bad request rather than silently ignored.
+    pub(super) fn parse(raw: Option<&str>, allowed: &[&str]) -> Result<Params, AppError> {
+        let mut pairs = Vec::new();
+        for (k, v) in form_urlencoded::parse(raw.unwrap_or("").as_bytes()) {
+            if !allowed.contains(&&*k) {
+                return Err(AppError::BadRequest(format!(
+                    "unknown parameter `{k}`; expected one of: {}",
+                    allowed.join(", ")
+                )));
+            }
+            pairs.push((k.into_owned(), v.into_owned()));
+        }
+        Ok(Params { pairs })
+    }
+
+    /// Every non-empty value of a repeatable key.
+    pub(super) fn all(&self, key: &str) -> Vec<String> {
+        self.pairs
+            .iter()
+            .filter(|(k, v)| k == key && !v.is_empty())
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
+    /// The last value of `key`.
+    pub(super) fn one(&self, key: &str) -> Option<&str> {
+        self.pairs.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+
+    /// The value of a required key.
+    pub(super) fn required(&self, key: &str) -> Result<&str, AppError> {
+        self.one(key)
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| AppError::BadRequest(format!("`{key}` is required")))
+    }
+
+    /// `from` (inclusive) and `to` (exclusive) in Unix seconds; default the last 15 minutes.
+    pub(super) fn time_range(&self, now: u32) -> Result<(u32, u32), AppError> {
+        let time = |key: &str| -> Result<Option<u32>, AppError> {
+            self.one(key)
+                .map(|v| parse_time(v).ok_or_else(|| AppError::BadRequest(format!("`{key}` is not a time: `{v}`"))))
+                .transpose()
+        };
+        let to = time("to")?.unwrap_or(now.saturating_add(1));
+        let from = time("from")?.unwrap_or(to.saturating_sub(DEFAULT_RANGE_SECS));
+        if from >= to {
+            return Err(AppError::BadRequest("`from` must be before `to`".into()));
+        }
+        Ok((from, to))
+    }
+}
+
+/// Seconds since the Unix epoch.
+pub(super) fn now() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as u32)
+        .unwrap_or(0)
+}
+
+/// Unix seconds or RFC 3339.
+fn parse_time(s: &str) -> Option<u32> {
+    if let Ok(secs) = s.parse::<u32>() {
+        return Some(secs);
+    }
+    let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()?;
+    u32::try_from(t.unix_timestamp()).ok()
+}
+
+/// Unix seconds as RFC 3339 in UTC.
+pub(super) fn rfc3339(secs: u32) -> String {
+    time::OffsetDateTime::from_unix_timestamp(i64::from(secs))
+        .ok()
+        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+        .unwrap_or_default()
+}

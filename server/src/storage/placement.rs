@@ -1,0 +1,167 @@
+//! Memory placement snapshots: the newest per process, and the findings they support.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::rows::{CounterPointRow, PlacementReadRow};
+use super::{StorageError, Store};
+
+/// One mapping of a process and its resident pages per NUMA node.
+#[derive(Clone, Debug, Serialize)]
+pub struct MappingPages {
+    pub kind: String,
+    pub path: String,
+    pub start: u64,
+    pub end: u64,
+    pub permissions: String,
+    pub pages_per_node: BTreeMap<u32, u64>,
+    pub page_size: u64,
+}
+
+/// A process's newest placement snapshot in a time range.
+#[derive(Clone, Debug, Serialize)]
+pub struct ProcessPlacement {
+    pub time: u32,
+    pub pid: u32,
+    pub comm: String,
+    pub executable: String,
+    pub threads_per_node: BTreeMap<u32, u32>,
+    pub mappings: Vec<MappingPages>,
+}
+
+/// Memory of a process held mostly on NUMA nodes where none of its threads ran: the ScyllaDB
+/// `.bss`-on-the-remote-node case.
+#[derive(Clone, Debug, Serialize)]
+pub struct RemoteMemory {
+    pub pid: u32,
+    pub comm: String,
+    pub kind: String,
+    pub path: String,
+    /// The node holding most of the mapping's pages.
+    pub node: u32,
+    pub thread_nodes: Vec<u32>,
+    pub remote_pages: u64,
+    pub total_pages: u64,
+    pub text: String,
+}
+
+/// Mappings smaller than this many pages are not worth a finding.
+const MIN_PAGES: u64 = 256;
+/// Share of a mapping's pages that must sit on thread-less nodes, in percent.
+const MIN_REMOTE_PERCENT: u64 = 80;
+
+impl ProcessPlacement {
+    /// Data, bss, heap and anonymous mappings mostly on nodes none of the threads ran on.
+    pub fn remote_memory(&self) -> Vec<RemoteMemory> {
+        let thread_nodes: Vec<u32> = self.threads_per_node.keys().copied().collect();
+        if thread_nodes.is_empty() {
+            return Vec::new();
+        }
+        self.mappings
+            .iter()
+            .filter(|m| matches!(m.kind.as_str(), "data" | "bss" | "heap" | "anon"))
+            .filter_map(|m| {
+                let total: u64 = m.pages_per_node.values().sum();
+                let remote: u64 = m
+                    .pages_per_node
+                    .iter()
+                    .filter(|(n, _)| !thread_nodes.contains(n))
+                    .map(|(_, p)| p)
+                    .sum();
+                let (&node, _) = m.pages_per_node.iter().max_by_key(|(_, &p)| p)?;
+                (total >= MIN_PAGES && remote * 100 >= total * MIN_REMOTE_PERCENT).then(|| RemoteMemory {
+                    pid: self.pid,
+                    comm: self.comm.clone(),
+                    kind: m.kind.clone(),
+                    path: m.path.clone(),
+                    node,
+                    thread_nodes: thread_nodes.clone(),
+                    remote_pages: remote,
+                    total_pages: total,
+                    text: format!(
+                        "{} of {} ({}): {remote} of {total} pages on node {node}, its threads ran on node(s) {thread_nodes:?}",
+                        m.kind, self.comm, m.path
+                    ),
+                })
+            })
+            .collect()
+    }
+}
+
+impl Store {
+    /// The newest placement snapshot of every process of `node` within [from, to).
+    pub async fn placements(&self, node: &str, from: u32, to: u32) -> Result<Vec<ProcessPlacement>, StorageError> {
+        let rows = self
+            .client
+            .query(
+                "SELECT toUInt32(time) AS time, pid, comm, executable, thread_nodes, thread_counts, kind, path, \
+                 start, end, permissions, page_nodes, page_counts, page_size FROM placements \
+                 WHERE node = ? AND time >= toDateTime(?) AND time < toDateTime(?) ORDER BY pid, time, start",
+            )
+            .bind(node)
+            .bind(from)
+            .bind(to)
+            .fetch_all::<PlacementReadRow>()
+            .await
+            .map_err(StorageError::query("read placements"))?;
+        let mut newest: BTreeMap<u32, ProcessPlacement> = BTreeMap::new();
+        for r in rows {
+            let p = newest.entry(r.pid).or_insert_with(|| ProcessPlacement {
+                time: r.time,
+                pid: r.pid,
+                comm: String::new(),
+                executable: String::new(),
+                threads_per_node: BTreeMap::new(),
+                mappings: Vec::new(),
+            });
+            // Rows come oldest first: a newer snapshot replaces the one collected so far.
+            if r.time > p.time || p.mappings.is_empty() {
+                p.time = r.time;
+                p.mappings.clear();
+            }
+            p.comm = r.comm;
+            p.executable = r.executable;
+            p.threads_per_node = r.thread_nodes.into_iter().zip(r.thread_counts).collect();
+            p.mappings.push(MappingPages {
+                kind: r.kind,
+                path: r.path,
+                start: r.start,
+                end: r.end,
+                permissions: r.permissions,
+                pages_per_node: r.page_nodes.into_iter().zip(r.page_counts).collect(),
+                page_size: r.page_size,
+            });
+        }
+        Ok(newest.into_values().collect())
+    }
+
+    /// Per-interval increases of node counters, oldest first; `names` empty means all.
+    pub async fn counters(
+        &self,
+        node: &str,
+        names: &[String],
+        from: u32,
+        to: u32,
+    ) -> Result<Vec<(u32, String, u64)>, StorageError> {
+        let filter = if names.is_empty() { "" } else { " AND has(?, name)" };
+        let mut q = self
+            .client
+            .query(&format!(
+                "SELECT toUInt32(time) AS time, name, sum(value) AS value FROM counters \
+                 WHERE node = ? AND time >= toDateTime(?) AND time < toDateTime(?){filter} \
+                 GROUP BY time, name ORDER BY name, time"
+            ))
+            .bind(node)
+            .bind(from)
+            .bind(to);
+        if !names.is_empty() {
+            q = q.bind(names.to_vec());
+        }
+        let rows = q
+            .fetch_all::<CounterPointRow>()
+            .await
+            .map_err(StorageError::query("read counters"))?;
+        Ok(rows.into_iter().map(|r| (r.time, r.name, r.value)).collect())
+    }
+}
