@@ -261,7 +261,7 @@ async fn stream_once(
 /// largest by resident memory; processes that exit meanwhile are skipped.
 fn placements(root: &Path, topology: &Topology, busiest: HashMap<u32, u64>, n: usize) -> Vec<v1::Placement> {
     let mut by_samples: Vec<(u32, u64)> = busiest.into_iter().collect();
-    by_samples.sort_unstable_by(|a, b| b.1.cmp(&a.1));
+    by_samples.sort_unstable_by_key(|&(_, count)| std::cmp::Reverse(count));
     let mut pids: Vec<u32> = by_samples.into_iter().map(|(pid, _)| pid).take(n).collect();
     for pid in placement::top_by_rss(root, n).unwrap_or_default() {
         if pids.len() >= n {
