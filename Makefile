@@ -28,9 +28,10 @@ release: web
 demo: release
 	tools/demo.sh
 
-## test: every test: Rust unit and integration suites (BPF, ClickHouse, gRPC, browser), web
+## test: every test: Rust suites (BPF, ClickHouse, gRPC, browser), then the 2-node NUMA guest
 test: web
 	$(CARGO) test --workspace --no-fail-fast
+	tests/numa/run.sh
 
 ## lint: rustfmt, clippy (warnings denied), clang-format for BPF and fixture C, eslint
 lint: setup

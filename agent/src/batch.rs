@@ -40,7 +40,11 @@ impl Stacks<'_> {
         // Leaf first: kernel frames, then the user frames below them.
         let mut indices = Vec::new();
         if let Some(stack) = self.drained.stacks.get(&kernel_stack_id) {
-            indices.extend(ips(stack).map(|ip| self.frame_index[&(0, ip)]));
+            // The leaf frames of a tracing program's stack are the BPF machinery that took it.
+            let frames = ips(stack)
+                .map(|ip| self.frame_index[&(0, ip)])
+                .skip_while(|&i| is_bpf_machinery(&batch.frames[i as usize].function));
+            indices.extend(frames);
         }
         if let Some(stack) = self.drained.stacks.get(&user_stack_id) {
             indices.extend(ips(stack).map(|ip| self.frame_index[&(tgid, ip)]));
@@ -158,6 +162,11 @@ pub fn build(drained: &Drained, sources: &[EventSource], frames: &Frames, interv
         })
         .collect();
     batch
+}
+
+/// Kernel functions that run a BPF program: not part of the sampled code path.
+fn is_bpf_machinery(function: &str) -> bool {
+    function.starts_with("bpf_prog_") || function.starts_with("bpf_trampoline_") || function.starts_with("__bpf_prog_")
 }
 
 fn ips(stack: &[u64]) -> impl Iterator<Item = Ip> + '_ {
