@@ -28,9 +28,10 @@ release: web
 demo: release
 	tools/demo.sh
 
-## test: every test: Rust suites (BPF, ClickHouse, gRPC, browser), then the 2-node NUMA guest
+## test: every test: Rust suites (BPF, ClickHouse 18.16, gRPC, browser), modern SQL in chdb, the NUMA guest
 test: web
 	$(CARGO) test --workspace --no-fail-fast
+	python3 tests/modern_sql.py target/debug/bimodal-server
 	tests/numa/run.sh
 
 ## lint: rustfmt, clippy (warnings denied), clang-format for BPF and fixture C, eslint

@@ -47,6 +47,14 @@ for c in rustfmt clippy; do
 	if ! cargo "$c" --version >/dev/null 2>&1; then rustup component add "$c"; fi
 done
 
+# chdb runs a modern ClickHouse (26.x) in-process: the modern-dialect schema and queries are
+# checked against it (tests/modern_sql.py); Debian only ships clickhouse-server 18.16.
+if ! python3 -c 'import chdb' 2>/dev/null; then
+	echo "setup: pip install chdb-core"
+	python3 -m pip install --quiet chdb-core 2>/dev/null ||
+		python3 -m pip install --quiet --break-system-packages chdb-core
+fi
+
 # The web UI's build and browser-test tools, pinned by package-lock.json. `npm install`, not
 # `npm ci`: the registry mirror here lacks other platforms' optional rollup packages, which
 # `npm ci` insists on finding in the lock file; `npm install` keeps the lock's versions.

@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use bimodal_server::storage::{migrations, queries, Dialect};
 use bimodal_server::{Config, Server};
 use clap::Parser;
 
@@ -31,11 +32,35 @@ struct Cli {
     /// Days of samples to keep (ClickHouse 23+ TTL).
     #[arg(long, env = "BIMODAL_RETENTION_DAYS", default_value_t = 30)]
     retention_days: u32,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// Print the schema and every query for a ClickHouse version, `;`-separated, to check them
+    /// against that version (tests/modern_sql.py runs them in chdb).
+    Sql {
+        /// The ClickHouse version to render for, e.g. 18.16.1 or 26.9.
+        #[arg(long, default_value = "26.9")]
+        clickhouse_version: String,
+    },
 }
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    if let Some(Command::Sql { clickhouse_version }) = &cli.command {
+        let dialect = Dialect::for_version(clickhouse_version, cli.retention_days);
+        let client = clickhouse::Client::default().with_database(cli.clickhouse_database.clone());
+        for statement in migrations::all_statements(&dialect)
+            .into_iter()
+            .chain(queries::examples(&client))
+        {
+            println!("{statement};");
+        }
+        return std::process::ExitCode::SUCCESS;
+    }
     let level = match cli.verbose {
         0 => "info",
         1 => "debug",

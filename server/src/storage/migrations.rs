@@ -85,6 +85,11 @@ impl Dialect {
     }
 }
 
+/// Every migration's statements in `dialect`, in order.
+pub fn all_statements(dialect: &Dialect) -> Vec<String> {
+    MIGRATIONS.iter().flat_map(|(_, _, sql)| dialect.render(sql)).collect()
+}
+
 #[derive(clickhouse::Row, serde::Deserialize)]
 struct Applied {
     version: u32,

@@ -4,6 +4,7 @@
 pub mod managed;
 pub mod migrations;
 pub mod placement;
+pub mod queries;
 mod rows;
 
 use std::collections::{HashMap, HashSet};
@@ -330,9 +331,7 @@ impl Store {
     /// The newest facts of every node.
     pub async fn node_facts(&self) -> Result<HashMap<String, v1::NodeFacts>, StorageError> {
         use prost::Message;
-        let rows = self
-            .client
-            .query("SELECT node, argMax(facts, received) AS facts FROM node_facts GROUP BY node")
+        let rows = queries::node_facts(&self.client)
             .fetch_all::<FactsBlobRow>()
             .await
             .map_err(StorageError::query("read node facts"))?;
@@ -343,11 +342,7 @@ impl Store {
     }
 
     async fn count_batch(&self, table: &'static str, batch_id: &[u8; 16]) -> Result<u64, StorageError> {
-        let hex = bimodal_profile::hex(batch_id);
-        Ok(self
-            .client
-            .query(&format!("SELECT count() AS n FROM {table} WHERE batch_id = unhex(?)"))
-            .bind(hex)
+        Ok(queries::batch_rows(&self.client, table, bimodal_profile::hex(batch_id))
             .fetch_one::<Count>()
             .await
             .map_err(StorageError::query("look up a resent batch"))?
@@ -395,13 +390,7 @@ impl Store {
 
     /// Every node that sent a batch, with its newest labels.
     pub async fn nodes(&self) -> Result<Vec<NodeInfo>, StorageError> {
-        let rows = self
-            .client
-            .query(
-                "SELECT node, argMax(label_keys, received) AS last_label_keys, \
-                 argMax(label_values, received) AS last_label_values, toUInt32(max(received)) AS last_seen \
-                 FROM batches GROUP BY node ORDER BY node",
-            )
+        let rows = queries::nodes(&self.client)
             .fetch_all::<NodeRow>()
             .await
             .map_err(StorageError::query("list nodes"))?;
@@ -417,30 +406,14 @@ impl Store {
 
     /// The profile of one event over a time range and set of nodes.
     pub async fn flame_graph(&self, q: &FlameQuery) -> Result<Profile, StorageError> {
-        let node_filter = if q.nodes.is_empty() { "" } else { " AND has(?, node)" };
-        let filter = format!("event = ? AND time >= toDateTime(?) AND time < toDateTime(?){node_filter}");
-        let bind = |query: clickhouse::query::Query| {
-            let query = query.bind(q.event.name()).bind(q.from).bind(q.to);
-            if q.nodes.is_empty() {
-                query
-            } else {
-                query.bind(q.nodes.clone())
-            }
-        };
-        let rows = bind(self.client.query(&format!(
-            "SELECT stack_id, comm, sum(count) AS samples, sum(value) AS total \
-             FROM samples WHERE {filter} GROUP BY stack_id, comm"
-        )))
-        .fetch_all::<FlameRow>()
-        .await
-        .map_err(StorageError::query("aggregate samples"))?;
-        let stacks = bind(self.client.query(&format!(
-            "SELECT stack_id, kinds, functions, modules, build_ids, addresses, file_offsets \
-             FROM stacks WHERE stack_id IN (SELECT stack_id FROM samples WHERE {filter})"
-        )))
-        .fetch_all::<StackRow>()
-        .await
-        .map_err(StorageError::query("read stacks"))?;
+        let rows = queries::flame_samples(&self.client, q)
+            .fetch_all::<FlameRow>()
+            .await
+            .map_err(StorageError::query("aggregate samples"))?;
+        let stacks = queries::flame_stacks(&self.client, q)
+            .fetch_all::<StackRow>()
+            .await
+            .map_err(StorageError::query("read stacks"))?;
 
         let mut profile = Profile::new(q.event.name(), q.event.unit());
         profile.start_unix_nanos = i64::from(q.from) * 1_000_000_000;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::rows::{CounterPointRow, PlacementReadRow};
-use super::{StorageError, Store};
+use super::{queries, StorageError, Store};
 
 /// One mapping of a process and its resident pages per NUMA node.
 #[derive(Clone, Debug, Serialize)]
@@ -92,16 +92,7 @@ impl ProcessPlacement {
 impl Store {
     /// The newest placement snapshot of every process of `node` within [from, to).
     pub async fn placements(&self, node: &str, from: u32, to: u32) -> Result<Vec<ProcessPlacement>, StorageError> {
-        let rows = self
-            .client
-            .query(
-                "SELECT toUInt32(time) AS time, pid, comm, executable, thread_nodes, thread_counts, kind, path, \
-                 start, end, permissions, page_nodes, page_counts, page_size FROM placements \
-                 WHERE node = ? AND time >= toDateTime(?) AND time < toDateTime(?) ORDER BY pid, time, start",
-            )
-            .bind(node)
-            .bind(from)
-            .bind(to)
+        let rows = queries::placements(&self.client, node, from, to)
             .fetch_all::<PlacementReadRow>()
             .await
             .map_err(StorageError::query("read placements"))?;
@@ -144,20 +135,7 @@ impl Store {
         from: u32,
         to: u32,
     ) -> Result<Vec<(u32, String, u64)>, StorageError> {
-        let filter = if names.is_empty() { "" } else { " AND has(?, name)" };
-        let mut q = self
-            .client
-            .query(&format!(
-                "SELECT toUInt32(time) AS time, name, sum(value) AS value FROM counters \
-                 WHERE node = ? AND time >= toDateTime(?) AND time < toDateTime(?){filter} \
-                 GROUP BY time, name ORDER BY name, time"
-            ))
-            .bind(node)
-            .bind(from)
-            .bind(to);
-        if !names.is_empty() {
-            q = q.bind(names.to_vec());
-        }
+        let q = queries::counters(&self.client, node, names, from, to);
         let rows = q
             .fetch_all::<CounterPointRow>()
             .await
