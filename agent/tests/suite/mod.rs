@@ -1,2 +1,3 @@
 mod cli;
+mod probe;
 mod record;

@@ -16,9 +16,14 @@ pub struct TestServer {
 
 impl TestServer {
     pub async fn start() -> TestServer {
+        Self::start_on("127.0.0.1:0".parse().unwrap()).await
+    }
+
+    /// A server listening on `listen`.
+    pub async fn start_on(listen: SocketAddr) -> TestServer {
         let dir = tempfile::tempdir().unwrap();
         let config = Config {
-            listen: "127.0.0.1:0".parse().unwrap(),
+            listen,
             clickhouse_url: None,
             clickhouse_database: "bimodal".into(),
             data_dir: dir.path().to_owned(),

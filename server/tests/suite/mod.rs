@@ -1,3 +1,4 @@
 mod common;
 mod e2e;
 mod ingest;
+mod outage;

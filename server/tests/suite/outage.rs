@@ -1,0 +1,64 @@
+//! Nothing is lost while the server is down: the agent spools its batches and delivers them,
+//! once each, when the server comes up.
+
+use std::time::{Duration, Instant};
+
+use bimodal_agent::bpf::MapSizes;
+use bimodal_agent::events::{EventKind, Rates};
+use bimodal_agent::ship::{self, RunOptions};
+
+use super::common::TestServer;
+use crate::fixture;
+
+/// An agent started before its server keeps its batches and ships them after the server starts;
+/// the samples of the outage reach the flame graph.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_taken_while_the_server_is_down_arrive_later() {
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let workload = fixture::start("fault", 60);
+    let (stop_agent, agent_stopped) = tokio::sync::watch::channel(false);
+    let agent = tokio::spawn(ship::run(
+        RunOptions {
+            server_url: format!("http://{addr}"),
+            node: "outage-node".into(),
+            labels: Default::default(),
+            events: vec![EventKind::PageFault],
+            pid: Some(workload.pid()),
+            interval: Duration::from_secs(1),
+            rates: Rates::default(),
+            map_sizes: MapSizes::default(),
+            spool_batches: 64,
+            placement_every: 0,
+            placement_processes: 0,
+        },
+        agent_stopped,
+    ));
+    // Several intervals pass with nowhere to send them.
+    let outage_start = std::time::SystemTime::now();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let server = TestServer::start_on(addr).await;
+
+    // The batches of the outage carry intervals that started before the server did.
+    let from = outage_start.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let to = from + 4;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = server
+            .get(&format!(
+                "/api/v1/flamegraph?event=page_fault&node=outage-node&format=folded&from={from}&to={to}"
+            ))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        if body.contains("touch_fresh_pages") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "samples of the outage never arrived: {body}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let _ = stop_agent.send(true);
+    agent.await.unwrap().expect("the agent stops cleanly once all is acked");
+    server.stop().await;
+}
