@@ -418,33 +418,10 @@ fn cpu_times(ticks: &[u64]) -> Option<CpuTimes> {
 
 /// Node ids from `nodeN` directory names; none when the directory is missing (no NUMA).
 fn node_ids(dir: &Path) -> Result<Vec<u32>, CounterError> {
-    let entries = match fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => {
-            return Err(CounterError::Read {
-                path: dir.to_path_buf(),
-                source,
-            })
-        }
-    };
-    let mut ids = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|source| CounterError::Read {
-            path: dir.to_path_buf(),
-            source,
-        })?;
-        if let Some(id) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.strip_prefix("node"))
-            .and_then(|n| n.parse().ok())
-        {
-            ids.push(id);
-        }
-    }
-    ids.sort_unstable();
-    Ok(ids)
+    crate::topology::numbered_dir_entries(dir, "node").map_err(|source| CounterError::Read {
+        path: dir.to_path_buf(),
+        source,
+    })
 }
 
 #[cfg(test)]

@@ -375,23 +375,23 @@ fn read_optional_id(path: &Path) -> Result<Option<u32>, TopologyError> {
 /// Directory entries named `<prefix><number>`, as numbers, ascending; a missing directory
 /// gives none.
 fn numbered_entries(dir: &Path, prefix: &str) -> Result<Vec<u32>, TopologyError> {
+    numbered_dir_entries(dir, prefix).map_err(|source| TopologyError::Read {
+        path: dir.to_path_buf(),
+        source,
+    })
+}
+
+/// Directory entries named `<prefix><number>` (`node0`, `cpu12`, `index3`), as numbers,
+/// ascending; a missing directory gives none (a kernel without NUMA has no `node` directory).
+pub(crate) fn numbered_dir_entries(dir: &Path, prefix: &str) -> io::Result<Vec<u32>> {
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => {
-            return Err(TopologyError::Read {
-                path: dir.to_path_buf(),
-                source,
-            })
-        }
+        Err(e) => return Err(e),
     };
     let mut ids = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(|source| TopologyError::Read {
-            path: dir.to_path_buf(),
-            source,
-        })?;
-        let name = entry.file_name();
+        let name = entry?.file_name();
         if let Some(id) = name
             .to_str()
             .and_then(|n| n.strip_prefix(prefix))

@@ -141,38 +141,17 @@ impl Profile {
     /// Adds the samples of `event` from a wire batch. Samples whose stack or frame indices
     /// point outside the batch are skipped and counted in the return value.
     pub fn add_batch(&mut self, batch: &v1::Batch, event: v1::EventKind) -> usize {
-        let mut frame_map: Vec<Option<u32>> = vec![None; batch.frames.len()];
         let mut skipped = 0;
         for s in batch.samples.iter().filter(|s| s.event == event as i32) {
-            let Some(stack) = batch.stacks.get(s.stack_index as usize) else {
-                skipped += 1;
-                continue;
-            };
-            let mut frames = Vec::with_capacity(stack.frame_indices.len());
-            for &fi in &stack.frame_indices {
-                let Some(f) = batch.frames.get(fi as usize) else {
-                    break;
-                };
-                let idx = match frame_map[fi as usize] {
-                    Some(idx) => idx,
-                    None => {
-                        let idx = self.intern(Frame::from_proto(f));
-                        frame_map[fi as usize] = Some(idx);
-                        idx
-                    }
-                };
-                frames.push(idx);
+            match self.stack_of(batch, s.stack_index) {
+                Some(stack) => self.samples.push(Sample {
+                    comm: s.comm.clone(),
+                    stack,
+                    count: s.count,
+                    value: s.value,
+                }),
+                None => skipped += 1,
             }
-            if frames.len() != stack.frame_indices.len() {
-                skipped += 1;
-                continue;
-            }
-            self.samples.push(Sample {
-                comm: s.comm.clone(),
-                stack: frames,
-                count: s.count,
-                value: s.value,
-            });
         }
         skipped
     }
@@ -182,7 +161,7 @@ impl Profile {
     pub fn add_data_samples(&mut self, batch: &v1::Batch, event: v1::EventKind) -> usize {
         let mut skipped = 0;
         for d in batch.data_samples.iter().filter(|d| d.event == event as i32) {
-            let Some(stack) = batch.stacks.get(d.stack_index as usize) else {
+            let Some(code) = self.stack_of(batch, d.stack_index) else {
                 skipped += 1;
                 continue;
             };
@@ -190,32 +169,32 @@ impl Profile {
                 ("", kind) => format!("[{kind}] {}", d.mapping_path.rsplit('/').next().unwrap_or_default()),
                 (symbol, kind) => format!("[{kind}] {symbol}"),
             };
-            let mut frames = vec![self.intern(Frame {
+            let data = self.intern(Frame {
                 kind: FrameKind::Data,
                 function: name.trim_end().to_owned(),
                 module: d.mapping_path.clone(),
                 build_id: String::new(),
                 address: d.cache_line,
                 file_offset: 0,
-            })];
-            for &fi in &stack.frame_indices {
-                match batch.frames.get(fi as usize) {
-                    Some(f) => frames.push(self.intern(Frame::from_proto(f))),
-                    None => break,
-                }
-            }
-            if frames.len() != stack.frame_indices.len() + 1 {
-                skipped += 1;
-                continue;
-            }
+            });
             self.samples.push(Sample {
                 comm: d.comm.clone(),
-                stack: frames,
+                stack: std::iter::once(data).chain(code).collect(),
                 count: d.count,
                 value: d.value,
             });
         }
         skipped
+    }
+
+    /// The interned frames of a batch's stack, leaf first; `None` when an index is out of range.
+    fn stack_of(&mut self, batch: &v1::Batch, stack_index: u32) -> Option<Vec<u32>> {
+        let stack = batch.stacks.get(stack_index as usize)?;
+        stack
+            .frame_indices
+            .iter()
+            .map(|&fi| batch.frames.get(fi as usize).map(|f| self.intern(Frame::from_proto(f))))
+            .collect()
     }
 
     /// Total value of all samples.

@@ -55,22 +55,10 @@ pub fn online_cpus() -> Result<Vec<u32>, OpenError> {
         path: path.into(),
         source,
     })?;
-    parse_cpu_list(&text).ok_or_else(|| OpenError::OnlineCpus {
+    crate::topology::parse_cpu_list(&text).ok_or_else(|| OpenError::OnlineCpus {
         path: path.into(),
         source: io::Error::new(io::ErrorKind::InvalidData, format!("bad list {text:?}")),
     })
-}
-
-/// Parses the kernel's CPU list format (`0-3,8`).
-pub fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
-    let mut cpus = Vec::new();
-    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => cpus.extend(a.parse::<u32>().ok()?..=b.parse::<u32>().ok()?),
-            None => cpus.push(part.parse().ok()?),
-        }
-    }
-    Some(cpus)
 }
 
 /// Opens `event` as a sampling event on `cpu` for every process (BPF filters by pid).
@@ -103,17 +91,4 @@ pub fn open_sampling_event(event: &PerfEvent, description: &str, cpu: u32) -> Re
     }
     // SAFETY: perf_event_open returned a new descriptor that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// CPU lists in the kernel's range format expand to each CPU; garbage is refused.
-    #[test]
-    fn cpu_lists_parse() {
-        assert_eq!(parse_cpu_list("0-3,8,10-11\n"), Some(vec![0, 1, 2, 3, 8, 10, 11]));
-        assert_eq!(parse_cpu_list("0"), Some(vec![0]));
-        assert_eq!(parse_cpu_list("a-b"), None);
-    }
 }
