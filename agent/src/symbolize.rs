@@ -103,7 +103,13 @@ impl Frames {
         match self.symbolizer.symbolize(&source, Input::AbsAddr(&addrs)) {
             Ok(symbolized) => {
                 for (frame, sym) in frames.iter_mut().zip(symbolized) {
+                    // Named although no file maps it: the name came from the perf map of a JIT.
+                    let anonymous = frame.module.is_empty();
                     fill(frame, sym);
+                    if anonymous && !frame.function.is_empty() {
+                        frame.kind = v1::FrameKind::Jit as i32;
+                        frame.module = format!("/tmp/perf-{tgid}.map");
+                    }
                 }
             }
             Err(e) => {

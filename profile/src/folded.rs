@@ -5,8 +5,10 @@ use std::collections::BTreeMap;
 
 use crate::{FrameKind, Profile};
 
-/// Kernel frames carry the `_[k]` suffix, as stackcollapse-perf.pl --kernel writes them.
+/// Kernel and JIT frames carry the `_[k]` and `_[j]` suffixes, as stackcollapse-perf.pl
+/// --kernel --jit writes them.
 const KERNEL_SUFFIX: &str = "_[k]";
+const JIT_SUFFIX: &str = "_[j]";
 
 pub(crate) fn write(p: &Profile) -> String {
     let mut lines: BTreeMap<String, u64> = BTreeMap::new();
@@ -16,8 +18,10 @@ pub(crate) fn write(p: &Profile) -> String {
             let f = &p.frames[i as usize];
             line.push(';');
             line.push_str(&sanitize(&f.display_name()));
-            if f.kind == FrameKind::Kernel {
-                line.push_str(KERNEL_SUFFIX);
+            match f.kind {
+                FrameKind::Kernel => line.push_str(KERNEL_SUFFIX),
+                FrameKind::Jit => line.push_str(JIT_SUFFIX),
+                _ => {}
             }
         }
         *lines.entry(line).or_default() += s.value;

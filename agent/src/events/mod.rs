@@ -5,6 +5,7 @@
 //! the first that actually opens here. Every rejected candidate keeps its reason, so `probe`
 //! can say plainly what the machine lacks.
 
+pub mod ipc;
 pub mod perf;
 pub mod pmu;
 
