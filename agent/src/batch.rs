@@ -8,6 +8,7 @@ use bimodal_proto::v1;
 
 use crate::bpf::Drained;
 use crate::events::EventSource;
+use crate::identity;
 use crate::symbolize::{DataObject, Frames, Ip};
 
 /// The interval a drain covered.
@@ -151,6 +152,31 @@ pub fn build(drained: &Drained, sources: &[EventSource], frames: &Frames, interv
             cache_line: object.cache_line,
         });
     }
+
+    // Who each sampled process is (container, pod, unit), read once per drain.
+    let mut pids: Vec<u32> = batch
+        .samples
+        .iter()
+        .map(|s| s.pid)
+        .chain(batch.data_samples.iter().map(|d| d.pid))
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    batch.processes = pids
+        .into_iter()
+        .map(|pid| {
+            let id = identity::read(std::path::Path::new("/"), pid);
+            v1::Process {
+                pid,
+                executable: id.executable,
+                cgroup: id.cgroup,
+                container_id: id.container_id,
+                container_runtime: id.container_runtime,
+                pod_uid: id.pod_uid,
+                systemd_unit: id.systemd_unit,
+            }
+        })
+        .collect();
 
     batch.sources = sources
         .iter()

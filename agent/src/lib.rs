@@ -13,6 +13,7 @@ pub mod bpf;
 pub mod counters;
 pub mod events;
 pub mod facts;
+pub mod identity;
 pub mod placement;
 pub mod probe;
 pub mod record;

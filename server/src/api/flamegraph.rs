@@ -48,7 +48,10 @@ pub(super) async fn flamegraph(State(state): State<AppState>, RawQuery(raw): Raw
 }
 
 fn parse(raw: &str, now: u32) -> Result<(FlameQuery, Format), AppError> {
-    let p = Params::parse(Some(raw), &["event", "from", "to", "node", "format"])?;
+    let p = Params::parse(
+        Some(raw),
+        &["event", "from", "to", "node", "container", "pod", "unit", "format"],
+    )?;
     let name = p.required("event")?;
     let event = EventKind::from_name(name)
         .filter(|e| *e != EventKind::Unspecified)
@@ -70,6 +73,9 @@ fn parse(raw: &str, now: u32) -> Result<(FlameQuery, Format), AppError> {
             from,
             to,
             nodes: p.all("node"),
+            containers: p.all("container"),
+            pods: p.all("pod"),
+            units: p.all("unit"),
         },
         format,
     ))

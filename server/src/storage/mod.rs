@@ -82,7 +82,7 @@ pub struct NodeInfo {
 }
 
 /// Which samples a flame graph covers.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct FlameQuery {
     pub event: v1::EventKind,
     /// Unix seconds, inclusive.
@@ -91,6 +91,12 @@ pub struct FlameQuery {
     pub to: u32,
     /// Empty: every node.
     pub nodes: Vec<String>,
+    /// Container ids; empty: any.
+    pub containers: Vec<String>,
+    /// Kubernetes pod UIDs; empty: any.
+    pub pods: Vec<String>,
+    /// systemd units; empty: any.
+    pub units: Vec<String>,
 }
 
 /// Stack ids known to be stored already, so repeated stacks are not written again.
@@ -241,17 +247,26 @@ impl Store {
         });
         self.insert_once("placements", batch, &batch_id, placements.collect())
             .await?;
-        let samples = batch.samples.iter().map(|s| SampleRow {
-            time,
-            node: node.clone(),
-            event: event_name(s.event),
-            pid: s.pid,
-            tid: s.tid,
-            comm: s.comm.clone(),
-            stack_id: stack_ids[s.stack_index as usize],
-            count: s.count,
-            value: s.value,
-            batch_id,
+        let processes: HashMap<u32, &v1::Process> = batch.processes.iter().map(|p| (p.pid, p)).collect();
+        let identity = |pid: u32| processes.get(&pid).copied().cloned().unwrap_or_default();
+        let samples = batch.samples.iter().map(|s| {
+            let who = identity(s.pid);
+            SampleRow {
+                time,
+                node: node.clone(),
+                event: event_name(s.event),
+                pid: s.pid,
+                tid: s.tid,
+                comm: s.comm.clone(),
+                stack_id: stack_ids[s.stack_index as usize],
+                count: s.count,
+                value: s.value,
+                batch_id,
+                executable: who.executable,
+                container_id: who.container_id,
+                pod_uid: who.pod_uid,
+                systemd_unit: who.systemd_unit,
+            }
         });
         self.insert_once("samples", batch, &batch_id, samples.collect()).await?;
 

@@ -6,22 +6,35 @@ use clickhouse::Client;
 
 use super::FlameQuery;
 
-/// `event = ? AND time in [from, to)` and, when nodes are given, `has(?, node)`.
-fn flame_filter(q: &FlameQuery) -> &'static str {
-    if q.nodes.is_empty() {
-        "event = ? AND time >= toDateTime(?) AND time < toDateTime(?)"
-    } else {
-        "event = ? AND time >= toDateTime(?) AND time < toDateTime(?) AND has(?, node)"
+/// The samples a flame graph covers: event and time range, then each selector that is given
+/// (`has(?, column)`), its values bound in the same order by [`bind_flame`].
+fn flame_filter(q: &FlameQuery) -> String {
+    let mut sql = String::from("event = ? AND time >= toDateTime(?) AND time < toDateTime(?)");
+    for (values, column) in selectors(q) {
+        if !values.is_empty() {
+            sql.push_str(&format!(" AND has(?, {column})"));
+        }
     }
+    sql
+}
+
+fn selectors(q: &FlameQuery) -> [(&Vec<String>, &'static str); 4] {
+    [
+        (&q.nodes, "node"),
+        (&q.containers, "container_id"),
+        (&q.pods, "pod_uid"),
+        (&q.units, "systemd_unit"),
+    ]
 }
 
 fn bind_flame(query: Query, q: &FlameQuery) -> Query {
-    let query = query.bind(q.event.name()).bind(q.from).bind(q.to);
-    if q.nodes.is_empty() {
-        query
-    } else {
-        query.bind(q.nodes.clone())
+    let mut query = query.bind(q.event.name()).bind(q.from).bind(q.to);
+    for (values, _) in selectors(q) {
+        if !values.is_empty() {
+            query = query.bind(values.clone());
+        }
     }
+    query
 }
 
 /// Sample totals per (stack, comm) of a flame graph.
@@ -99,14 +112,19 @@ pub(super) fn counters(client: &Client, node: &str, names: &[String], from: u32,
 
 /// Every query above with example parameters, as the SQL the server would send.
 pub fn examples(client: &Client) -> Vec<String> {
-    let flame = |nodes: Vec<String>| FlameQuery {
+    let all = FlameQuery {
         event: bimodal_proto::v1::EventKind::PageFault,
         from: 1_795_000_000,
         to: 1_795_000_900,
-        nodes,
+        ..Default::default()
     };
-    let with_nodes = flame(vec!["web-1".into(), "web-'2".into()]);
-    let all = flame(vec![]);
+    let with_nodes = FlameQuery {
+        nodes: vec!["web-1".into(), "web-'2".into()],
+        containers: vec!["3f4b".repeat(16)],
+        pods: vec!["0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d".into()],
+        units: vec!["nginx.service".into()],
+        ..all.clone()
+    };
     [
         flame_samples(client, &with_nodes),
         flame_samples(client, &all),

@@ -15,6 +15,10 @@ pub(super) struct SampleRow {
     pub count: u64,
     pub value: u64,
     pub batch_id: [u8; 16],
+    pub executable: String,
+    pub container_id: String,
+    pub pod_uid: String,
+    pub systemd_unit: String,
 }
 
 #[derive(Row, Serialize, Deserialize)]

@@ -1,4 +1,5 @@
 mod common;
 mod e2e;
+mod identity;
 mod ingest;
 mod outage;
