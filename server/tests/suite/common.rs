@@ -49,8 +49,14 @@ impl TestServer {
         format!("http://{}", self.addr)
     }
 
-    /// GET `path`; returns the status code and body.
+    /// GET `path`; returns the status code and body as text.
     pub async fn get(&self, path: &str) -> (u16, String) {
+        let (status, body) = self.get_bytes(path).await;
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    /// GET `path`; returns the status code and body.
+    pub async fn get_bytes(&self, path: &str) -> (u16, Vec<u8>) {
         let mut s = tokio::net::TcpStream::connect(self.addr).await.unwrap();
         let req = format!(
             "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
@@ -59,17 +65,18 @@ impl TestServer {
         s.write_all(req.as_bytes()).await.unwrap();
         let mut raw = Vec::new();
         s.read_to_end(&mut raw).await.unwrap();
-        let text = String::from_utf8_lossy(&raw).into_owned();
-        let (head, body) = text.split_once("\r\n\r\n").expect("HTTP response");
+        let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("HTTP response");
+        let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
+        let body = &raw[split + 4..];
         let status = head
             .split(' ')
             .nth(1)
             .and_then(|s| s.parse().ok())
             .expect("status code");
-        let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        let body = if head.contains("transfer-encoding: chunked") {
             dechunk(body)
         } else {
-            body.to_owned()
+            body.to_vec()
         };
         (status, body)
     }
@@ -85,15 +92,17 @@ impl TestServer {
     }
 }
 
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
+fn dechunk(mut body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(line_end) = body.windows(2).position(|w| w == b"\r\n") {
+        let size = std::str::from_utf8(&body[..line_end]).unwrap_or("0");
         let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
         if n == 0 {
             break;
         }
-        out.push_str(&rest[..n]);
-        body = &rest[n + 2..];
+        let chunk = &body[line_end + 2..];
+        out.extend_from_slice(&chunk[..n]);
+        body = &chunk[n + 2..];
     }
     out
 }

@@ -119,6 +119,25 @@ async fn agent_samples_reach_the_flame_graph_in_the_browser() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 
+    // The pprof export decodes and names the fixture's function.
+    let (status, pprof) = server
+        .get_bytes("/api/v1/flamegraph?event=page_fault&node=e2e-node&format=pprof")
+        .await;
+    assert_eq!(status, 200);
+    let mut raw = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&pprof[..]), &mut raw).unwrap();
+    let profile = <bimodal_proto::pprof::Profile as prost::Message>::decode(&raw[..]).unwrap();
+    let names: Vec<&str> = profile
+        .function
+        .iter()
+        .map(|f| profile.string_table[f.name as usize].as_str())
+        .collect();
+    assert!(names.contains(&"touch_fresh_pages"), "{names:?}");
+    assert_eq!(
+        profile.string_table[profile.sample_type[1].r#type as usize],
+        "page_fault"
+    );
+
     browser_shows(&server, "touch_fresh_pages");
 
     let _ = stop_agent.send(true);
