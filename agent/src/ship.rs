@@ -16,7 +16,7 @@ use tokio_stream::StreamExt;
 use crate::batch::{self, Interval};
 use crate::bpf::{MapSizes, Sampler, SamplerOptions};
 use crate::counters::{CounterDelta, NodeCounters};
-use crate::events::ipc::CycleCounters;
+use crate::events::counting::CountingEvents;
 use crate::events::{self, EventKind, LiveProber, Machine, Rates};
 use crate::placement::{self, Placement};
 use crate::symbolize::Frames;
@@ -86,14 +86,11 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
         let frames = Frames::default();
         let mut start = SystemTime::now();
         let mut counters = NodeCounters::read_from(root).ok();
-        let mut cycle_counters = match CycleCounters::open() {
-            Ok(c) => Some(c),
-            Err(why) => {
-                tracing::info!(reason = %why, "cycles and instructions cannot be counted here: no CPI per interval");
-                None
-            }
-        };
-        let mut cycles_before = cycle_counters.as_mut().and_then(|c| c.read().ok());
+        let mut counting = CountingEvents::open();
+        for (name, reason) in &counting.unavailable {
+            tracing::info!(counter = name, %reason, "cannot be counted here");
+        }
+        counting.deltas();
         let mut busiest: HashMap<u32, u64> = HashMap::new();
         for n in 0u64.. {
             let done = wait_or_stop(&mut stop, interval);
@@ -106,18 +103,11 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
                 b.counters = facts::counters(&CounterDelta::between(prev, next));
             }
             counters = now;
-            if let Some(now) = cycle_counters.as_mut().and_then(|c| c.read().ok()) {
-                if let Some(before) = cycles_before {
-                    b.counters.push(v1::Counter {
-                        name: "cycles".into(),
-                        value: now.cycles.wrapping_sub(before.cycles),
-                    });
-                    b.counters.push(v1::Counter {
-                        name: "instructions".into(),
-                        value: now.instructions.wrapping_sub(before.instructions),
-                    });
-                }
-                cycles_before = Some(now);
+            for (name, value) in counting.deltas() {
+                b.counters.push(v1::Counter {
+                    name: name.into(),
+                    value,
+                });
             }
             for source in sampler.sources() {
                 let taken = b

@@ -5,7 +5,7 @@
 //! the first that actually opens here. Every rejected candidate keeps its reason, so `probe`
 //! can say plainly what the machine lacks.
 
-pub mod ipc;
+pub mod counting;
 pub mod perf;
 pub mod pmu;
 
@@ -291,6 +291,17 @@ pub fn resolve(event: EventKind, rates: &Rates, machine: &Machine, prober: &dyn 
                         }
                         continue;
                     }
+                    // IBS samples every op that missed: which of them were served by a remote node
+                    // is in the raw IbsOpData2 record, which a BPF perf-event program cannot read.
+                    if event == EventKind::RemoteAccess && c.entry.pmu == pmu::PmuReq::Named("ibs_op") {
+                        rejected.push(Rejected {
+                            candidate: name,
+                            reason: "IBS samples all L3 misses; telling the remote ones apart needs the raw \
+                                     IbsOpData2 record, which this agent version does not decode"
+                                .into(),
+                        });
+                        continue;
+                    }
                     if c.entry.delivery == Delivery::AuxTrace {
                         rejected.push(Rejected {
                             candidate: name,
@@ -451,6 +462,46 @@ mod tests {
         let Attach::Perf(e) = &s.attach else { panic!("{s:?}") };
         assert_eq!((e.perf_type, e.config & 0xffff), (4, 0x02d3));
         assert!(s.data_address && e.precise_ip > 0);
+    }
+
+    const ZEN3: &str = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC 7763\nstepping\t: 1\n\n";
+
+    /// On a (simulated) Zen 3 with IBS, remote_access never takes IBS (it cannot tell remote
+    /// misses apart) but the core PMU's remote-fill event; cache_miss may take IBS.
+    #[test]
+    fn ibs_is_not_a_remote_access_source() {
+        let mut m = machine(ZEN3, &[("cpu", 4), ("ibs_op", 9)]);
+        m.pmus = Pmus::from_infos([
+            pmu::PmuInfo {
+                name: "cpu".into(),
+                type_: 4,
+                is_core: true,
+                formats: ["event", "umask"].iter().map(|s| s.to_string()).collect(),
+                max_precise: Some(0),
+            },
+            pmu::PmuInfo {
+                name: "ibs_op".into(),
+                type_: 9,
+                is_core: false,
+                formats: ["cnt_ctl", "l3missonly"].iter().map(|s| s.to_string()).collect(),
+                max_precise: None,
+            },
+        ]);
+        let p = FakeProber {
+            perf_ok: |_| true,
+            tracing_ok: |_| true,
+        };
+        let r = resolve(EventKind::RemoteAccess, &Rates::default(), &m, &p);
+        let Attach::Perf(e) = &r.chosen.as_ref().unwrap().attach else {
+            panic!("{r:?}")
+        };
+        assert_eq!((e.perf_type, e.config & 0xff), (4, 0x44), "{r:?}");
+        assert!(
+            r.rejected
+                .iter()
+                .any(|x| x.reason.contains("IBS samples all L3 misses")),
+            "{r:?}"
+        );
     }
 
     /// cache_miss has no software fallback: without a PMU it is unavailable, with the reason.
