@@ -38,7 +38,7 @@ pub fn parse_cgroup_path(path: &str) -> Identity {
     };
     for component in path.split('/').filter(|c| !c.is_empty()) {
         let bare = component.trim_end_matches(".scope").trim_end_matches(".slice");
-        if let Some(i) = bare.find("pod") {
+        if let Some(i) = bare.rfind("pod") {
             let uid = &bare[i + 3..];
             if uid.len() == 36 && uid.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-' || b == b'_') {
                 id.pod_uid = uid.replace('_', "-");
