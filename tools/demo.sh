@@ -25,15 +25,22 @@ fi
 
 target/release/bimodal-server --listen "$listen" --data-dir "$data" 2>"$data/server.log" &
 pids+=($!)
-for _ in $(seq 1 100); do
-	curl -sf "http://$listen/healthz" >/dev/null 2>&1 && break
+ready=
+for _ in $(seq 1 600); do
+	if curl -sf "http://$listen/healthz" >/dev/null 2>&1; then
+		ready=1
+		break
+	fi
 	if ! kill -0 "${pids[0]}" 2>/dev/null; then
-		echo "demo: the server failed to start:" >&2
-		cat "$data/server.log" >&2
-		exit 1
+		break
 	fi
 	sleep 0.2
 done
+if [ -z "$ready" ]; then
+	echo "demo: the server did not become healthy on $listen:" >&2
+	cat "$data/server.log" >&2
+	exit 1
+fi
 
 target/release/bimodal-agent run --server-url "http://$listen" --node-name "$node" --label demo=true \
 	--event cpu --event page_fault --interval 5s 2>"$data/agent.log" &

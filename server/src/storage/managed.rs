@@ -24,6 +24,8 @@ pub enum ManagedError {
         waited: Duration,
         log: PathBuf,
     },
+    #[error("clickhouse-server exited while starting ({status}): {output}")]
+    Exited { status: String, output: String },
 }
 
 /// Binaries that run a ClickHouse server, in the order tried.
@@ -104,6 +106,10 @@ impl ManagedClickHouse {
             let path = path.to_owned();
             move |source| ManagedError::Prepare { path, source }
         };
+        // The child runs in `dir`: every path handed to it must be absolute.
+        std::fs::create_dir_all(dir).map_err(prepare(dir))?;
+        let dir = &std::fs::canonicalize(dir).map_err(prepare(dir))?;
+        tracing::info!(binary = %binary.display(), data = %dir.display(), "starting a managed clickhouse-server");
         for sub in ["data", "tmp", "user_files", "format_schemas", "log"] {
             let p = dir.join(sub);
             std::fs::create_dir_all(&p).map_err(prepare(&p))?;
@@ -114,8 +120,8 @@ impl ManagedClickHouse {
         let url = format!("http://127.0.0.1:{http_port}");
         let log = dir.join("log/clickhouse-server.err.log");
 
-        let child = spawn(&binary, &config, dir)?;
-        wait_ready(&url, &log, Duration::from_secs(60)).await?;
+        let mut child = spawn(&binary, &config, dir)?;
+        wait_ready(&mut child, &url, &log, Duration::from_secs(60)).await?;
         tracing::info!(%url, data = %dir.display(), "managed clickhouse-server is up");
 
         let (stop, stop_rx) = watch::channel(false);
@@ -174,12 +180,23 @@ fn spawn(binary: &Path, config: &Path, dir: &Path) -> Result<Child, ManagedError
     })
 }
 
-async fn wait_ready(url: &str, log: &Path, limit: Duration) -> Result<(), ManagedError> {
+async fn wait_ready(child: &mut Child, url: &str, log: &Path, limit: Duration) -> Result<(), ManagedError> {
     let start = Instant::now();
     let addr = url.trim_start_matches("http://").to_owned();
     while start.elapsed() < limit {
         if ping(&addr).await {
             return Ok(());
+        }
+        // A server that cannot start (bad config, port taken) exits at once: say why.
+        if let Ok(Some(status)) = child.try_wait() {
+            let stdout = log.with_file_name("stdout.log");
+            let mut output = std::fs::read_to_string(&stdout).unwrap_or_default();
+            output.push_str(&std::fs::read_to_string(log).unwrap_or_default());
+            let tail: Vec<&str> = output.lines().rev().take(5).collect();
+            return Err(ManagedError::Exited {
+                status: status.to_string(),
+                output: tail.into_iter().rev().collect::<Vec<_>>().join(" | "),
+            });
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
