@@ -2,6 +2,11 @@
 
 use std::net::SocketAddr;
 
+use std::time::Duration;
+
+use bimodal_agent::bpf::MapSizes;
+use bimodal_agent::events::{EventKind, Rates};
+use bimodal_agent::ship::RunOptions;
 use bimodal_server::{Config, Server};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
@@ -105,4 +110,21 @@ fn dechunk(mut body: &[u8]) -> Vec<u8> {
         body = &chunk[n + 2..];
     }
     out
+}
+
+/// Agent settings for a test: `events` of process `pid` only, drained every second, no placement.
+pub fn agent_options(server_url: String, node: &str, pid: u32, events: Vec<EventKind>) -> RunOptions {
+    RunOptions {
+        server_url,
+        node: node.into(),
+        labels: Default::default(),
+        events,
+        pid: Some(pid),
+        interval: Duration::from_secs(1),
+        rates: Rates::default(),
+        map_sizes: MapSizes::default(),
+        spool_batches: 64,
+        placement_every: 0,
+        placement_processes: 0,
+    }
 }

@@ -4,11 +4,10 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use bimodal_agent::bpf::MapSizes;
-use bimodal_agent::events::{EventKind, Rates};
+use bimodal_agent::events::EventKind;
 use bimodal_agent::ship::{self, RunOptions};
 
-use super::common::TestServer;
+use super::common::{agent_options, TestServer};
 use crate::fixture;
 
 /// A real agent streams page-fault and cpu samples of a fixture to a real server; the API's
@@ -21,17 +20,15 @@ async fn agent_samples_reach_the_flame_graph_in_the_browser() {
     let (stop_agent, agent_stopped) = tokio::sync::watch::channel(false);
     let agent = tokio::spawn(ship::run(
         RunOptions {
-            server_url: server.url(),
-            node: "e2e-node".into(),
             labels: [("zone".to_owned(), "test".to_owned())].into(),
-            events: vec![EventKind::PageFault, EventKind::Cpu],
-            pid: Some(workload.pid()),
-            interval: Duration::from_secs(1),
-            rates: Rates::default(),
-            map_sizes: MapSizes::default(),
-            spool_batches: 16,
             placement_every: 2,
             placement_processes: 3,
+            ..agent_options(
+                server.url(),
+                "e2e-node",
+                workload.pid(),
+                vec![EventKind::PageFault, EventKind::Cpu],
+            )
         },
         agent_stopped,
     ));

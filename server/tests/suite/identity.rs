@@ -4,11 +4,10 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use bimodal_agent::bpf::MapSizes;
-use bimodal_agent::events::{EventKind, Rates};
-use bimodal_agent::ship::{self, RunOptions};
+use bimodal_agent::events::EventKind;
+use bimodal_agent::ship;
 
-use super::common::TestServer;
+use super::common::{agent_options, TestServer};
 use crate::fixture;
 
 const POD: &str = "0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d";
@@ -60,19 +59,12 @@ async fn samples_carry_the_container_and_pod_of_their_cgroup() {
     cgroup.add(workload.pid());
     let (stop_agent, agent_stopped) = tokio::sync::watch::channel(false);
     let agent = tokio::spawn(ship::run(
-        RunOptions {
-            server_url: server.url(),
-            node: "container-node".into(),
-            labels: Default::default(),
-            events: vec![EventKind::PageFault],
-            pid: Some(workload.pid()),
-            interval: Duration::from_secs(1),
-            rates: Rates::default(),
-            map_sizes: MapSizes::default(),
-            spool_batches: 16,
-            placement_every: 0,
-            placement_processes: 0,
-        },
+        agent_options(
+            server.url(),
+            "container-node",
+            workload.pid(),
+            vec![EventKind::PageFault],
+        ),
         agent_stopped,
     ));
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -3,11 +3,10 @@
 
 use std::time::{Duration, Instant};
 
-use bimodal_agent::bpf::MapSizes;
-use bimodal_agent::events::{EventKind, Rates};
-use bimodal_agent::ship::{self, RunOptions};
+use bimodal_agent::events::EventKind;
+use bimodal_agent::ship;
 
-use super::common::TestServer;
+use super::common::{agent_options, TestServer};
 use crate::fixture;
 
 /// An agent started before its server keeps its batches and ships them after the server starts;
@@ -21,19 +20,12 @@ async fn batches_taken_while_the_server_is_down_arrive_later() {
     let workload = fixture::start("fault", 60);
     let (stop_agent, agent_stopped) = tokio::sync::watch::channel(false);
     let agent = tokio::spawn(ship::run(
-        RunOptions {
-            server_url: format!("http://{addr}"),
-            node: "outage-node".into(),
-            labels: Default::default(),
-            events: vec![EventKind::PageFault],
-            pid: Some(workload.pid()),
-            interval: Duration::from_secs(1),
-            rates: Rates::default(),
-            map_sizes: MapSizes::default(),
-            spool_batches: 64,
-            placement_every: 0,
-            placement_processes: 0,
-        },
+        agent_options(
+            format!("http://{addr}"),
+            "outage-node",
+            workload.pid(),
+            vec![EventKind::PageFault],
+        ),
         agent_stopped,
     ));
     // Several intervals pass with nowhere to send them.
