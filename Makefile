@@ -4,7 +4,7 @@ CARGO ?= cargo
 CLANG_FORMAT ?= clang-format-19
 C_SOURCES := $(wildcard bpf/*.c bpf/include/*.h testdata/fixtures/*.c)
 
-.PHONY: all setup web build release demo test lint fmt clean
+.PHONY: all setup web build release demo test bench lint fmt clean
 
 all: build
 
@@ -33,6 +33,10 @@ test: web
 	$(CARGO) test --workspace --no-fail-fast
 	python3 tests/modern_sql.py target/debug/bimodal-server
 	tests/numa/run.sh
+
+## bench: cost of bimodal-agent record vs perf record under a page-fault-heavy workload (BENCH_SECONDS=30)
+bench: release
+	tools/bench.sh
 
 ## lint: rustfmt, clippy (warnings denied), clang-format for BPF and fixture C, eslint
 lint: setup
