@@ -69,11 +69,14 @@ struct {
 /* only sample this process (tgid); 0 samples every process */
 const volatile __u32 filter_tgid = 0;
 
+/* never sample this process: the agent itself, whose own symbolizing would feed back */
+const volatile __u32 skip_tgid = 0;
+
 /* event kinds to record, one bit per enum event_kind: a shared program may serve several */
 const volatile __u32 enabled_events = 0;
 
 /* send data addresses of samples that have one through `data_samples` */
-const volatile bool send_data_addresses = true;
+const volatile bool send_data_addresses = false;
 
 /* which sample map programs count into; flipped by user space before each drain */
 __u32 active_buffer = 0;
@@ -110,6 +113,8 @@ static __always_inline int record_sample(void *ctx, enum event_kind event, __u64
 	if (key.pid == 0)
 		return 0;
 	if (filter_tgid && key.tgid != filter_tgid)
+		return 0;
+	if (key.tgid == skip_tgid)
 		return 0;
 
 	if (!(enabled_events & (1u << event)))

@@ -61,6 +61,7 @@ pub fn record(opts: &RecordOptions) -> anyhow::Result<RecordSummary> {
         sources: vec![source.clone()],
         pid: opts.pid,
         map_sizes: opts.map_sizes,
+        data_addresses: opts.data_objects,
     })?;
     let frames = Frames::default();
     let mut profile = Profile::new(opts.event.name(), opts.event.unit());

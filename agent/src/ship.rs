@@ -62,6 +62,8 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
         sources,
         pid: opts.pid,
         map_sizes: opts.map_sizes,
+        // The server stores what data the samples touched.
+        data_addresses: true,
     })?;
     for s in sampler.sources() {
         tracing::info!(event = s.event.name(), source = %s.description, "sampling");

@@ -217,6 +217,8 @@ impl Frames {
         let mut out = Vec::with_capacity(addresses.len());
         // ELF virtual addresses to symbolize, per image: (index in `out`, vaddr).
         let mut lookups: std::collections::HashMap<String, Vec<(usize, u64)>> = Default::default();
+        // Whether each image is position independent: one ELF header read per image, not per address.
+        let mut pie_of: std::collections::HashMap<&str, bool> = Default::default();
         for &address in addresses {
             let Some(m) = mappings.iter().find(|m| m.start <= address && address < m.end) else {
                 out.push(DataObject {
@@ -248,7 +250,9 @@ impl Frames {
                     .join(tgid.to_string())
                     .join("root")
                     .join(image.trim_start_matches('/'));
-                let pie = is_position_independent(&file).unwrap_or(true);
+                let pie = *pie_of
+                    .entry(image)
+                    .or_insert_with(|| is_position_independent(&file).unwrap_or(true));
                 let vaddr = if pie { address - base } else { address };
                 object.cache_line = vaddr & !(CACHE_LINE - 1);
                 lookups

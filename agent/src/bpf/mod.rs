@@ -143,9 +143,11 @@ pub struct DataSample {
 #[derive(Clone, Debug)]
 pub struct SamplerOptions {
     pub sources: Vec<EventSource>,
-    /// Only sample this process; `None` samples all.
+    /// Only sample this process; `None` samples all (but the agent itself).
     pub pid: Option<u32>,
     pub map_sizes: MapSizes,
+    /// Send the data address of samples that carry one (costs a ring-buffer record each).
+    pub data_addresses: bool,
 }
 
 /// The loaded programs and their attachments. Dropping it detaches everything.
@@ -186,16 +188,24 @@ fn load_error(e: libbpf_rs::Error) -> SamplerError {
 /// this kernel refuses (fentry under lockdown, a missing kprobe) never fails the others.
 fn open_for(
     attaches: &[&Attach],
-    pid: Option<u32>,
-    sizes: MapSizes,
+    opts: Option<&SamplerOptions>,
     events: u32,
 ) -> Result<OpenProfileSkel<'static>, SamplerError> {
+    let sizes = opts.map_or(
+        MapSizes {
+            samples: 16,
+            stacks: 16,
+        },
+        |o| o.map_sizes,
+    );
     // The skeleton borrows its object storage for its whole life; a sampler lives for the
     // whole process, so the few bytes are leaked deliberately rather than self-referenced.
     let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
     let mut open = ProfileSkelBuilder::default().open(storage).map_err(load_error)?;
     if let Some(rodata) = open.maps.rodata_data.as_deref_mut() {
-        rodata.filter_tgid = pid.unwrap_or(0);
+        rodata.filter_tgid = opts.and_then(|o| o.pid).unwrap_or(0);
+        rodata.skip_tgid = std::process::id();
+        rodata.send_data_addresses = opts.is_some_and(|o| o.data_addresses);
         rodata.enabled_events = events;
     }
     for map in [&mut open.maps.samples_0, &mut open.maps.samples_1] {
@@ -239,17 +249,9 @@ fn attach_tracing(
 
 /// Loads and attaches one tracing source, then detaches it: whether it works here, in words.
 pub fn try_attach(attach: &Attach) -> Result<(), String> {
-    let result = open_for(
-        &[attach],
-        None,
-        MapSizes {
-            samples: 16,
-            stacks: 16,
-        },
-        0,
-    )
-    .and_then(|open| open.load().map_err(load_error))
-    .and_then(|skel| attach_tracing(&skel, EventKind::Unspecified, attach).map(drop));
+    let result = open_for(&[attach], None, 0)
+        .and_then(|open| open.load().map_err(load_error))
+        .and_then(|skel| attach_tracing(&skel, EventKind::Unspecified, attach).map(drop));
     result.map_err(|e| {
         let source = match &e {
             SamplerError::Load { source, .. } | SamplerError::Attach { source, .. } => source.to_string(),
@@ -307,9 +309,7 @@ impl Sampler {
         let cpus = perf::online_cpus()?;
         let attaches: Vec<&Attach> = opts.sources.iter().map(|s| &s.attach).collect();
         let events = opts.sources.iter().fold(0u32, |m, s| m | 1 << (s.event as u32));
-        let skel = open_for(&attaches, opts.pid, opts.map_sizes, events)?
-            .load()
-            .map_err(load_error)?;
+        let skel = open_for(&attaches, Some(&opts), events)?.load().map_err(load_error)?;
 
         // Open every perf event first: a refusal then leaves nothing half attached.
         let mut fds = Vec::new();
