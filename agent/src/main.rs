@@ -178,7 +178,6 @@ fn main() -> std::process::ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()))
         .with_writer(std::io::stderr)
         .init();
-    route_libbpf_logs();
     match run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
@@ -275,15 +274,6 @@ async fn shutdown_signal() {
         _ = tokio::signal::ctrl_c() => {},
         _ = term.recv() => {},
     }
-}
-
-/// libbpf explains every refused program on stderr; those lines belong in the debug log, and
-/// the agent reports the refusal itself.
-fn route_libbpf_logs() {
-    libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, |level, msg| match level {
-        libbpf_rs::PrintLevel::Warn => tracing::debug!(target: "libbpf", "{}", msg.trim_end()),
-        _ => tracing::trace!(target: "libbpf", "{}", msg.trim_end()),
-    })));
 }
 
 fn hostname() -> anyhow::Result<String> {

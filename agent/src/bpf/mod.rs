@@ -186,11 +186,24 @@ fn load_error(e: libbpf_rs::Error) -> SamplerError {
 
 /// Opens the skeleton with only the programs `attaches` need marked for loading, so a program
 /// this kernel refuses (fentry under lockdown, a missing kprobe) never fails the others.
+/// libbpf explains every refused program on stderr; those lines belong in the debug log, and
+/// the agent reports the refusal itself (probe, errors).
+fn route_libbpf_logs() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, |level, msg| match level {
+            libbpf_rs::PrintLevel::Warn => tracing::debug!(target: "libbpf", "{}", msg.trim_end()),
+            _ => tracing::trace!(target: "libbpf", "{}", msg.trim_end()),
+        })));
+    });
+}
+
 fn open_for(
     attaches: &[&Attach],
     opts: Option<&SamplerOptions>,
     events: u32,
 ) -> Result<OpenProfileSkel<'static>, SamplerError> {
+    route_libbpf_logs();
     let sizes = opts.map_or(
         MapSizes {
             samples: 16,

@@ -78,6 +78,9 @@ fn config_xml(dir: &Path, http_port: u16, tcp_port: u16) -> String {
   <mark_cache_size>268435456</mark_cache_size>
   <uncompressed_cache_size>268435456</uncompressed_cache_size>
   <max_concurrent_queries>100</max_concurrent_queries>
+  <!-- longer than the client's idle-connection timeout, so a pooled connection is never closed
+       by the server just as a request is sent on it -->
+  <keep_alive_timeout>60</keep_alive_timeout>
   <default_profile>default</default_profile>
   <default_database>default</default_database>
   <timezone>UTC</timezone>

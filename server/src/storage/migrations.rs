@@ -96,6 +96,51 @@ pub fn all_statements(dialect: &Dialect) -> Vec<String> {
 }
 
 #[derive(clickhouse::Row, serde::Deserialize)]
+struct ColumnName {
+    name: String,
+}
+
+/// `ALTER TABLE t ADD COLUMN …` without the columns `t` has already, or `None` when it has them
+/// all. ClickHouse before 19 has no `ADD COLUMN IF NOT EXISTS`, and DDL is not transactional: a
+/// migration that added its columns but was not recorded (a crash in between) must not fail
+/// on the next start.
+async fn without_existing_columns(client: &Client, statement: &str) -> Result<Option<String>, StorageError> {
+    let Some((table, clauses)) = split_add_columns(statement) else {
+        return Ok(Some(statement.to_owned()));
+    };
+    let existing: Vec<String> = client
+        .query("SELECT name FROM system.columns WHERE database = currentDatabase() AND table = ?")
+        .bind(table)
+        .fetch_all::<ColumnName>()
+        .await
+        .map_err(StorageError::query("read the columns of a table"))?
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+    let missing: Vec<&str> = clauses
+        .into_iter()
+        .filter(|c| !existing.iter().any(|e| c.split_whitespace().next() == Some(e)))
+        .collect();
+    if missing.is_empty() {
+        return Ok(None);
+    }
+    let adds: Vec<String> = missing.iter().map(|c| format!("ADD COLUMN {c}")).collect();
+    Ok(Some(format!("ALTER TABLE {table} {}", adds.join(", "))))
+}
+
+/// The table and the `name type` clauses of an `ALTER TABLE t ADD COLUMN a T, ADD COLUMN b U`.
+fn split_add_columns(statement: &str) -> Option<(&str, Vec<&str>)> {
+    let rest = statement.trim().strip_prefix("ALTER TABLE ")?;
+    let (table, rest) = rest.split_once(char::is_whitespace)?;
+    let clauses: Vec<&str> = rest
+        .split("ADD COLUMN")
+        .map(|c| c.trim().trim_end_matches(',').trim())
+        .filter(|c| !c.is_empty())
+        .collect();
+    (rest.trim_start().starts_with("ADD COLUMN") && !clauses.is_empty()).then_some((table, clauses))
+}
+
+#[derive(clickhouse::Row, serde::Deserialize)]
 struct Applied {
     version: u32,
 }
@@ -121,6 +166,9 @@ pub async fn apply(client: &Client, dialect: &Dialect) -> Result<Vec<u32>, Stora
             continue;
         }
         for statement in dialect.render(sql) {
+            let Some(statement) = without_existing_columns(client, &statement).await? else {
+                continue;
+            };
             client
                 .query(&statement)
                 .execute()
@@ -156,6 +204,18 @@ mod tests {
         assert!(modern.contains("node LowCardinality(String)"));
         assert!(modern.contains("TTL time + INTERVAL 30 DAY"));
         assert_eq!(Dialect::for_version("24.8.4.13", 30).render(MIGRATIONS[0].2).len(), 3);
+    }
+
+    /// ADD COLUMN migrations split into their columns; other statements are not touched.
+    #[test]
+    fn add_column_statements_split() {
+        let (table, clauses) = split_add_columns(
+            "ALTER TABLE samples\n    ADD COLUMN executable String,\n    ADD COLUMN pod_uid LowCardinality(String)",
+        )
+        .unwrap();
+        assert_eq!(table, "samples");
+        assert_eq!(clauses, ["executable String", "pod_uid LowCardinality(String)"]);
+        assert!(split_add_columns("CREATE TABLE x (a UInt8) ENGINE = Log").is_none());
     }
 
     /// Every migration renders in both dialects with no placeholder left.
