@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::rows::{CounterPointRow, PlacementReadRow};
+use super::rows::{CounterPointRow, PlacementRow};
 use super::{queries, StorageError, Store};
 
 /// One mapping of a process and its resident pages per NUMA node.
@@ -93,7 +93,7 @@ impl Store {
     /// The newest placement snapshot of every process of `node` within [from, to).
     pub async fn placements(&self, node: &str, from: u32, to: u32) -> Result<Vec<ProcessPlacement>, StorageError> {
         let rows = queries::placements(&self.client, node, from, to)
-            .fetch_all::<PlacementReadRow>()
+            .fetch_all::<PlacementRow>()
             .await
             .map_err(StorageError::query("read placements"))?;
         let mut newest: BTreeMap<u32, ProcessPlacement> = BTreeMap::new();

@@ -82,8 +82,8 @@ pub(super) fn batch_rows(client: &Client, table: &'static str, batch_id_hex: Str
 pub(super) fn placements(client: &Client, node: &str, from: u32, to: u32) -> Query {
     client
         .query(
-            "SELECT toUInt32(time) AS time, pid, comm, executable, thread_nodes, thread_counts, kind, path, \
-             start, end, permissions, page_nodes, page_counts, page_size FROM placements \
+            "SELECT toUInt32(time) AS time, node, pid, comm, executable, thread_nodes, thread_counts, kind, \
+             path, start, end, permissions, page_nodes, page_counts, page_size, batch_id FROM placements \
              WHERE node = ? AND time >= toDateTime(?) AND time < toDateTime(?) ORDER BY pid, time, start",
         )
         .bind(node)

@@ -98,7 +98,8 @@ pub(super) struct CounterRow {
     pub batch_id: [u8; 16],
 }
 
-#[derive(Row, Serialize)]
+/// One mapping of one process in one placement snapshot; written by ingest, read by the API.
+#[derive(Row, Serialize, Deserialize)]
 pub(super) struct PlacementRow {
     pub time: u32,
     pub node: String,
@@ -134,24 +135,6 @@ pub(super) struct DataSampleRow {
     pub count: u64,
     pub value: u64,
     pub batch_id: [u8; 16],
-}
-
-#[derive(Row, Deserialize)]
-pub(super) struct PlacementReadRow {
-    pub time: u32,
-    pub pid: u32,
-    pub comm: String,
-    pub executable: String,
-    pub thread_nodes: Vec<u32>,
-    pub thread_counts: Vec<u32>,
-    pub kind: String,
-    pub path: String,
-    pub start: u64,
-    pub end: u64,
-    pub permissions: String,
-    pub page_nodes: Vec<u32>,
-    pub page_counts: Vec<u64>,
-    pub page_size: u64,
 }
 
 #[derive(Row, Deserialize)]
