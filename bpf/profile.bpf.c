@@ -58,6 +58,23 @@ struct {
 	__uint(max_entries, 1024 * 1024);
 } data_samples SEC(".maps");
 
+/*
+ * Processes whose code has no frame pointers (set by the agent): their samples carry a copy of
+ * the user stack for .eh_frame unwinding instead of a frame-pointer stack id.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, __u8);
+} unwind_tgids SEC(".maps");
+
+/* samples with a user stack copy (struct stack_snapshot), read continuously by the agent */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 8 * 1024 * 1024);
+} stack_snapshots SEC(".maps");
+
 /* lost samples and stacks per event kind and drop reason, per CPU so counting never contends */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -78,6 +95,9 @@ const volatile __u32 enabled_events = 0;
 /* send data addresses of samples that have one through `data_samples` */
 const volatile bool send_data_addresses = false;
 
+/* send a stack snapshot for every process with a user stack, not only `unwind_tgids` */
+const volatile bool unwind_all = false;
+
 /* which sample map programs count into; flipped by user space before each drain */
 __u32 active_buffer = 0;
 
@@ -85,6 +105,7 @@ __u32 active_buffer = 0;
 struct sample_key _sample_key = {};
 struct sample_value _sample_value = {};
 struct data_sample _data_sample = {};
+struct stack_snapshot _stack_snapshot = {};
 enum event_kind _event_kind = 0;
 enum drop_reason _drop_reason = 0;
 
@@ -95,6 +116,67 @@ static __always_inline void count_drop(enum event_kind event, enum drop_reason r
 
 	if (n)
 		*n += 1;
+}
+
+/*
+ * Sends the sample with the user registers and a copy of the user stack, to be unwound by the
+ * agent. False when it could not, and the caller should count it with frame-pointer stacks.
+ */
+static __always_inline bool send_snapshot(void *ctx, struct sample_key *key, __u64 weight,
+					  __u64 address)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct stack_snapshot *snap;
+	struct pt_regs *regs;
+	__u64 sp, len, chunk;
+	int i;
+
+	/* kernel threads have no user stack to copy */
+	if (!BPF_CORE_READ(task, mm))
+		return false;
+	if (!unwind_all && !bpf_map_lookup_elem(&unwind_tgids, &key->tgid))
+		return false;
+	snap = bpf_ringbuf_reserve(&stack_snapshots, sizeof(*snap), 0);
+	if (!snap) {
+		count_drop(key->event, DROP_SNAPSHOT_RING_FULL);
+		return false;
+	}
+	/* the user registers saved at the last entry to the kernel: the sample's, in user mode */
+	regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	snap->ip = BPF_CORE_READ(regs, ip);
+	snap->sp = BPF_CORE_READ(regs, sp);
+	snap->bp = BPF_CORE_READ(regs, bp);
+	snap->tgid = key->tgid;
+	snap->pid = key->pid;
+	snap->event = key->event;
+	snap->kernel_stack_id = bpf_get_stackid(ctx, &stacks, 0);
+	if (snap->kernel_stack_id < 0 && snap->kernel_stack_id != -EFAULT)
+		count_drop(key->event, DROP_KERNEL_STACK);
+	snap->weight = weight;
+	snap->address = send_data_addresses ? address : 0;
+	__builtin_memcpy(snap->comm, key->comm, sizeof(snap->comm));
+
+	/*
+	 * Page by page, so a stack ending (the top of the mapping) a few bytes above sp still
+	 * gives what lies below the end: first the rest of sp's page, then whole pages.
+	 */
+	sp = snap->sp;
+	chunk = ((SNAPSHOT_PAGE_SIZE - 1) & ~sp) + 1;
+	len = 0;
+	if (bpf_probe_read_user(snap->stack, chunk, (void *)sp) == 0) {
+		len = chunk;
+		for (i = 0; i < SNAPSHOT_STACK_PAGES; i++) {
+			if (len > SNAPSHOT_STACK_SIZE - SNAPSHOT_PAGE_SIZE)
+				break;
+			if (bpf_probe_read_user(snap->stack + len, SNAPSHOT_PAGE_SIZE,
+						(void *)(sp + len)))
+				break;
+			len += SNAPSHOT_PAGE_SIZE;
+		}
+	}
+	snap->stack_len = len;
+	bpf_ringbuf_submit(snap, 0);
+	return true;
 }
 
 /* counts one sample of `event` standing for `weight` events, with the current stacks */
@@ -121,6 +203,9 @@ static __always_inline int record_sample(void *ctx, enum event_kind event, __u64
 		return 0;
 	key.event = event;
 	bpf_get_current_comm(&key.comm, sizeof(key.comm));
+
+	if (send_snapshot(ctx, &key, weight, address))
+		return 0;
 
 	/* kernel threads have no user stack: -EFAULT is expected there, not a loss */
 	key.user_stack_id = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);

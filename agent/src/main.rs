@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use bimodal_agent::bpf::MapSizes;
+use bimodal_agent::bpf::{MapSizes, UnwindMode};
 use bimodal_agent::events::{EventKind, LiveProber, Machine, Rates};
 use bimodal_agent::placement::Placement;
 use bimodal_agent::record::{self, Format, RecordOptions};
@@ -80,6 +80,22 @@ struct SamplingArgs {
     /// Distinct stacks the kernel holds at once.
     #[arg(long, env = "BIMODAL_MAP_STACKS", default_value_t = 16384)]
     map_stacks: u32,
+    /// How user call chains are recovered: `auto` unwinds processes whose executable has no frame
+    /// pointers from a copy of their stack with .eh_frame, and the rest with frame pointers.
+    #[arg(long, env = "BIMODAL_UNWIND", value_enum, default_value_t = UnwindMode::Auto)]
+    unwind: UnwindMode,
+    /// Bytes of the kernel ring carrying stack copies to unwind (a power of two).
+    #[arg(long, env = "BIMODAL_SNAPSHOT_RING_BYTES", default_value_t = 8 << 20, value_parser = parse_ring_size)]
+    snapshot_ring_bytes: u32,
+}
+
+fn parse_ring_size(s: &str) -> Result<u32, String> {
+    let n: u32 = s.parse().map_err(|e| format!("{e}"))?;
+    if n.is_power_of_two() && n >= 64 << 10 {
+        Ok(n)
+    } else {
+        Err(format!("{n} is not a power of two of at least 65536"))
+    }
 }
 
 impl SamplingArgs {
@@ -95,6 +111,7 @@ impl SamplingArgs {
         MapSizes {
             samples: self.map_samples,
             stacks: self.map_stacks,
+            snapshot_ring: self.snapshot_ring_bytes,
         }
     }
 }
@@ -198,6 +215,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 output: a.output,
                 rates: a.sampling.rates(),
                 map_sizes: a.sampling.map_sizes(),
+                unwind: a.sampling.unwind,
                 data_objects: a.data_objects,
             };
             let summary = record::record(&opts)?;
@@ -250,6 +268,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 interval: a.interval,
                 rates: a.sampling.rates(),
                 map_sizes: a.sampling.map_sizes(),
+                unwind: a.sampling.unwind,
                 spool_batches: a.spool_batches,
                 placement_every: a.placement_every,
                 placement_processes: a.placement_processes,

@@ -8,7 +8,7 @@ use anyhow::Context;
 use bimodal_profile::Profile;
 
 use crate::batch::{self, Interval};
-use crate::bpf::{MapSizes, Sampler, SamplerOptions};
+use crate::bpf::{MapSizes, Sampler, SamplerOptions, UnwindMode};
 use crate::events::{self, EventKind, LiveProber, Machine, Rates};
 use crate::symbolize::Frames;
 
@@ -31,6 +31,7 @@ pub struct RecordOptions {
     pub output: PathBuf,
     pub rates: Rates,
     pub map_sizes: MapSizes,
+    pub unwind: UnwindMode,
     /// Profile the data objects the samples touched (each stack topped by `[bss] table`)
     /// instead of the code alone; needs a source with data addresses.
     pub data_objects: bool,
@@ -61,6 +62,7 @@ pub fn record(opts: &RecordOptions) -> anyhow::Result<RecordSummary> {
         sources: vec![source.clone()],
         pid: opts.pid,
         map_sizes: opts.map_sizes,
+        unwind: opts.unwind,
         data_addresses: opts.data_objects,
     })?;
     let frames = Frames::default();

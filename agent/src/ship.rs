@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::StreamExt;
 
 use crate::batch::{self, Interval};
-use crate::bpf::{MapSizes, Sampler, SamplerOptions};
+use crate::bpf::{MapSizes, Sampler, SamplerOptions, UnwindMode};
 use crate::counters::{CounterDelta, NodeCounters};
 use crate::events::counting::CountingEvents;
 use crate::events::{self, EventKind, LiveProber, Machine, Rates};
@@ -36,6 +36,7 @@ pub struct RunOptions {
     pub interval: Duration,
     pub rates: Rates,
     pub map_sizes: MapSizes,
+    pub unwind: UnwindMode,
     /// Unacknowledged batches kept for resending.
     pub spool_batches: usize,
     /// Memory placement is read every this many intervals (0: never); reading `numa_maps`
@@ -62,6 +63,7 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
         sources,
         pid: opts.pid,
         map_sizes: opts.map_sizes,
+        unwind: opts.unwind,
         // The server stores what data the samples touched.
         data_addresses: true,
     })?;

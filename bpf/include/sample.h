@@ -31,7 +31,12 @@ enum drop_reason {
 	DROP_KERNEL_STACK = 2,
 	/* the data-address ring buffer was full: the sample is counted, its address lost */
 	DROP_DATA_RING_FULL = 3,
-	DROP_REASON_COUNT = 4,
+	/*
+	 * the stack-snapshot ring buffer was full: the sample is counted with its frame-pointer
+	 * stack instead of an .eh_frame-unwound one
+	 */
+	DROP_SNAPSHOT_RING_FULL = 4,
+	DROP_REASON_COUNT = 5,
 };
 
 #define DROPS_MAX_ENTRIES (EVENT_KIND_COUNT * DROP_REASON_COUNT)
@@ -67,6 +72,39 @@ struct data_sample {
 	__u64 address;
 	/* events this sample stands for (its period) */
 	__u64 weight;
+};
+
+/*
+ * User stack bytes copied per snapshot: the rest of the page the stack pointer is in, then up to
+ * this many whole pages above it. The agent unwinds the copy with .eh_frame (docs/design/006).
+ */
+#define SNAPSHOT_PAGE_SIZE 4096
+#define SNAPSHOT_STACK_PAGES 2
+#define SNAPSHOT_STACK_SIZE ((SNAPSHOT_STACK_PAGES + 1) * SNAPSHOT_PAGE_SIZE)
+
+/*
+ * A sample of a process without frame pointers, sent through the `stack_snapshots` ring: the
+ * user registers and a copy of the top of the user stack, for the agent to unwind.
+ */
+struct stack_snapshot {
+	__u32 tgid;
+	__u32 pid;
+	/* enum event_kind */
+	__u32 event;
+	/* id in the `stacks` map; negative: no kernel stack */
+	__s32 kernel_stack_id;
+	/* events this sample stands for (its period, or pages) */
+	__u64 weight;
+	/* the data address of the event; 0 when it has none or none is wanted */
+	__u64 address;
+	/* user registers when the sample was taken (or the task last entered the kernel) */
+	__u64 ip;
+	__u64 sp;
+	__u64 bp;
+	/* bytes of `stack` copied from `sp` upwards */
+	__u32 stack_len;
+	char comm[COMM_LEN];
+	__u8 stack[SNAPSHOT_STACK_SIZE];
 };
 
 #endif /* BIMODAL_SAMPLE_H */

@@ -4,13 +4,16 @@ use std::collections::{HashMap, HashSet};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, IntoRawFd};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, OpenObject, RingBuffer, RingBufferBuilder};
 
 use crate::events::{perf, Attach, EventKind, EventSource};
+use crate::unwind::{self, Snapshot, UnwindStats, Unwinder};
 
 mod profile {
     #![allow(
@@ -23,7 +26,7 @@ mod profile {
     include!(concat!(env!("OUT_DIR"), "/profile.skel.rs"));
 }
 
-use profile::types::{data_sample, sample_key, sample_value};
+use profile::types::{data_sample, sample_key, sample_value, stack_snapshot};
 use profile::{OpenProfileSkel, ProfileSkel, ProfileSkelBuilder};
 
 // SAFETY: these are plain C structs of integers and byte arrays: every bit pattern of their
@@ -33,6 +36,24 @@ unsafe impl plain::Plain for sample_key {}
 unsafe impl plain::Plain for sample_value {}
 // SAFETY: as above.
 unsafe impl plain::Plain for data_sample {}
+// SAFETY: as above.
+unsafe impl plain::Plain for stack_snapshot {}
+
+/// Stack ids given to user stacks unwound from snapshots: above any id of the `stacks` map.
+pub const UNWOUND_STACK_ID_BASE: i32 = 1 << 30;
+
+/// How user call chains are recovered (docs/design/006).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum UnwindMode {
+    /// Frame pointers, except for processes whose executable has none: those are unwound from
+    /// copies of their stack with `.eh_frame`.
+    #[default]
+    Auto,
+    /// Frame pointers only (cheapest; chains of code without them are cut short).
+    FramePointer,
+    /// `.eh_frame` for every process (a stack copy per sample).
+    EhFrame,
+}
 
 /// Why sampling could not start.
 #[derive(Debug, thiserror::Error)]
@@ -66,6 +87,8 @@ pub struct MapSizes {
     pub samples: u32,
     /// Distinct stacks alive at once.
     pub stacks: u32,
+    /// Bytes of the ring that carries stack snapshots to be unwound (a power of two).
+    pub snapshot_ring: u32,
 }
 
 impl Default for MapSizes {
@@ -73,6 +96,7 @@ impl Default for MapSizes {
         MapSizes {
             samples: 16384,
             stacks: 16384,
+            snapshot_ring: 8 << 20,
         }
     }
 }
@@ -99,12 +123,20 @@ pub struct Dropped {
     pub data_ring_full: u64,
     /// Samples whose stack id was gone from the stack map when read.
     pub stack_missing: u64,
+    /// Samples of `.eh_frame`-unwound processes that got a frame-pointer stack instead, because
+    /// the snapshot ring was full.
+    pub snapshot_ring_full: u64,
 }
 
 impl Dropped {
     /// Samples lost whole or in part.
     pub fn total(&self) -> u64 {
-        self.sample_map_full + self.user_stack + self.kernel_stack + self.data_ring_full + self.stack_missing
+        self.sample_map_full
+            + self.user_stack
+            + self.kernel_stack
+            + self.data_ring_full
+            + self.stack_missing
+            + self.snapshot_ring_full
     }
 }
 
@@ -148,6 +180,7 @@ pub struct SamplerOptions {
     pub map_sizes: MapSizes,
     /// Send the data address of samples that carry one (costs a ring-buffer record each).
     pub data_addresses: bool,
+    pub unwind: UnwindMode,
 }
 
 /// The loaded programs and their attachments. Dropping it detaches everything.
@@ -159,6 +192,104 @@ pub struct Sampler {
     _links: Vec<Link>,
     /// Cumulative loss counters at the previous drain, by `drops` map index.
     drops_seen: HashMap<u32, u64>,
+    unwind: UnwindMode,
+    /// Samples unwound from stack snapshots since the last drain, by the unwinding thread.
+    unwound: Arc<Mutex<Unwound>>,
+    unwind_thread: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
+    /// Whether each process seen so far keeps frame pointers (`auto` mode), by tgid.
+    classified: HashMap<u32, bool>,
+    /// The same judgement by executable (device, inode), shared by its processes.
+    classified_images: HashMap<(u64, u64), bool>,
+}
+
+/// What the unwinding thread accumulated between two drains.
+#[derive(Debug, Default)]
+struct Unwound {
+    /// Counts per sample key (its user stack id unset) and unwound user chain.
+    samples: HashMap<(SampleKey, Vec<u64>), SampleValue>,
+    /// Data samples with their unwound chains.
+    data: Vec<(DataSample, Vec<u64>)>,
+    stats: UnwindStats,
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        if let Some((stop, thread)) = self.unwind_thread.take() {
+            stop.store(true, Ordering::Relaxed);
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Unwinds every snapshot the programs send, until `stop`: consumed continuously, since one
+/// copy is kilobytes and the ring holds only hundreds.
+fn unwind_snapshots(ring_map: MapHandle, out: Arc<Mutex<Unwound>>, stop: Arc<AtomicBool>) {
+    let mut unwinder = Unwinder::default();
+    let sink = out.clone();
+    let mut builder = RingBufferBuilder::new();
+    let added = builder.add(&ring_map, move |raw: &[u8]| {
+        let Ok(snap) = plain::from_bytes::<stack_snapshot>(raw) else {
+            return 0;
+        };
+        let stack = &snap.stack[..(snap.stack_len as usize).min(snap.stack.len())];
+        let chain = unwinder.unwind(&Snapshot {
+            tgid: snap.tgid,
+            ip: snap.ip,
+            sp: snap.sp,
+            bp: snap.bp,
+            stack,
+        });
+        let comm_bytes: Vec<u8> = snap.comm.iter().map(|&c| c as u8).take_while(|&c| c != 0).collect();
+        let key = SampleKey {
+            tgid: snap.tgid,
+            pid: snap.pid,
+            event: EventKind::try_from(snap.event as i32).unwrap_or(EventKind::Unspecified),
+            user_stack_id: -1,
+            kernel_stack_id: snap.kernel_stack_id,
+            comm: String::from_utf8_lossy(&comm_bytes).into_owned(),
+        };
+        let mut out = sink.lock().expect("not poisoned");
+        out.stats = unwinder.stats;
+        if snap.address != 0 {
+            out.data.push((
+                DataSample {
+                    tgid: key.tgid,
+                    pid: key.pid,
+                    event: key.event,
+                    user_stack_id: -1,
+                    address: snap.address,
+                    weight: snap.weight,
+                },
+                chain.clone(),
+            ));
+        }
+        let value = out.samples.entry((key, chain)).or_default();
+        value.count += 1;
+        value.value += snap.weight;
+        drop(out);
+        // Processes that exited leave their unwinders behind; sweep now and then.
+        if unwinder.stats.snapshots % 4096 == 0 {
+            unwinder.retain(|tgid| Path::new(&format!("/proc/{tgid}")).exists());
+        }
+        0
+    });
+    if let Err(e) = added {
+        tracing::error!("stack snapshots cannot be read, .eh_frame unwinding is off: {e}");
+        return;
+    }
+    let ring = match builder.build() {
+        Ok(ring) => ring,
+        Err(e) => {
+            tracing::error!("stack snapshots cannot be read, .eh_frame unwinding is off: {e}");
+            return;
+        }
+    };
+    while !stop.load(Ordering::Relaxed) {
+        if let Err(e) = ring.poll(Duration::from_millis(100)) {
+            tracing::warn!("reading stack snapshots: {e}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
 }
 
 impl std::fmt::Debug for Sampler {
@@ -208,6 +339,7 @@ fn open_for(
         MapSizes {
             samples: 16,
             stacks: 16,
+            snapshot_ring: 64 << 10,
         },
         |o| o.map_sizes,
     );
@@ -220,7 +352,12 @@ fn open_for(
         rodata.skip_tgid = std::process::id();
         rodata.send_data_addresses = opts.is_some_and(|o| o.data_addresses);
         rodata.enabled_events = events;
+        rodata.unwind_all = opts.is_some_and(|o| o.unwind == UnwindMode::EhFrame);
     }
+    open.maps
+        .stack_snapshots
+        .set_max_entries(sizes.snapshot_ring)
+        .map_err(load_error)?;
     for map in [&mut open.maps.samples_0, &mut open.maps.samples_1] {
         map.set_max_entries(sizes.samples).map_err(load_error)?;
     }
@@ -394,14 +531,104 @@ impl Sampler {
             map: "data_samples",
             source,
         })?;
-        Ok(Sampler {
+        let unwound: Arc<Mutex<Unwound>> = Arc::default();
+        let unwind_thread = if opts.unwind == UnwindMode::FramePointer {
+            None
+        } else {
+            let map = MapHandle::try_from(&skel.maps.stack_snapshots).map_err(|source| SamplerError::Map {
+                map: "stack_snapshots",
+                source,
+            })?;
+            let stop = Arc::new(AtomicBool::new(false));
+            let (out, flag) = (unwound.clone(), stop.clone());
+            let thread = std::thread::Builder::new()
+                .name("bimodal-unwind".into())
+                .spawn(move || unwind_snapshots(map, out, flag))
+                .expect("spawning a thread");
+            Some((stop, thread))
+        };
+        let mut sampler = Sampler {
             skel,
             sources: opts.sources,
             ring,
             ring_out,
             _links: links,
             drops_seen: HashMap::new(),
-        })
+            unwind: opts.unwind,
+            unwound,
+            unwind_thread,
+            classified: HashMap::new(),
+            classified_images: HashMap::new(),
+        };
+        // Judge the processes running now, so their first samples are unwound already.
+        if opts.unwind == UnwindMode::Auto {
+            let tgids: Vec<u32> = match opts.pid {
+                Some(pid) => vec![pid],
+                None => std::fs::read_dir("/proc")
+                    .map(|dir| dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+                    .unwrap_or_default(),
+            };
+            sampler.classify(&tgids);
+        }
+        Ok(sampler)
+    }
+
+    /// In `auto` mode, marks processes whose executable lacks frame pointers for `.eh_frame`
+    /// unwinding; each process is judged once, each executable once.
+    fn classify(&mut self, tgids: &[u32]) {
+        use std::os::unix::fs::MetadataExt;
+        let started = Instant::now();
+        let mut marked = 0;
+        for &tgid in tgids {
+            if tgid == std::process::id() || self.classified.contains_key(&tgid) {
+                continue;
+            }
+            // Kernel threads have no executable: nothing to unwind.
+            let Ok(meta) = std::fs::metadata(format!("/proc/{tgid}/exe")) else {
+                self.classified.insert(tgid, true);
+                continue;
+            };
+            let uses_fp = *self
+                .classified_images
+                .entry((meta.dev(), meta.ino()))
+                .or_insert_with(|| unwind::process_uses_frame_pointers(tgid).unwrap_or(true));
+            self.classified.insert(tgid, uses_fp);
+            if !uses_fp {
+                let value = [1u8];
+                match self
+                    .skel
+                    .maps
+                    .unwind_tgids
+                    .update(&tgid.to_ne_bytes(), &value, MapFlags::ANY)
+                {
+                    Ok(()) => marked += 1,
+                    Err(e) => tracing::warn!(tgid, "cannot mark the process for .eh_frame unwinding: {e}"),
+                }
+            }
+        }
+        if marked > 0 {
+            tracing::debug!(marked, elapsed = ?started.elapsed(), "processes without frame pointers");
+        }
+    }
+
+    /// Forgets processes that exited, here and in `unwind_tgids` (their pids may be reused).
+    fn forget_exited(&mut self) {
+        let gone: Vec<u32> = self
+            .classified
+            .keys()
+            .copied()
+            .filter(|tgid| !Path::new(&format!("/proc/{tgid}")).exists())
+            .collect();
+        for tgid in gone {
+            if self.classified.remove(&tgid) == Some(false) {
+                let _ = self.skel.maps.unwind_tgids.delete(&tgid.to_ne_bytes());
+            }
+        }
+    }
+
+    /// Unwinding figures since the sampler started.
+    pub fn unwind_stats(&self) -> UnwindStats {
+        self.unwound.lock().expect("not poisoned").stats
     }
 
     /// The sources being sampled.
@@ -425,6 +652,15 @@ impl Sampler {
 
         let map_err = |map: &'static str| move |source| SamplerError::Map { map, source };
         let mut drained = Drained::default();
+        // Samples unwound from snapshots so far; their kernel stacks are read with the others.
+        let unwound = {
+            let mut shared = self.unwound.lock().expect("not poisoned");
+            Unwound {
+                samples: std::mem::take(&mut shared.samples),
+                data: std::mem::take(&mut shared.data),
+                stats: shared.stats,
+            }
+        };
         // Data samples reference stacks of both buffers; read them before any stack is deleted.
         self.ring.consume().map_err(map_err("data_samples"))?;
         drained.data = std::mem::take(&mut *self.ring_out.lock().expect("not poisoned"));
@@ -467,6 +703,7 @@ impl Sampler {
             .iter()
             .flat_map(|(k, _)| [k.user_stack_id, k.kernel_stack_id])
             .chain(drained.data.iter().map(|d| d.user_stack_id))
+            .chain(unwound.samples.keys().map(|(k, _)| k.kernel_stack_id))
             .filter(|&id| id >= 0)
             .collect();
         let stacks = &self.skel.maps.stacks;
@@ -483,6 +720,23 @@ impl Sampler {
             if !keep.contains(&id) {
                 let _ = stacks.delete(&key);
             }
+        }
+        // Unwound chains get stack ids of their own, above those of the stack map.
+        let mut chain_ids: HashMap<Vec<u64>, i32> = HashMap::new();
+        let mut chain_id = |stacks: &mut HashMap<i32, Vec<u64>>, chain: Vec<u64>| {
+            let next = UNWOUND_STACK_ID_BASE + chain_ids.len() as i32;
+            *chain_ids.entry(chain).or_insert_with_key(|chain| {
+                stacks.insert(next, chain.clone());
+                next
+            })
+        };
+        for ((mut key, chain), value) in unwound.samples {
+            key.user_stack_id = chain_id(&mut drained.stacks, chain);
+            drained.samples.push((key, value));
+        }
+        for (mut data, chain) in unwound.data {
+            data.user_stack_id = chain_id(&mut drained.stacks, chain);
+            drained.data.push(data);
         }
         for (k, v) in &drained.samples {
             for id in [k.user_stack_id, k.kernel_stack_id] {
@@ -515,9 +769,17 @@ impl Sampler {
                     0 => entry.sample_map_full += added,
                     1 => entry.user_stack += added,
                     2 => entry.kernel_stack += added,
-                    _ => entry.data_ring_full += added,
+                    3 => entry.data_ring_full += added,
+                    _ => entry.snapshot_ring_full += added,
                 }
             }
+        }
+        if self.unwind == UnwindMode::Auto {
+            let mut tgids: Vec<u32> = drained.samples.iter().map(|(k, _)| k.tgid).collect();
+            tgids.sort_unstable();
+            tgids.dedup();
+            self.classify(&tgids);
+            self.forget_exited();
         }
         Ok(drained)
     }

@@ -1,3 +1,4 @@
 mod cli;
+mod golden;
 mod probe;
 mod record;

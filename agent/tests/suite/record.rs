@@ -81,33 +81,6 @@ fn page_faults_are_attributed_to_the_global_array_they_touch() {
     );
 }
 
-/// JIT code named only in /tmp/perf-PID.map (as JVMs and Node publish it) gets its name, is
-/// marked as JIT (`_[j]`), and keeps its callers through the frame pointer it maintains.
-#[test]
-#[cfg(target_arch = "x86_64")]
-fn jit_frames_are_named_from_the_perf_map() {
-    let dir = tempfile::tempdir().unwrap();
-    let jit = fixture::compile("jit");
-    let child = std::process::Command::new(jit)
-        .arg("30")
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let running = fixture::Running(child);
-    // The fixture writes its perf map before it starts spinning.
-    let map = format!("/tmp/perf-{}.map", running.pid());
-    while !Path::new(&map).exists() {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let folded = record_folded("cpu", running.pid(), 2, dir.path(), &[]);
-    let s = share(&folded, "main;run_jit;jit_hot_loop_[j]");
-    assert!(
-        s > 0.8,
-        "only {:.0}% of cpu samples in main;run_jit;jit_hot_loop_[j]: {folded:?}",
-        s * 100.0
-    );
-}
-
 /// CPU time the kernel accounted to process `pid` (utime + stime), in nanoseconds.
 fn cpu_time_ns(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();

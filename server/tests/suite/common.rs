@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 
 use std::time::Duration;
 
-use bimodal_agent::bpf::MapSizes;
+use bimodal_agent::bpf::{MapSizes, UnwindMode};
 use bimodal_agent::events::{EventKind, Rates};
 use bimodal_agent::ship::RunOptions;
 use bimodal_server::{Config, Server};
@@ -123,6 +123,7 @@ pub fn agent_options(server_url: String, node: &str, pid: u32, events: Vec<Event
         interval: Duration::from_secs(1),
         rates: Rates::default(),
         map_sizes: MapSizes::default(),
+        unwind: UnwindMode::Auto,
         spool_batches: 64,
         placement_every: 0,
         placement_processes: 0,

@@ -1,0 +1,479 @@
+//! Call chains of code without frame pointers: BPF copies the user registers and the top of the
+//! user stack (`struct stack_snapshot`), and this module unwinds the copy with each mapped
+//! image's `.eh_frame`, using framehop (docs/design/006).
+//!
+//! Which processes need it is decided once per process from its executable: code built with
+//! frame pointers defines its call frame from `rbp` in `.eh_frame`; code built without defines it
+//! from `rsp` throughout (see [`uses_frame_pointers`]).
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::ops::{Deref, Range};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
+use object::{Object, ObjectSection, ObjectSegment};
+
+/// Deepest chain unwound, as for frame-pointer stacks (MAX_STACK_DEPTH in sample.h).
+pub const MAX_DEPTH: usize = 127;
+
+/// A process's modules are re-read at most this often when an address falls outside all of them
+/// (a library loaded since, or JIT code that no file maps).
+const REBUILD_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Bytes of an image file: memory-mapped from disk, or owned (the vDSO, read from memory).
+#[derive(Debug)]
+enum Backing {
+    Mapped(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl Deref for Backing {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Backing::Mapped(m) => m,
+            Backing::Owned(v) => v,
+        }
+    }
+}
+
+/// One section's bytes within a shared image.
+#[derive(Clone, Debug)]
+pub struct Section {
+    image: Arc<Backing>,
+    range: Range<usize>,
+}
+
+impl Deref for Section {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.image[self.range.clone()]
+    }
+}
+
+/// What unwinding needs from one ELF image, parsed once and shared by every process mapping it.
+#[derive(Debug)]
+struct Image {
+    bytes: Arc<Backing>,
+    /// (svma range, file range) of .text, .eh_frame, .eh_frame_hdr and .got.
+    sections: HashMap<&'static str, (Range<u64>, Range<usize>)>,
+    /// PT_LOAD segments: (p_vaddr, p_offset, p_filesz).
+    segments: Vec<(u64, u64, u64)>,
+}
+
+impl Image {
+    fn parse(bytes: Backing) -> Result<Image, String> {
+        let file = object::File::parse(&*bytes).map_err(|e| format!("not an ELF image: {e}"))?;
+        let mut sections = HashMap::new();
+        for name in [".text", ".eh_frame", ".eh_frame_hdr", ".got"] {
+            if let Some(section) = file.section_by_name(name) {
+                let svma = section.address()..section.address() + section.size();
+                if let Some((offset, size)) = section.file_range() {
+                    sections.insert(name, (svma, offset as usize..(offset + size) as usize));
+                }
+            }
+        }
+        if !sections.contains_key(".eh_frame") {
+            return Err("no .eh_frame".into());
+        }
+        let segments = file
+            .segments()
+            .map(|s| {
+                let (offset, size) = s.file_range();
+                (s.address(), offset, size)
+            })
+            .collect();
+        Ok(Image {
+            bytes: Arc::new(bytes),
+            sections,
+            segments,
+        })
+    }
+
+    fn section(&self, name: &str) -> Option<Section> {
+        self.sections.get(name).map(|(_, range)| Section {
+            image: self.bytes.clone(),
+            range: range.clone(),
+        })
+    }
+
+    fn svma(&self, name: &str) -> Option<Range<u64>> {
+        self.sections.get(name).map(|(svma, _)| svma.clone())
+    }
+
+    /// The load bias of a mapping of this image at `start` from file offset `offset`: what to add
+    /// to an address stated in the image to get the address in the process.
+    fn bias(&self, start: u64, offset: u64) -> Option<u64> {
+        let (vaddr, p_offset, _) = self
+            .segments
+            .iter()
+            .find(|&&(_, p_offset, size)| (p_offset & !0xfff) <= offset && offset < p_offset + size.max(1))?;
+        Some(start.wrapping_sub(vaddr.wrapping_sub(*p_offset).wrapping_add(offset)))
+    }
+
+    fn module(&self, name: String, avma: Range<u64>, bias: u64) -> Module<Section> {
+        let info = ExplicitModuleSectionInfo {
+            base_svma: 0,
+            text_svma: self.svma(".text"),
+            text: self.section(".text"),
+            got_svma: self.svma(".got"),
+            eh_frame_svma: self.svma(".eh_frame"),
+            eh_frame: self.section(".eh_frame"),
+            eh_frame_hdr_svma: self.svma(".eh_frame_hdr"),
+            eh_frame_hdr: self.section(".eh_frame_hdr"),
+            stubs_svma: None,
+            stub_helper_svma: None,
+            unwind_info: None,
+            debug_frame: None,
+            text_segment_svma: None,
+            text_segment: None,
+        };
+        Module::new(name, avma, bias, info)
+    }
+}
+
+fn map_file(path: &Path) -> Result<Backing, String> {
+    let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    // SAFETY: the map is only read. Images are replaced by renaming a new file over them, which
+    // leaves this inode intact; one truncated in place would fault, as it would for the process
+    // executing it.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| format!("mmap {}: {e}", path.display()))?;
+    Ok(Backing::Mapped(map))
+}
+
+/// The vDSO is the same image in every process of this kernel: read it from the agent's own
+/// memory, once.
+fn vdso() -> Option<&'static Image> {
+    static VDSO: OnceLock<Option<Image>> = OnceLock::new();
+    VDSO.get_or_init(|| {
+        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+        let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
+        let mapping = parse_maps_line(line)?;
+        let mut mem = File::open("/proc/self/mem").ok()?;
+        mem.seek(SeekFrom::Start(mapping.range.start)).ok()?;
+        let mut bytes = vec![0; (mapping.range.end - mapping.range.start) as usize];
+        mem.read_exact(&mut bytes).ok()?;
+        Image::parse(Backing::Owned(bytes)).ok()
+    })
+    .as_ref()
+}
+
+/// One executable mapping of /proc/PID/maps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Mapping {
+    range: Range<u64>,
+    offset: u64,
+    /// (device, inode): the same file in every mount namespace.
+    file_id: (String, u64),
+    path: String,
+}
+
+fn parse_maps_line(line: &str) -> Option<Mapping> {
+    let mut fields = line.split_ascii_whitespace();
+    let (start, end) = fields.next()?.split_once('-')?;
+    let perms = fields.next()?;
+    let offset = u64::from_str_radix(fields.next()?, 16).ok()?;
+    let device = fields.next()?.to_owned();
+    let inode = fields.next()?.parse().ok()?;
+    let path = fields.collect::<Vec<_>>().join(" ");
+    (perms.as_bytes().get(2) == Some(&b'x')).then_some(())?;
+    Some(Mapping {
+        range: u64::from_str_radix(start, 16).ok()?..u64::from_str_radix(end, 16).ok()?,
+        offset,
+        file_id: (device, inode),
+        path,
+    })
+}
+
+/// The unwinder of one process: its modules and framehop's rule cache.
+struct Process {
+    unwinder: UnwinderX86_64<Section>,
+    cache: CacheX86_64,
+    /// Executable ranges the modules cover.
+    covered: Vec<Range<u64>>,
+    built: Instant,
+}
+
+/// What unwinding did, since the agent started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UnwindStats {
+    pub snapshots: u64,
+    /// Chains that ended before the root (unwind info missing or the copy too short).
+    pub truncated: u64,
+    /// Frames found, over all snapshots.
+    pub frames: u64,
+}
+
+/// Unwinds stack snapshots of many processes, sharing parsed images between them.
+#[derive(Default)]
+pub struct Unwinder {
+    processes: HashMap<u32, Process>,
+    images: HashMap<(String, u64), Option<Arc<Image>>>,
+    pub stats: UnwindStats,
+}
+
+impl std::fmt::Debug for Unwinder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Unwinder")
+            .field("processes", &self.processes.len())
+            .field("images", &self.images.len())
+            .finish()
+    }
+}
+
+/// The registers and stack copy of one sample.
+#[derive(Clone, Copy, Debug)]
+pub struct Snapshot<'a> {
+    pub tgid: u32,
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    pub stack: &'a [u8],
+}
+
+impl Unwinder {
+    /// The call chain of a snapshot, leaf first: the instruction pointer, then return addresses.
+    pub fn unwind(&mut self, snapshot: &Snapshot<'_>) -> Vec<u64> {
+        self.stats.snapshots += 1;
+        let tgid = snapshot.tgid;
+        let stale = self
+            .processes
+            .get(&tgid)
+            .is_none_or(|p| !p.covers(snapshot.ip) && p.built.elapsed() >= REBUILD_INTERVAL);
+        if stale {
+            let process = self.build(tgid);
+            self.processes.insert(tgid, process);
+        }
+        let process = self.processes.get_mut(&tgid).expect("inserted above");
+        let stack = snapshot.stack;
+        let sp = snapshot.sp;
+        let mut read_stack = |address: u64| -> Result<u64, ()> {
+            let at = address.checked_sub(sp).ok_or(())? as usize;
+            let bytes = stack.get(at..at.checked_add(8).ok_or(())?).ok_or(())?;
+            Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| ())?))
+        };
+        let regs = UnwindRegsX86_64::new(snapshot.ip, snapshot.sp, snapshot.bp);
+        let mut frames = Vec::new();
+        let mut iter = process
+            .unwinder
+            .iter_frames(snapshot.ip, regs, &mut process.cache, &mut read_stack);
+        let complete = loop {
+            match iter.next() {
+                Ok(Some(frame)) if frames.len() < MAX_DEPTH => frames.push(frame.address()),
+                Ok(Some(_)) => break false,
+                Ok(None) => break true,
+                Err(_) => break false,
+            }
+        };
+        if !complete {
+            self.stats.truncated += 1;
+        }
+        self.stats.frames += frames.len() as u64;
+        frames
+    }
+
+    /// Forgets processes for which `alive` is false.
+    pub fn retain(&mut self, mut alive: impl FnMut(u32) -> bool) {
+        self.processes.retain(|&tgid, _| alive(tgid));
+    }
+
+    /// Processes with an unwinder.
+    pub fn processes(&self) -> usize {
+        self.processes.len()
+    }
+
+    fn build(&mut self, tgid: u32) -> Process {
+        let mut process = Process {
+            unwinder: UnwinderX86_64::new(),
+            cache: CacheX86_64::new(),
+            covered: Vec::new(),
+            built: Instant::now(),
+        };
+        let Ok(maps) = std::fs::read_to_string(format!("/proc/{tgid}/maps")) else {
+            return process;
+        };
+        let root = PathBuf::from(format!("/proc/{tgid}/root"));
+        for mapping in maps.lines().filter_map(parse_maps_line) {
+            let image = if mapping.path == "[vdso]" {
+                vdso()
+            } else if mapping.path.starts_with('/') && mapping.file_id.1 != 0 {
+                self.images
+                    .entry(mapping.file_id.clone())
+                    .or_insert_with(|| {
+                        let path = root.join(mapping.path.trim_start_matches('/'));
+                        map_file(&path).and_then(Image::parse).ok().map(Arc::new)
+                    })
+                    .as_deref()
+            } else {
+                None
+            };
+            let Some(image) = image else { continue };
+            let Some(bias) = image.bias(mapping.range.start, mapping.offset) else {
+                continue;
+            };
+            process
+                .unwinder
+                .add_module(image.module(mapping.path.clone(), mapping.range.clone(), bias));
+            process.covered.push(mapping.range);
+        }
+        process
+    }
+}
+
+impl Process {
+    fn covers(&self, address: u64) -> bool {
+        self.covered.iter().any(|r| r.contains(&address))
+    }
+}
+
+/// Whether an ELF image's code keeps frame pointers, judged from its `.eh_frame`: the share of
+/// functions with a stack frame whose call frame is defined from `rbp` somewhere in their body.
+/// Functions without a frame (leaves, `_start`) and PLT stubs say nothing either way. `None` when
+/// the image has no such function to judge by (frame-pointer unwinding is then all there is).
+pub fn uses_frame_pointers(bytes: &[u8]) -> Option<bool> {
+    use gimli::{BaseAddresses, CfaRule, CieOrFde, EhFrame, LittleEndian, UnwindContext, UnwindSection, X86_64};
+
+    let file = object::File::parse(bytes).ok()?;
+    let section = file.section_by_name(".eh_frame")?;
+    let data = section.data().ok()?;
+    let eh_frame = EhFrame::new(data, LittleEndian);
+    let mut bases = BaseAddresses::default().set_eh_frame(section.address());
+    if let Some(text) = file.section_by_name(".text") {
+        bases = bases.set_text(text.address());
+    }
+    let stubs: Vec<Range<u64>> = [".plt", ".plt.got", ".plt.sec"]
+        .into_iter()
+        .filter_map(|name| file.section_by_name(name))
+        .map(|s| s.address()..s.address() + s.size())
+        .collect();
+    let mut ctx = UnwindContext::new();
+    let (mut framed, mut with_rbp) = (0u32, 0u32);
+    let mut entries = eh_frame.entries(&bases);
+    while let Ok(Some(entry)) = entries.next() {
+        let CieOrFde::Fde(partial) = entry else { continue };
+        let Ok(fde) = partial.parse(|_, bases, offset| eh_frame.cie_from_offset(bases, offset)) else {
+            continue;
+        };
+        if stubs.iter().any(|r| r.contains(&fde.initial_address())) {
+            continue;
+        }
+        let Ok(mut rows) = fde.rows(&eh_frame, &bases, &mut ctx) else {
+            continue;
+        };
+        let (mut has_frame, mut uses_rbp) = (false, false);
+        while let Ok(Some(row)) = rows.next_row() {
+            match row.cfa() {
+                CfaRule::RegisterAndOffset { register, .. } if *register == X86_64::RBP => {
+                    uses_rbp = true;
+                    break;
+                }
+                CfaRule::RegisterAndOffset { register, offset } if *register == X86_64::RSP && *offset == 8 => {}
+                _ => has_frame = true,
+            }
+        }
+        if uses_rbp || has_frame {
+            framed += 1;
+            with_rbp += u32::from(uses_rbp);
+        }
+        if framed >= 4096 {
+            break;
+        }
+    }
+    (framed > 0).then_some(with_rbp * 2 >= framed)
+}
+
+/// Whether process `tgid`'s executable keeps frame pointers; `None` when it cannot be read or
+/// judged.
+pub fn process_uses_frame_pointers(tgid: u32) -> Option<bool> {
+    let backing = map_file(Path::new(&format!("/proc/{tgid}/exe"))).ok()?;
+    uses_frame_pointers(&backing)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_lines_give_executable_file_mappings_only() {
+        let line = "7f1c2a628000-7f1c2a7ad000 r-xp 00028000 08:01 1835052                    /usr/lib/x86_64-linux-gnu/libc.so.6";
+        let m = parse_maps_line(line).expect("an executable mapping");
+        assert_eq!(m.range, 0x7f1c2a628000..0x7f1c2a7ad000);
+        assert_eq!(m.offset, 0x28000);
+        assert_eq!(m.file_id, ("08:01".to_owned(), 1835052));
+        assert_eq!(m.path, "/usr/lib/x86_64-linux-gnu/libc.so.6");
+        assert_eq!(
+            parse_maps_line("7f1c2a7ad000-7f1c2a7fc000 r--p 001ad000 08:01 1835052 /x"),
+            None
+        );
+        let vdso = parse_maps_line("7ffd1e5f2000-7ffd1e5f4000 r-xp 00000000 00:00 0                          [vdso]");
+        assert_eq!(vdso.map(|m| m.path), Some("[vdso]".to_owned()));
+    }
+
+    #[test]
+    fn load_bias_maps_a_segment_back_to_its_stated_address() {
+        let image = Image {
+            bytes: Arc::new(Backing::Owned(Vec::new())),
+            sections: HashMap::new(),
+            // a PIE: text at vaddr 0x1000 from offset 0x1000, data at 0x3df0 from 0x2df0
+            segments: vec![(0, 0, 0x600), (0x1000, 0x1000, 0x1b5), (0x3df0, 0x2df0, 0x248)],
+        };
+        let bias = image.bias(0x5555_5555_5000, 0x1000).expect("text segment");
+        assert_eq!(bias, 0x5555_5555_4000);
+        assert_eq!(image.bias(0x5555_5555_7000, 0x2000), Some(0x5555_5555_4000));
+        assert_eq!(image.bias(0x1000, 0x9000), None);
+    }
+
+    #[test]
+    fn libc_is_judged_to_lack_frame_pointers_and_reads_its_eh_frame() {
+        let libc = ["/usr/lib/x86_64-linux-gnu/libc.so.6", "/lib/x86_64-linux-gnu/libc.so.6"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .expect("a glibc system");
+        let bytes = map_file(Path::new(libc)).expect("readable");
+        // Debian builds glibc without frame pointers.
+        assert_eq!(uses_frame_pointers(&bytes), Some(false));
+    }
+
+    /// Builds the same C file with and without frame pointers (with the system compiler) and
+    /// judges both.
+    #[test]
+    fn builds_with_and_without_frame_pointers_are_told_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("f.c");
+        std::fs::write(
+            &src,
+            // f needs a stack frame for its buffer; with frame pointers it is based on rbp
+            "__attribute__((noinline)) void fill(volatile char *p) { for (int i = 0; i < 64; i++) p[i] = i; }\n\
+             __attribute__((noinline)) int f(int x) { volatile char b[64]; fill(b); return b[x]; }\n\
+             int main(void) { return f(3); }\n",
+        )
+        .unwrap();
+        for (flags, expected) in [
+            (["-O2", "-fno-omit-frame-pointer"], true),
+            (["-O2", "-fomit-frame-pointer"], false),
+        ] {
+            let out = dir.path().join(format!("f{expected}"));
+            let status = std::process::Command::new("cc")
+                .args(flags)
+                .arg("-o")
+                .arg(&out)
+                .arg(&src)
+                .status()
+                .expect("run cc");
+            assert!(status.success());
+            let bytes = map_file(&out).unwrap();
+            assert_eq!(uses_frame_pointers(&bytes), Some(expected), "built with {flags:?}");
+        }
+    }
+
+    #[test]
+    fn the_vdso_is_read_from_memory_with_its_unwind_info() {
+        let vdso = vdso().expect("the kernel maps a vDSO");
+        assert!(vdso.sections.contains_key(".eh_frame"));
+    }
+}

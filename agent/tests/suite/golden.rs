@@ -1,0 +1,98 @@
+//! `bimodal-agent record` of fixtures built in the ways production code is built, compared with
+//! the expected stacks under testdata/expected (see testdata/fixtures/golden.rs for the format
+//! and how to regenerate them).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use crate::fixture::{self, Running};
+use crate::golden::{assert_matches_expected, functions_of, normalized_shares, parse_folded};
+
+/// Records cpu samples of `pid` for `seconds` with `extra` flags; returns the folded profile.
+fn record_cpu(pid: u32, seconds: u32, extra: &[&str]) -> BTreeMap<String, u64> {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("cpu.folded");
+    let status = Command::new(env!("CARGO_BIN_EXE_bimodal-agent"))
+        .args(["record", "--event", "cpu", "--duration", &format!("{seconds}s")])
+        .args(["--pid", &pid.to_string()])
+        .args(extra)
+        .arg("-o")
+        .arg(&out)
+        .status()
+        .expect("run bimodal-agent");
+    assert!(status.success(), "record failed");
+    parse_folded(&std::fs::read_to_string(&out).expect("folded output"))
+}
+
+fn start(binary: &Path, args: &[&str]) -> Running {
+    let child = Command::new(binary)
+        .args(args)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {}: {e}", binary.display()));
+    Running(child)
+}
+
+/// Frame-pointer build: every sample is in spin_hot_loop under spin_loop and main.
+#[test]
+fn golden_frame_pointer_build() {
+    let running = fixture::start("spin", 30);
+    let folded = record_cpu(running.pid(), 3, &[]);
+    assert_matches_expected("workload-spin", &folded, &functions_of(&[fixture::workload()]));
+}
+
+/// Built -O2 -fomit-frame-pointer, the memset called from clear_buffer is unwound from
+/// .eh_frame with its caller kept; frame-pointer unwinding of the same process loses it.
+#[test]
+fn golden_build_without_frame_pointers_keeps_the_caller_of_memset() {
+    let binary = fixture::workload_without_frame_pointers();
+    let functions = functions_of(&[binary]);
+    let running = start(binary, &["memset", "30"]);
+    let folded = record_cpu(running.pid(), 3, &[]);
+    assert_matches_expected("workload-nofp-memset", &folded, &functions);
+
+    // The same process through frame pointers: the chain breaks at memset.
+    let folded = record_cpu(running.pid(), 2, &["--unwind", "frame-pointer"]);
+    let shares = normalized_shares(&folded, &functions);
+    let kept = shares.get("main;memset_loop;clear_buffer;*").copied().unwrap_or(0.0);
+    assert!(
+        kept < 50.0,
+        "frame pointers alone found the full chain in {kept:.0}% of samples: the fixture no longer tests .eh_frame unwinding: {shares:?}"
+    );
+}
+
+/// `--unwind eh-frame` unwinds even a frame-pointer build from stack copies, to the same stacks.
+#[test]
+fn golden_eh_frame_unwinding_of_a_frame_pointer_build() {
+    let running = fixture::start("spin", 30);
+    let folded = record_cpu(running.pid(), 3, &["--unwind", "eh-frame"]);
+    assert_matches_expected("workload-spin", &folded, &functions_of(&[fixture::workload()]));
+}
+
+/// Frames in a shared library are named from the library and keep the executable's callers.
+#[test]
+fn golden_shared_library() {
+    let build = fixture::with_shared_library();
+    let running = start(&build.binary, &["30"]);
+    let folded = record_cpu(running.pid(), 3, &[]);
+    assert_matches_expected("shlib", &folded, &functions_of(&[&build.binary, &build.library]));
+}
+
+/// JIT code named only in /tmp/perf-PID.map (as JVMs and Node publish it) gets its name, is
+/// marked as JIT (`_[j]`), and keeps its callers through the frame pointer it maintains.
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn golden_jit_frames_are_named_from_the_perf_map() {
+    let jit = fixture::compile("jit");
+    let running = start(&jit, &["30"]);
+    // The fixture writes its perf map before it starts spinning.
+    let map = format!("/tmp/perf-{}.map", running.pid());
+    while !Path::new(&map).exists() {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let folded = record_cpu(running.pid(), 2, &[]);
+    let mut functions = functions_of(&[&jit]);
+    functions.insert("jit_hot_loop_[j]".into());
+    assert_matches_expected("jit", &folded, &functions);
+}
