@@ -6,6 +6,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "bimodal/v1/profile.proto",
         "bimodal/v1/facts.proto",
         "bimodal/v1/ingest.proto",
+        "bimodal/v1/debuginfo.proto",
         "pprof/profile.proto",
     ];
     for f in &files {

@@ -22,3 +22,4 @@ pub mod ship;
 pub mod symbolize;
 pub mod topology;
 pub mod unwind;
+pub mod upload;

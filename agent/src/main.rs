@@ -9,7 +9,7 @@ use bimodal_agent::bpf::{MapSizes, UnwindMode};
 use bimodal_agent::events::{EventKind, LiveProber, Machine, Rates};
 use bimodal_agent::placement::Placement;
 use bimodal_agent::record::{self, Format, RecordOptions};
-use bimodal_agent::ship::{self, RunOptions};
+use bimodal_agent::ship::{self, RunOptions, Symbolize};
 use bimodal_agent::topology::Topology;
 use bimodal_agent::{facts, probe};
 use clap::{Args, Parser, Subcommand};
@@ -163,6 +163,13 @@ struct RunArgs {
     /// How many processes' placement is read each time.
     #[arg(long, env = "BIMODAL_PLACEMENT_PROCESSES", default_value_t = 5)]
     placement_processes: usize,
+    /// Where user frames are named: `server` sends (build id, offset) and uploads each image
+    /// with symbols once; `local` names them here.
+    #[arg(long, env = "BIMODAL_SYMBOLIZE", value_enum, default_value_t = Symbolize::Server)]
+    symbolize: Symbolize,
+    /// Largest image uploaded for the server to symbolize from, in bytes.
+    #[arg(long, env = "BIMODAL_UPLOAD_MAX_BYTES", default_value_t = 512 << 20)]
+    upload_max_bytes: u64,
     #[command(flatten)]
     sampling: SamplingArgs,
 }
@@ -269,6 +276,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 rates: a.sampling.rates(),
                 map_sizes: a.sampling.map_sizes(),
                 unwind: a.sampling.unwind,
+                symbolize: a.symbolize,
+                upload_max_bytes: a.upload_max_bytes,
                 spool_batches: a.spool_batches,
                 placement_every: a.placement_every,
                 placement_processes: a.placement_processes,

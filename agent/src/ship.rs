@@ -21,7 +21,7 @@ use crate::events::{self, EventKind, LiveProber, Machine, Rates};
 use crate::placement::{self, Placement};
 use crate::symbolize::Frames;
 use crate::topology::Topology;
-use crate::{facts, probe};
+use crate::{facts, probe, upload};
 
 /// Settings of `bimodal-agent run`.
 #[derive(Clone, Debug)]
@@ -37,6 +37,9 @@ pub struct RunOptions {
     pub rates: Rates,
     pub map_sizes: MapSizes,
     pub unwind: UnwindMode,
+    pub symbolize: Symbolize,
+    /// Largest image uploaded for the server to symbolize from, in bytes.
+    pub upload_max_bytes: u64,
     /// Unacknowledged batches kept for resending.
     pub spool_batches: usize,
     /// Memory placement is read every this many intervals (0: never); reading `numa_maps`
@@ -44,6 +47,17 @@ pub struct RunOptions {
     pub placement_every: u32,
     /// How many processes' placement is read: those with the most samples, then the largest.
     pub placement_processes: usize,
+}
+
+/// Where user frames are named.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Symbolize {
+    /// Frames of images with a build id go out as (build id, file offset); the server names them
+    /// from images the agent uploads once per build id, and from debug files uploaded to it.
+    #[default]
+    Server,
+    /// The agent names every frame it can before sending.
+    Local,
 }
 
 /// Samples and ships until `shutdown` turns true, then sends what is left once.
@@ -86,8 +100,17 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
     let placement_every = u64::from(opts.placement_every);
     let placement_processes = opts.placement_processes;
     let mut stop = shutdown.clone();
+    let by_server = opts.symbolize == Symbolize::Server;
+    let (images_tx, images_rx) = mpsc::channel::<Vec<upload::ImageRef>>(16);
+    if by_server {
+        tokio::spawn(upload::run(opts.server_url.clone(), opts.upload_max_bytes, images_rx));
+    }
     let sampling = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
-        let frames = Frames::default();
+        let frames = if by_server {
+            Frames::by_server()
+        } else {
+            Frames::default()
+        };
         let mut start = SystemTime::now();
         let mut counters = NodeCounters::read_from(root).ok();
         let mut counting = CountingEvents::open();
@@ -102,6 +125,10 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
             let end = SystemTime::now();
             let mut b = batch::build(&drained, sampler.sources(), &frames, Interval { start, end });
             start = end;
+            if by_server {
+                // The uploader skips build ids it has handled; a full queue only delays one.
+                let _ = images_tx.try_send(upload::unnamed_images(&b));
+            }
             let now = NodeCounters::read_from(root).ok();
             if let (Some(prev), Some(next)) = (&counters, &now) {
                 b.counters = facts::counters(&CounterDelta::between(prev, next));

@@ -15,6 +15,11 @@ use crate::placement::MappingClass;
 pub struct Frames {
     symbolizer: Symbolizer,
     normalizer: Normalizer,
+    /// Leave frames of images with a build id unnamed, for the server to name from its
+    /// debug-info store (`--symbolize server`).
+    by_server: bool,
+    /// PT_LOAD segments (p_vaddr, p_offset, p_filesz) of images, by build id.
+    segments: std::cell::RefCell<std::collections::HashMap<Vec<u8>, Vec<Segment>>>,
 }
 
 impl std::fmt::Debug for Frames {
@@ -28,6 +33,22 @@ impl Default for Frames {
         Frames {
             symbolizer: Symbolizer::new(),
             normalizer: Normalizer::builder().enable_build_ids(true).build(),
+            by_server: false,
+            segments: Default::default(),
+        }
+    }
+}
+
+/// Why a frame left for the server has no name yet.
+pub const NAMED_BY_SERVER: &str = "named by the server from its build id";
+
+impl Frames {
+    /// Frames whose images have a build id are sent as (build id, file offset) and named by the
+    /// server; the rest (kernel, JIT, images without a build id) are named here.
+    pub fn by_server() -> Frames {
+        Frames {
+            by_server: true,
+            ..Frames::default()
         }
     }
 }
@@ -77,6 +98,7 @@ impl Frames {
                             frame.module = elf.path.to_string_lossy().into_owned();
                             frame.build_id = elf.build_id.as_deref().map(<[u8]>::to_vec).unwrap_or_default();
                             frame.file_offset = *offset;
+                            frame.elf_address = self.elf_address(tgid, frame).unwrap_or(0);
                         }
                         Some(UserMeta::Unknown(unknown)) => {
                             frame.unsymbolized_reason = format!("{:?}", unknown.reason);
@@ -96,13 +118,27 @@ impl Frames {
             }
         }
 
+        // Frames to name here: all of them, or those the server cannot key by build id.
+        let local: Vec<usize> = (0..frames.len())
+            .filter(|&i| !self.by_server || frames[i].build_id.is_empty())
+            .collect();
+        if self.by_server {
+            for frame in frames.iter_mut().filter(|f| !f.build_id.is_empty()) {
+                frame.unsymbolized_reason = NAMED_BY_SERVER.into();
+            }
+            if local.is_empty() {
+                return frames;
+            }
+        }
+        let local_addrs: Vec<u64> = local.iter().map(|&i| addrs[i]).collect();
         let mut process = Process::new(Pid::from(tgid));
         // JIT runtimes publish symbols in /tmp/perf-PID.map.
         process.perf_map = true;
         let source = Source::Process(process);
-        match self.symbolizer.symbolize(&source, Input::AbsAddr(&addrs)) {
+        match self.symbolizer.symbolize(&source, Input::AbsAddr(&local_addrs)) {
             Ok(symbolized) => {
-                for (frame, sym) in frames.iter_mut().zip(symbolized) {
+                for (&i, sym) in local.iter().zip(symbolized) {
+                    let frame = &mut frames[i];
                     // Named although no file maps it: the name came from the perf map of a JIT.
                     let anonymous = frame.module.is_empty();
                     fill(frame, sym);
@@ -119,6 +155,27 @@ impl Frames {
             }
         }
         frames
+    }
+
+    /// The address as the frame's image states it: its file offset through the PT_LOAD segment
+    /// that holds it. Program headers are read once per build id.
+    fn elf_address(&self, tgid: u32, frame: &v1::Frame) -> Option<u64> {
+        if frame.build_id.is_empty() {
+            return None;
+        }
+        let mut cache = self.segments.borrow_mut();
+        if !cache.contains_key(&frame.build_id) {
+            let path = Path::new("/proc")
+                .join(tgid.to_string())
+                .join("root")
+                .join(frame.module.trim_start_matches('/'));
+            cache.insert(frame.build_id.clone(), load_segments(&path).unwrap_or_default());
+        }
+        let offset = frame.file_offset;
+        cache[&frame.build_id]
+            .iter()
+            .find(|&&(_, p_offset, filesz)| p_offset <= offset && offset < p_offset + filesz)
+            .map(|&(vaddr, p_offset, _)| vaddr + (offset - p_offset))
     }
 
     /// Frames for kernel addresses, named from /proc/kallsyms.
@@ -174,6 +231,38 @@ fn fill(frame: &mut v1::Frame, sym: Symbolized<'_>) {
             }
         }
     }
+}
+
+/// A PT_LOAD program header: (p_vaddr, p_offset, p_filesz).
+type Segment = (u64, u64, u64);
+
+/// The PT_LOAD program headers of a 64-bit little-endian ELF file.
+fn load_segments(path: &Path) -> Option<Vec<Segment>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut header = [0u8; 64];
+    file.read_exact(&mut header).ok()?;
+    // ELF magic, ELFCLASS64, ELFDATA2LSB
+    if header[..4] != *b"\x7fELF" || header[4] != 2 || header[5] != 1 {
+        return None;
+    }
+    let u16_at = |b: &[u8], at: usize| u16::from_le_bytes([b[at], b[at + 1]]);
+    let u64_at = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
+    let (phoff, phentsize, phnum) = (u64_at(&header, 32), u16_at(&header, 54), u16_at(&header, 56));
+    if phentsize < 56 || phnum > 512 {
+        return None;
+    }
+    let mut table = vec![0u8; usize::from(phentsize) * usize::from(phnum)];
+    file.seek(SeekFrom::Start(phoff)).ok()?;
+    file.read_exact(&mut table).ok()?;
+    const PT_LOAD: u32 = 1;
+    Some(
+        table
+            .chunks_exact(usize::from(phentsize))
+            .filter(|ph| u32::from_le_bytes(ph[..4].try_into().expect("4 bytes")) == PT_LOAD)
+            .map(|ph| (u64_at(ph, 16), u64_at(ph, 8), u64_at(ph, 32)))
+            .collect(),
+    )
 }
 
 /// What a data address belongs to: its mapping, the global variable, the cache line.

@@ -54,6 +54,7 @@ mod tests {
             build_id: String::new(),
             address: 0,
             file_offset: 0,
+            elf_address: 0,
         }
     }
 

@@ -52,6 +52,8 @@ pub struct Frame {
     pub address: u64,
     /// Offset of the address in `module`; 0 when unknown.
     pub file_offset: u64,
+    /// The address as `module`'s ELF headers state it; 0 when unknown.
+    pub elf_address: u64,
 }
 
 impl Frame {
@@ -78,6 +80,7 @@ impl Frame {
             build_id: hex(&f.build_id),
             address: f.address,
             file_offset: f.file_offset,
+            elf_address: f.elf_address,
         }
     }
 }
@@ -176,6 +179,7 @@ impl Profile {
                 build_id: String::new(),
                 address: d.cache_line,
                 file_offset: 0,
+                elf_address: 0,
             });
             self.samples.push(Sample {
                 comm: d.comm.clone(),

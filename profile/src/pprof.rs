@@ -146,6 +146,7 @@ mod tests {
             build_id: "abcd".into(),
             address: 0x1234,
             file_offset: 0x234,
+            elf_address: 0,
         });
         p.samples.push(Sample {
             comm: "fixture".into(),

@@ -101,6 +101,7 @@ mod tests {
             build_id: String::new(),
             address: 1,
             file_offset: 1,
+            elf_address: 0,
         });
         let spin = p.intern(Frame {
             function: "spin".into(),

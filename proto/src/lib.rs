@@ -51,3 +51,31 @@ impl v1::EventKind {
         }
     }
 }
+
+/// Bytes of file data per `DebuginfoChunk`.
+pub const DEBUGINFO_CHUNK_BYTES: usize = 1 << 20;
+
+/// The messages of one `Debuginfo.Upload`: the first names the file, all carry its data in
+/// order, none more than [`DEBUGINFO_CHUNK_BYTES`].
+pub fn debuginfo_chunks(
+    build_id: &[u8],
+    kind: v1::DebuginfoKind,
+    file_name: &str,
+    data: &[u8],
+) -> Vec<v1::DebuginfoChunk> {
+    let mut chunks: Vec<v1::DebuginfoChunk> = data
+        .chunks(DEBUGINFO_CHUNK_BYTES)
+        .map(|d| v1::DebuginfoChunk {
+            data: d.to_vec(),
+            ..Default::default()
+        })
+        .collect();
+    if chunks.is_empty() {
+        chunks.push(v1::DebuginfoChunk::default());
+    }
+    chunks[0].build_id = build_id.to_vec();
+    chunks[0].kind = kind as i32;
+    chunks[0].file_name = file_name.to_owned();
+    chunks[0].size = data.len() as u64;
+    chunks
+}

@@ -3,6 +3,7 @@
 //! share one port.
 
 pub mod api;
+pub mod debuginfo;
 pub mod ingest;
 pub mod storage;
 
@@ -12,6 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
+use bimodal_proto::v1::debuginfo_server::DebuginfoServer;
 use bimodal_proto::v1::ingest_server::IngestServer;
 use tonic::server::NamedService;
 
@@ -30,6 +32,10 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Days of samples kept (on ClickHouse versions with TTL).
     pub retention_days: u32,
+    /// Where uploaded executables and debug files are kept, by build id.
+    pub debuginfo_dir: PathBuf,
+    /// Largest debug-info upload accepted, in bytes.
+    pub debuginfo_max_bytes: u64,
 }
 
 /// A bound, running server (before it serves).
@@ -37,6 +43,7 @@ pub struct Config {
 pub struct Server {
     listener: tokio::net::TcpListener,
     store: Arc<Store>,
+    symbolizer: Arc<debuginfo::Symbolizer>,
     managed: Option<ManagedClickHouse>,
 }
 
@@ -55,12 +62,16 @@ impl Server {
         let store = Store::open(&url, &config.clickhouse_database, config.retention_days)
             .await
             .with_context(|| format!("failed to open ClickHouse storage at {url}"))?;
+        let debuginfo = debuginfo::DebuginfoStore::open(&config.debuginfo_dir, config.debuginfo_max_bytes)
+            .with_context(|| format!("failed to open the debug-info store {}", config.debuginfo_dir.display()))?;
+        let symbolizer = Arc::new(debuginfo::Symbolizer::new(Arc::new(debuginfo)));
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("failed to listen on {}", config.listen))?;
         Ok(Server {
             listener,
             store: Arc::new(store),
+            symbolizer,
             managed,
         })
     }
@@ -72,14 +83,24 @@ impl Server {
 
     /// Serves until `shutdown` completes, then stops the managed ClickHouse.
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
-        let ingest =
-            IngestServer::new(ingest::IngestService::new(self.store.clone())).max_decoding_message_size(64 << 20);
+        let ingest = IngestServer::new(ingest::IngestService::new(self.store.clone(), self.symbolizer.clone()))
+            .max_decoding_message_size(64 << 20);
+        let debuginfo = DebuginfoServer::new(debuginfo::DebuginfoService::new(self.symbolizer.clone()))
+            .max_decoding_message_size(8 << 20);
         // gRPC calls are HTTP/2 POSTs to /<service>/<method>: route them before the UI fallback.
-        let grpc_path = format!(
-            "/{}/{{*method}}",
-            <IngestServer<ingest::IngestService> as NamedService>::NAME
+        let path = |name: &str| format!("/{name}/{{*method}}");
+        let app = api::app(api::AppState {
+            store: self.store,
+            symbolizer: self.symbolizer,
+        })
+        .route_service(
+            &path(<IngestServer<ingest::IngestService> as NamedService>::NAME),
+            ingest,
+        )
+        .route_service(
+            &path(<DebuginfoServer<debuginfo::DebuginfoService> as NamedService>::NAME),
+            debuginfo,
         );
-        let app = api::app(api::AppState { store: self.store }).route_service(&grpc_path, ingest);
         let served = axum::serve(self.listener, app).with_graceful_shutdown(shutdown).await;
         if let Some(m) = self.managed {
             m.shutdown().await;

@@ -32,6 +32,12 @@ struct Cli {
     /// Days of samples to keep (ClickHouse 23+ TTL).
     #[arg(long, env = "BIMODAL_RETENTION_DAYS", default_value_t = 30)]
     retention_days: u32,
+    /// Directory of uploaded executables and debug files, by build id [default: DATA_DIR/debuginfo].
+    #[arg(long, env = "BIMODAL_DEBUGINFO_DIR")]
+    debuginfo_dir: Option<PathBuf>,
+    /// Largest executable or debug file accepted from an upload, in bytes.
+    #[arg(long, env = "BIMODAL_DEBUGINFO_MAX_BYTES", default_value_t = 2 << 30)]
+    debuginfo_max_bytes: u64,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -45,11 +51,44 @@ enum Command {
         #[arg(long, default_value = "26.9")]
         clickhouse_version: String,
     },
+    /// The debug-info store of a running server.
+    Debuginfo {
+        #[command(subcommand)]
+        command: DebuginfoCommand,
+    },
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum DebuginfoCommand {
+    /// Upload an executable with symbols or a separate debug file (`objcopy --only-keep-debug`,
+    /// a -dbg package's file) so the server names frames of the binary with the same build id.
+    Upload {
+        /// The ELF file.
+        file: PathBuf,
+        /// The server's gRPC address.
+        #[arg(long, env = "BIMODAL_SERVER_URL", default_value = "http://127.0.0.1:7070")]
+        server_url: String,
+    },
 }
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    if let Some(Command::Debuginfo {
+        command: DebuginfoCommand::Upload { file, server_url },
+    }) = &cli.command
+    {
+        return match bimodal_server::debuginfo::upload_file(file, server_url).await {
+            Ok(status) => {
+                eprintln!("bimodal-server: {status}");
+                std::process::ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("bimodal-server: error: {e:#}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
     if let Some(Command::Sql { clickhouse_version }) = &cli.command {
         let dialect = Dialect::for_version(clickhouse_version, cli.retention_days);
         let client = clickhouse::Client::default().with_database(cli.clickhouse_database.clone());
@@ -74,6 +113,8 @@ async fn main() -> std::process::ExitCode {
         listen: cli.listen,
         clickhouse_url: cli.clickhouse_url,
         clickhouse_database: cli.clickhouse_database,
+        debuginfo_dir: cli.debuginfo_dir.unwrap_or_else(|| cli.data_dir.join("debuginfo")),
+        debuginfo_max_bytes: cli.debuginfo_max_bytes,
         data_dir: cli.data_dir,
         retention_days: cli.retention_days,
     };

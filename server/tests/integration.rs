@@ -3,4 +3,6 @@
 
 #[path = "../../testdata/fixtures/fixture.rs"]
 mod fixture;
+#[path = "../../testdata/fixtures/golden.rs"]
+mod golden;
 mod suite;

@@ -14,6 +14,9 @@ pub enum AppError {
     /// ClickHouse did not answer.
     #[error("storage is unavailable")]
     Storage(#[from] StorageError),
+    /// A bug or a crashed task; the message is logged, not shown.
+    #[error("internal error")]
+    Internal(String),
 }
 
 impl IntoResponse for AppError {
@@ -23,6 +26,10 @@ impl IntoResponse for AppError {
             AppError::Storage(e) => {
                 tracing::error!(error = %e, "request failed in storage");
                 StatusCode::SERVICE_UNAVAILABLE
+            }
+            AppError::Internal(e) => {
+                tracing::error!(error = %e, "request failed");
+                StatusCode::INTERNAL_SERVER_ERROR
             }
         };
         (status, Json(serde_json::json!({ "error": self.to_string() }))).into_response()

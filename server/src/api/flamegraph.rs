@@ -20,6 +20,14 @@ enum Format {
 pub(super) async fn flamegraph(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Result<Response, AppError> {
     let (query, format) = parse(raw.as_deref().unwrap_or(""), now())?;
     let profile = state.store.flame_graph(&query).await?;
+    let symbolizer = state.symbolizer.clone();
+    let profile = tokio::task::spawn_blocking(move || {
+        let mut profile = profile;
+        symbolizer.name_profile_frames(&mut profile.frames);
+        profile
+    })
+    .await
+    .map_err(|e| AppError::Internal(format!("symbolizing failed: {e}")))?;
     Ok(match format {
         Format::Json => Json(serde_json::json!({
             "event": query.event.name(),

@@ -21,6 +21,8 @@ use crate::storage::Store;
 #[derive(Debug, Clone)]
 pub struct AppState {
     pub store: Arc<Store>,
+    /// Names frames that were stored without (uploads may have come since).
+    pub symbolizer: Arc<crate::debuginfo::Symbolizer>,
 }
 
 /// The router, kept apart from `main` so tests can drive it without a socket.

@@ -10,17 +10,19 @@ use tokio::sync::mpsc;
 use tokio_stream::{wrappers::ReceiverStream, Stream};
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::debuginfo::Symbolizer;
 use crate::storage::{Sender, Store, Stored};
 
 /// Serves `bimodal.v1.Ingest` into a [`Store`].
 #[derive(Debug, Clone)]
 pub struct IngestService {
     store: Arc<Store>,
+    symbolizer: Arc<Symbolizer>,
 }
 
 impl IngestService {
-    pub fn new(store: Arc<Store>) -> Self {
-        IngestService { store }
+    pub fn new(store: Arc<Store>, symbolizer: Arc<Symbolizer>) -> Self {
+        IngestService { store, symbolizer }
     }
 }
 
@@ -73,6 +75,7 @@ impl Ingest for IngestService {
 
         let (tx, rx) = mpsc::channel(16);
         let store = self.store.clone();
+        let symbolizer = self.symbolizer.clone();
         tokio::spawn(async move {
             loop {
                 let batch = match inbound.message().await {
@@ -88,6 +91,21 @@ impl Ingest for IngestService {
                     Ok(None) => return,
                     Err(status) => {
                         tracing::debug!(node = %sender.node, %status, "agent stream ended");
+                        return;
+                    }
+                };
+                // Frames sent as (build id, offset) are named now where the store has symbols.
+                let sym = symbolizer.clone();
+                let batch = match tokio::task::spawn_blocking(move || {
+                    let mut batch = batch;
+                    sym.name_wire_frames(&mut batch.frames);
+                    batch
+                })
+                .await
+                {
+                    Ok(batch) => batch,
+                    Err(e) => {
+                        tracing::error!(error = %e, "symbolizing a batch failed");
                         return;
                     }
                 };

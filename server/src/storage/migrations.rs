@@ -20,6 +20,11 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
         "process_identity",
         include_str!("../../migrations/003_process_identity.sql"),
     ),
+    (
+        4,
+        "elf_addresses",
+        include_str!("../../migrations/004_elf_addresses.sql"),
+    ),
 ];
 
 /// What the ClickHouse server supports.

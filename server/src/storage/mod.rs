@@ -391,6 +391,7 @@ impl Store {
                     build_ids: frames.iter().map(|f| bimodal_profile::hex(&f.build_id)).collect(),
                     addresses: frames.iter().map(|f| f.address).collect(),
                     file_offsets: frames.iter().map(|f| f.file_offset).collect(),
+                    elf_addresses: frames.iter().map(|f| f.elf_address).collect(),
                 }
             })
             .collect();
@@ -447,6 +448,8 @@ impl Store {
                         build_id: s.build_ids[i].clone(),
                         address: s.addresses[i],
                         file_offset: s.file_offsets[i],
+                        // stacks stored before migration 004 have none
+                        elf_address: s.elf_addresses.get(i).copied().unwrap_or(0),
                     })
                 })
                 .collect();
@@ -465,6 +468,7 @@ impl Store {
                         build_id: String::new(),
                         address: 0,
                         file_offset: 0,
+                        elf_address: 0,
                     })]
                 }
             };
@@ -549,7 +553,11 @@ fn stack_id(batch: &v1::Batch, stack: &v1::Stack) -> u64 {
     for &i in &stack.frame_indices {
         let f = &batch.frames[i as usize];
         buf.extend_from_slice(&f.kind.to_le_bytes());
-        buf.extend_from_slice(&f.address.to_le_bytes());
+        // A frame of an image with a build id is the same in every process and on every node,
+        // wherever the image was loaded.
+        if f.build_id.is_empty() {
+            buf.extend_from_slice(&f.address.to_le_bytes());
+        }
         buf.extend_from_slice(&f.file_offset.to_le_bytes());
         for s in [f.function.as_bytes(), f.module.as_bytes(), &f.build_id] {
             buf.extend_from_slice(&(s.len() as u32).to_le_bytes());

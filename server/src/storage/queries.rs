@@ -50,7 +50,7 @@ pub(super) fn flame_samples(client: &Client, q: &FlameQuery) -> Query {
 /// The stacks those samples reference.
 pub(super) fn flame_stacks(client: &Client, q: &FlameQuery) -> Query {
     let sql = format!(
-        "SELECT stack_id, kinds, functions, modules, build_ids, addresses, file_offsets FROM stacks \
+        "SELECT stack_id, kinds, functions, modules, build_ids, addresses, file_offsets, elf_addresses FROM stacks \
          WHERE stack_id IN (SELECT stack_id FROM samples WHERE {})",
         flame_filter(q)
     );

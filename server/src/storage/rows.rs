@@ -30,6 +30,7 @@ pub(super) struct StackRow {
     pub build_ids: Vec<String>,
     pub addresses: Vec<u64>,
     pub file_offsets: Vec<u64>,
+    pub elf_addresses: Vec<u64>,
 }
 
 #[derive(Row, Serialize)]

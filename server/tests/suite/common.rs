@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bimodal_agent::bpf::{MapSizes, UnwindMode};
 use bimodal_agent::events::{EventKind, Rates};
-use bimodal_agent::ship::RunOptions;
+use bimodal_agent::ship::{RunOptions, Symbolize};
 use bimodal_server::{Config, Server};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
@@ -33,6 +33,8 @@ impl TestServer {
             clickhouse_database: "bimodal".into(),
             data_dir: dir.path().to_owned(),
             retention_days: 30,
+            debuginfo_dir: dir.path().join("debuginfo"),
+            debuginfo_max_bytes: 1 << 30,
         };
         let server = Server::bind(&config)
             .await
@@ -124,6 +126,8 @@ pub fn agent_options(server_url: String, node: &str, pid: u32, events: Vec<Event
         rates: Rates::default(),
         map_sizes: MapSizes::default(),
         unwind: UnwindMode::Auto,
+        symbolize: Symbolize::Server,
+        upload_max_bytes: 1 << 30,
         spool_batches: 64,
         placement_every: 0,
         placement_processes: 0,

@@ -4,3 +4,4 @@ mod e2e;
 mod identity;
 mod ingest;
 mod outage;
+mod symbolize;

@@ -1,0 +1,301 @@
+//! Uploads the images behind unnamed frames to the server's debug-info store, once per build id:
+//! frames go out as (build id, file offset), and the server names them from these files.
+//!
+//! Only images that carry symbols (`.symtab` or DWARF) are worth sending; a stripped image is
+//! reported once, and its debug file is uploaded by its owner with
+//! `bimodal-server debuginfo upload`.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use bimodal_proto::v1::{self, debuginfo_client::DebuginfoClient, DebuginfoKind};
+use object::Object;
+use tokio::sync::mpsc;
+
+/// An image some frames of a batch point into.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ImageRef {
+    pub build_id: Vec<u8>,
+    /// A process that maps it, to reach its file through /proc/PID/root.
+    pub pid: u32,
+    /// The path in that process's mount namespace.
+    pub path: String,
+}
+
+/// The images behind the unnamed user frames of a batch, one per build id.
+pub fn unnamed_images(batch: &v1::Batch) -> Vec<ImageRef> {
+    let mut seen: HashSet<&[u8]> = HashSet::new();
+    let mut out = Vec::new();
+    for sample in &batch.samples {
+        let Some(stack) = batch.stacks.get(sample.stack_index as usize) else {
+            continue;
+        };
+        for &i in &stack.frame_indices {
+            let Some(frame) = batch.frames.get(i as usize) else {
+                continue;
+            };
+            if frame.function.is_empty() && !frame.build_id.is_empty() && seen.insert(&frame.build_id) {
+                out.push(ImageRef {
+                    build_id: frame.build_id.clone(),
+                    pid: sample.pid,
+                    path: frame.module.clone(),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// What happened to one image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Uploaded,
+    /// The server has symbols for it already.
+    Present,
+    /// The image has no symbols to send.
+    NoSymbols,
+    /// Larger than the agent sends.
+    TooLarge(u64),
+    /// Not readable any more (the process exited and the file is gone) or not the same file.
+    Unreadable(String),
+}
+
+/// Reads an image for upload: the file at `path` in `pid`'s mount namespace, or at `path` on the
+/// host, carrying `build_id` and symbols.
+pub fn read_image(image: &ImageRef, max_bytes: u64) -> Result<Vec<u8>, Outcome> {
+    let in_process = PathBuf::from(format!("/proc/{}/root", image.pid)).join(image.path.trim_start_matches('/'));
+    let path = [in_process.as_path(), Path::new(&image.path)]
+        .into_iter()
+        .find(|p| p.is_file())
+        .ok_or_else(|| Outcome::Unreadable(format!("{} is gone", image.path)))?;
+    let size = std::fs::metadata(path)
+        .map_err(|e| Outcome::Unreadable(e.to_string()))?
+        .len();
+    if size > max_bytes {
+        return Err(Outcome::TooLarge(size));
+    }
+    let bytes = std::fs::read(path).map_err(|e| Outcome::Unreadable(e.to_string()))?;
+    let file = object::File::parse(&*bytes).map_err(|e| Outcome::Unreadable(format!("not ELF: {e}")))?;
+    match file.build_id() {
+        Ok(Some(id)) if id == image.build_id.as_slice() => {}
+        _ => {
+            return Err(Outcome::Unreadable(format!(
+                "{} changed since it was mapped",
+                image.path
+            )))
+        }
+    }
+    if !has_symbols(&file) {
+        return Err(Outcome::NoSymbols);
+    }
+    Ok(bytes)
+}
+
+/// Whether an image can name its own functions: a symbol table, DWARF, or functions it exports
+/// (a stripped shared library still names those in `.dynsym`).
+fn has_symbols(file: &object::File<'_>) -> bool {
+    use object::{ObjectSymbol, SymbolKind};
+    file.section_by_name(".symtab").is_some()
+        || file.section_by_name(".debug_info").is_some()
+        || file
+            .dynamic_symbols()
+            .any(|s| s.is_definition() && s.kind() == SymbolKind::Text)
+}
+
+/// A build id that failed for a passing reason is tried again after this long.
+const RETRY_AFTER: Duration = Duration::from_secs(300);
+
+/// Uploads images as they are reported, until the sender is dropped.
+pub async fn run(server_url: String, max_bytes: u64, mut images: mpsc::Receiver<Vec<ImageRef>>) {
+    let mut done: HashSet<Vec<u8>> = HashSet::new();
+    let mut failed: HashMap<Vec<u8>, Instant> = HashMap::new();
+    let mut client: Option<DebuginfoClient<tonic::transport::Channel>> = None;
+    while let Some(batch) = images.recv().await {
+        for image in batch {
+            if done.contains(&image.build_id) || failed.get(&image.build_id).is_some_and(|t| t.elapsed() < RETRY_AFTER)
+            {
+                continue;
+            }
+            if client.is_none() {
+                match DebuginfoClient::connect(server_url.clone()).await {
+                    Ok(c) => client = Some(c),
+                    Err(e) => {
+                        // Every batch names its images again: they are tried when the server is back.
+                        tracing::debug!(error = %e, "debug-info uploads wait for the server");
+                        break;
+                    }
+                }
+            }
+            let c = client.as_mut().expect("connected above");
+            match upload(c, &image, max_bytes).await {
+                Ok(outcome) => {
+                    match &outcome {
+                        Outcome::Uploaded => tracing::info!(path = %image.path, "uploaded for symbolization"),
+                        Outcome::NoSymbols => tracing::info!(
+                            path = %image.path,
+                            build_id = %bimodal_profile::hex(&image.build_id),
+                            "stripped: its frames stay unnamed until its debug file is uploaded (bimodal-server debuginfo upload)"
+                        ),
+                        Outcome::TooLarge(size) => {
+                            tracing::warn!(path = %image.path, size, max_bytes, "too large to upload for symbolization")
+                        }
+                        Outcome::Present | Outcome::Unreadable(_) => {}
+                    }
+                    if let Outcome::Unreadable(why) = outcome {
+                        tracing::debug!(path = %image.path, %why, "not uploaded");
+                        failed.insert(image.build_id.clone(), Instant::now());
+                    } else {
+                        done.insert(image.build_id.clone());
+                    }
+                }
+                Err(status) if status.code() == tonic::Code::Unavailable => {
+                    client = None;
+                    break;
+                }
+                Err(status) => {
+                    tracing::warn!(path = %image.path, error = %status.message(), "debug-info upload failed");
+                    failed.insert(image.build_id.clone(), Instant::now());
+                }
+            }
+        }
+    }
+}
+
+async fn upload(
+    client: &mut DebuginfoClient<tonic::transport::Channel>,
+    image: &ImageRef,
+    max_bytes: u64,
+) -> Result<Outcome, tonic::Status> {
+    let status = client
+        .check(v1::DebuginfoCheck {
+            build_id: image.build_id.clone(),
+        })
+        .await?
+        .into_inner();
+    if !status.wanted {
+        return Ok(Outcome::Present);
+    }
+    let for_read = image.clone();
+    let bytes = match tokio::task::spawn_blocking(move || read_image(&for_read, max_bytes)).await {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(outcome)) => return Ok(outcome),
+        Err(e) => return Ok(Outcome::Unreadable(e.to_string())),
+    };
+    let name = Path::new(&image.path)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let chunks = bimodal_proto::debuginfo_chunks(&image.build_id, DebuginfoKind::Executable, &name, &bytes);
+    client.upload(tokio_stream::iter(chunks)).await?;
+    Ok(Outcome::Uploaded)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(function: &str, build_id: &[u8], module: &str) -> v1::Frame {
+        v1::Frame {
+            function: function.into(),
+            build_id: build_id.to_vec(),
+            module: module.into(),
+            ..Default::default()
+        }
+    }
+
+    /// Each build id of an unnamed frame is reported once, with a process that maps it; named
+    /// frames and frames without a build id are not.
+    #[test]
+    fn unnamed_images_are_reported_once_per_build_id() {
+        let batch = v1::Batch {
+            frames: vec![
+                frame("", b"\x01", "/bin/a"),
+                frame("named", b"\x02", "/lib/b.so"),
+                frame("", b"", "[anon]"),
+                frame("", b"\x03", "/lib/c.so"),
+            ],
+            stacks: vec![
+                v1::Stack {
+                    frame_indices: vec![0, 1, 2],
+                },
+                v1::Stack {
+                    frame_indices: vec![3, 0],
+                },
+            ],
+            samples: vec![
+                v1::Sample {
+                    stack_index: 0,
+                    pid: 10,
+                    ..Default::default()
+                },
+                v1::Sample {
+                    stack_index: 1,
+                    pid: 11,
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        let images = unnamed_images(&batch);
+        assert_eq!(
+            images,
+            [
+                ImageRef {
+                    build_id: vec![1],
+                    pid: 10,
+                    path: "/bin/a".into()
+                },
+                ImageRef {
+                    build_id: vec![3],
+                    pid: 11,
+                    path: "/lib/c.so".into()
+                },
+            ]
+        );
+    }
+
+    /// Images with symbols are read for upload; one whose build id differs is refused. (Stripped
+    /// executables are covered by the server suite's stripped-binary test.)
+    #[test]
+    fn only_images_with_symbols_and_the_right_build_id_are_read() {
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let bytes = std::fs::read(&exe).unwrap();
+        let id = object::File::parse(&*bytes)
+            .unwrap()
+            .build_id()
+            .unwrap()
+            .map(<[u8]>::to_vec);
+        let Some(id) = id else { return };
+        let me = ImageRef {
+            build_id: id,
+            pid: std::process::id(),
+            path: exe.to_string_lossy().into_owned(),
+        };
+        // The test binary has symbols.
+        assert!(read_image(&me, u64::MAX).is_ok());
+        assert_eq!(read_image(&me, 10), Err(Outcome::TooLarge(bytes.len() as u64)));
+        let other = ImageRef {
+            build_id: vec![0xab; 20],
+            ..me.clone()
+        };
+        assert!(matches!(read_image(&other, u64::MAX), Err(Outcome::Unreadable(_))));
+        let libc = ImageRef {
+            build_id: Vec::new(),
+            pid: std::process::id(),
+            path: "/lib/x86_64-linux-gnu/libc.so.6".into(),
+        };
+        let libc_bytes = std::fs::read(&libc.path).unwrap();
+        let libc = ImageRef {
+            build_id: object::File::parse(&*libc_bytes)
+                .unwrap()
+                .build_id()
+                .unwrap()
+                .unwrap()
+                .to_vec(),
+            ..libc
+        };
+        // Stripped, but it names what it exports.
+        assert!(read_image(&libc, u64::MAX).is_ok());
+    }
+}

@@ -1,0 +1,115 @@
+//! Remote symbolization: the agent sends frames as (build id, file offset), uploads the images
+//! that carry symbols, and the server names frames from its debug-info store — including a
+//! stripped binary once its separate debug file is uploaded with `bimodal-server debuginfo
+//! upload`. Real agent, real server and ClickHouse, real gRPC over loopback.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bimodal_agent::events::EventKind;
+use bimodal_agent::ship;
+use bimodal_proto::v1::{self, debuginfo_client::DebuginfoClient};
+
+use super::common::{agent_options, TestServer};
+use crate::fixture;
+use crate::golden::{assert_matches_expected, functions_of, parse_folded};
+
+fn upload(server: &TestServer, file: &std::path::Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_bimodal-server"))
+        .args(["debuginfo", "upload"])
+        .arg(file)
+        .args(["--server-url", &server.url()])
+        .output()
+        .expect("run bimodal-server debuginfo upload")
+}
+
+fn build_id(path: &str) -> Vec<u8> {
+    blazesym::helper::read_elf_build_id(&path)
+        .expect("readable")
+        .expect("a build id")
+        .to_vec()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stripped_binary_is_named_by_the_server_from_its_uploaded_debug_file() {
+    let server = TestServer::start().await;
+    let build = fixture::stripped_workload();
+    let child = Command::new(&build.binary)
+        .args(["spin", "120"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start the stripped workload");
+    let workload = fixture::Running(child);
+    let (stop_agent, agent_stopped) = tokio::sync::watch::channel(false);
+    let agent = tokio::spawn(ship::run(
+        agent_options(server.url(), "strip-node", workload.pid(), vec![EventKind::Cpu]),
+        agent_stopped,
+    ));
+
+    // Stored without names: the binary has none, and nothing named it yet.
+    let path = "/api/v1/flamegraph?event=cpu&node=strip-node&format=folded";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let unnamed = loop {
+        let (status, body) = server.get(path).await;
+        assert_eq!(status, 200, "{body}");
+        let folded = parse_folded(&body);
+        if folded.values().sum::<u64>() >= 100 {
+            break folded;
+        }
+        assert!(Instant::now() < deadline, "no cpu samples reached the server: {body}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert!(
+        unnamed.keys().any(|s| s.contains("[workload-stripped+0x")),
+        "frames of the stripped binary keep module and offset: {unnamed:?}"
+    );
+    assert!(
+        !unnamed.keys().any(|s| s.contains("spin_hot_loop")),
+        "nothing could have named spin_hot_loop yet: {unnamed:?}"
+    );
+
+    // The stripped binary itself is refused: it has no symbols to name anything with.
+    let refused = upload(&server, &build.binary);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("no symbols"), "a clear reason: {stderr}");
+
+    // Its debug file is accepted and names the frames already stored.
+    let stored = upload(&server, &build.debug_file);
+    assert!(stored.status.success(), "{}", String::from_utf8_lossy(&stored.stderr));
+    let (status, body) = server.get(path).await;
+    assert_eq!(status, 200, "{body}");
+    assert_matches_expected(
+        "workload-stripped-spin",
+        &parse_folded(&body),
+        &functions_of(&[&build.unstripped]),
+    );
+
+    // The agent uploaded the images with symbols it saw, such as libc (which exports names).
+    let libc = ["/usr/lib/x86_64-linux-gnu/libc.so.6", "/lib/x86_64-linux-gnu/libc.so.6"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("glibc");
+    let mut client = DebuginfoClient::connect(server.url()).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = client
+            .check(v1::DebuginfoCheck {
+                build_id: build_id(libc),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        if status.stored.contains(&(v1::DebuginfoKind::Executable as i32)) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the agent never uploaded libc: {status:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // Checks and uploads with a malformed build id are refused, not stored.
+    let bad = client.check(v1::DebuginfoCheck { build_id: Vec::new() }).await;
+    assert_eq!(bad.unwrap_err().code(), tonic::Code::InvalidArgument);
+
+    stop_agent.send(true).unwrap();
+    agent.await.unwrap().expect("agent stops cleanly");
+}
