@@ -1,5 +1,6 @@
 //! Builds a wire batch from one drain: frames and stacks deduplicated, samples weighted, data
-//! addresses attributed to the mapping, symbol and cache line they fall in.
+//! addresses attributed to the mapping, symbol and cache line they fall in; processes named by
+//! their cgroup, and by the Kubernetes API where the agent may ask it (`name_pods`).
 
 use std::collections::HashMap;
 use std::time::SystemTime;
@@ -9,6 +10,7 @@ use bimodal_proto::v1;
 use crate::bpf::Drained;
 use crate::events::EventSource;
 use crate::identity;
+use crate::kubernetes::PodResolver;
 use crate::symbolize::{DataObject, Frames, Ip};
 
 /// The interval a drain covered.
@@ -174,6 +176,10 @@ pub fn build(drained: &Drained, sources: &[EventSource], frames: &Frames, interv
                 container_runtime: id.container_runtime,
                 pod_uid: id.pod_uid,
                 systemd_unit: id.systemd_unit,
+                // Only the API server knows these: `name_pods` fills them when it may be asked.
+                pod_name: String::new(),
+                pod_namespace: String::new(),
+                container_name: String::new(),
             }
         })
         .collect();
@@ -188,6 +194,19 @@ pub fn build(drained: &Drained, sources: &[EventSource], frames: &Frames, interv
         })
         .collect();
     batch
+}
+
+/// Names the pods of the batch's processes that have a pod UID, as the Kubernetes API server
+/// knows them; a pod it does not know (or a server that cannot be asked) leaves them empty.
+/// Blocking: a lookup that misses the resolver's cache may list this node's pods.
+pub fn name_pods(batch: &mut v1::Batch, resolver: &mut PodResolver) {
+    for process in batch.processes.iter_mut().filter(|p| !p.pod_uid.is_empty()) {
+        if let Some(pod) = resolver.lookup(&process.pod_uid, &process.container_id) {
+            process.pod_namespace = pod.namespace;
+            process.pod_name = pod.pod_name;
+            process.container_name = pod.container_name;
+        }
+    }
 }
 
 /// Kernel functions that run a BPF program: not part of the sampled code path.

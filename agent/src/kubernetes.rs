@@ -53,8 +53,8 @@ pub enum Error {
     Certificate(#[source] rustls::Error),
 }
 
-/// Where the API server is and how to prove who we are to it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Where the API server is and how to prove who we are to it. Its `Debug` never shows the token.
+#[derive(Clone, PartialEq, Eq)]
 pub struct ApiConfig {
     /// `https://host:port` (or `http://` for `kubectl proxy`), without a trailing path.
     pub url: String,
@@ -64,6 +64,17 @@ pub struct ApiConfig {
     pub ca_pem: Option<Vec<u8>>,
     /// The node whose pods are listed (`spec.nodeName`).
     pub node_name: String,
+}
+
+impl std::fmt::Debug for ApiConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiConfig")
+            .field("url", &self.url)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("ca_pem", &self.ca_pem.as_ref().map(|c| format!("{} bytes", c.len())))
+            .field("node_name", &self.node_name)
+            .finish()
+    }
 }
 
 impl ApiConfig {

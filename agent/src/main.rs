@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use bimodal_agent::bpf::{MapSizes, UnwindMode};
 use bimodal_agent::events::{EventKind, LiveProber, Machine, Rates};
+use bimodal_agent::kubernetes::ApiConfig;
 use bimodal_agent::placement::Placement;
 use bimodal_agent::record::{self, Format, RecordOptions};
 use bimodal_agent::ship::{self, RunOptions, Symbolize};
@@ -171,7 +172,51 @@ struct RunArgs {
     #[arg(long, env = "BIMODAL_UPLOAD_MAX_BYTES", default_value_t = 512 << 20)]
     upload_max_bytes: u64,
     #[command(flatten)]
+    kubernetes: KubernetesArgs,
+    #[command(flatten)]
     sampling: SamplingArgs,
+}
+
+/// Where pod names come from; without either flag samples carry pod UIDs only. Pods are listed
+/// for this agent's node (`--node-name`).
+#[derive(Args, Debug)]
+struct KubernetesArgs {
+    /// Name the pods of sampled processes (namespace, pod, container) through the in-cluster
+    /// Kubernetes API, as this pod's service account (which needs RBAC to list pods).
+    #[arg(long, env = "BIMODAL_KUBERNETES", value_parser = clap::builder::BoolishValueParser::new())]
+    kubernetes: bool,
+    /// Name pods through the Kubernetes API server at this URL instead (e.g. `kubectl proxy`'s
+    /// `http://127.0.0.1:8001`).
+    #[arg(long, env = "BIMODAL_KUBERNETES_API_URL", conflicts_with = "kubernetes")]
+    kubernetes_api_url: Option<String>,
+    /// File holding the bearer token sent to `--kubernetes-api-url`.
+    #[arg(long, env = "BIMODAL_KUBERNETES_TOKEN_FILE", requires = "kubernetes_api_url")]
+    kubernetes_token_file: Option<PathBuf>,
+    /// PEM CA bundle that signs `--kubernetes-api-url`'s certificate; default: the public web roots.
+    #[arg(long, env = "BIMODAL_KUBERNETES_CA_FILE", requires = "kubernetes_api_url")]
+    kubernetes_ca_file: Option<PathBuf>,
+}
+
+impl KubernetesArgs {
+    /// The API server configuration for listing `node`'s pods, or `None` when none is asked for.
+    fn config(&self, node: &str) -> anyhow::Result<Option<ApiConfig>> {
+        if self.kubernetes {
+            return ApiConfig::in_cluster(node)
+                .map(Some)
+                .context("--kubernetes: cannot use the in-cluster Kubernetes API");
+        }
+        let Some(url) = &self.kubernetes_api_url else {
+            return Ok(None);
+        };
+        ApiConfig::from_url(
+            url.as_str(),
+            self.kubernetes_token_file.as_deref(),
+            self.kubernetes_ca_file.as_deref(),
+            node,
+        )
+        .map(Some)
+        .context("--kubernetes-api-url: cannot use the Kubernetes API server")
+    }
 }
 
 fn parse_event(s: &str) -> Result<EventKind, String> {
@@ -227,11 +272,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             };
             let summary = record::record(&opts)?;
             eprintln!(
-                "bimodal-agent: wrote {} ({} samples of {}, {} lost)",
+                "bimodal-agent: wrote {} ({} samples of {}, {} lost; {} unwound from .eh_frame, {} of them cut short; {} bytes of batches)",
                 opts.output.display(),
                 summary.samples,
                 opts.event.name(),
-                summary.dropped
+                summary.dropped,
+                summary.unwound,
+                summary.unwound_truncated,
+                summary.wire_bytes
             );
             Ok(())
         }
@@ -266,6 +314,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 Some(n) => n,
                 None => hostname().context("no --node-name given and the hostname is unreadable")?,
             };
+            let kubernetes = a.kubernetes.config(&node)?;
             let opts = RunOptions {
                 server_url: a.server_url,
                 node,
@@ -281,6 +330,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 spool_batches: a.spool_batches,
                 placement_every: a.placement_every,
                 placement_processes: a.placement_processes,
+                kubernetes,
             };
             let runtime = tokio::runtime::Runtime::new().context("failed to start the async runtime")?;
             runtime.block_on(async {

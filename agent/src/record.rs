@@ -42,6 +42,13 @@ pub struct RecordOptions {
 pub struct RecordSummary {
     pub samples: u64,
     pub dropped: u64,
+    /// Bytes the drains' batches take encoded as `run` would send them (names included: `record`
+    /// names frames itself).
+    pub wire_bytes: u64,
+    /// Samples unwound from stack copies with .eh_frame, and how many of those chains ended
+    /// before their root.
+    pub unwound: u64,
+    pub unwound_truncated: u64,
 }
 
 /// How often `record` empties the kernel maps: often enough that short-lived processes are
@@ -92,6 +99,7 @@ pub fn record(opts: &RecordOptions) -> anyhow::Result<RecordSummary> {
         interval_start = end;
         summary.samples += b.samples.iter().map(|s| s.count).sum::<u64>();
         summary.dropped += b.sources.iter().map(|s| s.dropped).sum::<u64>();
+        summary.wire_bytes += prost::Message::encoded_len(&b) as u64;
         if opts.data_objects {
             profile.add_data_samples(&b, opts.event);
         } else {
@@ -101,6 +109,9 @@ pub fn record(opts: &RecordOptions) -> anyhow::Result<RecordSummary> {
             break;
         }
     }
+    let stats = sampler.unwind_stats();
+    summary.unwound = stats.snapshots;
+    summary.unwound_truncated = stats.truncated;
     profile.start_unix_nanos = started
         .duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)

@@ -18,6 +18,7 @@ use crate::bpf::{MapSizes, Sampler, SamplerOptions, UnwindMode};
 use crate::counters::{CounterDelta, NodeCounters};
 use crate::events::counting::CountingEvents;
 use crate::events::{self, EventKind, LiveProber, Machine, Rates};
+use crate::kubernetes::{ApiConfig, PodResolver};
 use crate::placement::{self, Placement};
 use crate::symbolize::Frames;
 use crate::topology::Topology;
@@ -47,6 +48,9 @@ pub struct RunOptions {
     pub placement_every: u32,
     /// How many processes' placement is read: those with the most samples, then the largest.
     pub placement_processes: usize,
+    /// The Kubernetes API server that names the pods of sampled processes (namespace, pod and
+    /// container name); `None`: samples carry pod UIDs only.
+    pub kubernetes: Option<ApiConfig>,
 }
 
 /// Where user frames are named.
@@ -62,6 +66,15 @@ pub enum Symbolize {
 
 /// Samples and ships until `shutdown` turns true, then sends what is left once.
 pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
+    // A bad CA bundle is a startup error, not a warning at the first lookup.
+    let mut pods = opts
+        .kubernetes
+        .clone()
+        .map(|config| {
+            let url = config.url.clone();
+            PodResolver::new(config).with_context(|| format!("failed to set up the Kubernetes API client for `{url}`"))
+        })
+        .transpose()?;
     let machine = Machine::read();
     let prober = LiveProber::default();
     let report = probe::probe(&machine, &opts.rates, &prober);
@@ -125,6 +138,9 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
             let end = SystemTime::now();
             let mut b = batch::build(&drained, sampler.sources(), &frames, Interval { start, end });
             start = end;
+            if let Some(pods) = &mut pods {
+                batch::name_pods(&mut b, pods);
+            }
             if by_server {
                 // The uploader skips build ids it has handled; a full queue only delays one.
                 let _ = images_tx.try_send(upload::unnamed_images(&b));

@@ -52,3 +52,57 @@ fn unavailable_events_fail_cleanly() {
         }
     }
 }
+
+/// A Kubernetes API configuration that cannot work stops `run` at startup, before any sampling
+/// or connecting, with what is wrong: outside a pod `--kubernetes` names the missing service
+/// variable; an unreadable CA file is named; a CA file with no certificate is refused.
+#[test]
+fn bad_kubernetes_config_is_a_startup_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_pem = dir.path().join("ca.crt");
+    std::fs::write(&not_pem, "not a certificate\n").unwrap();
+    let missing = dir.path().join("missing.crt");
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_bimodal-agent"))
+            .args(["run", "--node-name", "node-1", "--server-url", "http://127.0.0.1:1"])
+            .args(args)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("KUBERNETES_SERVICE_PORT")
+            .output()
+            .unwrap()
+    };
+    let https = "https://127.0.0.1:6443";
+    for (args, named) in [
+        (vec!["--kubernetes"], "KUBERNETES_SERVICE_HOST"),
+        (
+            vec![
+                "--kubernetes-api-url",
+                https,
+                "--kubernetes-ca-file",
+                missing.to_str().unwrap(),
+            ],
+            missing.to_str().unwrap(),
+        ),
+        (
+            vec![
+                "--kubernetes-api-url",
+                https,
+                "--kubernetes-ca-file",
+                not_pem.to_str().unwrap(),
+            ],
+            "no certificate",
+        ),
+    ] {
+        let out = run(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains("bimodal-agent: error:") && err.contains(named),
+            "{args:?}: {err}"
+        );
+        assert!(
+            !err.contains("stream to server failed"),
+            "{args:?} got as far as shipping: {err}"
+        );
+    }
+}

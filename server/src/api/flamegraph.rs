@@ -1,4 +1,6 @@
-//! `GET /api/v1/flamegraph?event=&from=&to=&node=…&format=json|folded|pprof`
+//! `GET /api/v1/flamegraph?event=&from=&to=&node=…&container=…&pod=…&unit=…&namespace=…&pod_name=…&format=json|folded|pprof`
+//!
+//! Each selector repeats; samples match when they match any value of every selector given.
 
 use axum::extract::{RawQuery, State};
 use axum::http::header;
@@ -58,7 +60,18 @@ pub(super) async fn flamegraph(State(state): State<AppState>, RawQuery(raw): Raw
 fn parse(raw: &str, now: u32) -> Result<(FlameQuery, Format), AppError> {
     let p = Params::parse(
         Some(raw),
-        &["event", "from", "to", "node", "container", "pod", "unit", "format"],
+        &[
+            "event",
+            "from",
+            "to",
+            "node",
+            "container",
+            "pod",
+            "unit",
+            "namespace",
+            "pod_name",
+            "format",
+        ],
     )?;
     let name = p.required("event")?;
     let event = EventKind::from_name(name)
@@ -84,6 +97,8 @@ fn parse(raw: &str, now: u32) -> Result<(FlameQuery, Format), AppError> {
             containers: p.all("container"),
             pods: p.all("pod"),
             units: p.all("unit"),
+            namespaces: p.all("namespace"),
+            pod_names: p.all("pod_name"),
         },
         format,
     ))
@@ -93,7 +108,7 @@ fn parse(raw: &str, now: u32) -> Result<(FlameQuery, Format), AppError> {
 mod tests {
     use super::*;
 
-    /// Parameters parse into a query; defaults cover the last 15 minutes; nodes repeat.
+    /// Parameters parse into a query; defaults cover the last 15 minutes; selectors repeat.
     #[test]
     fn parses_parameters() {
         let (q, f) = parse("event=page_fault&node=a&node=b&format=folded", 10_000).unwrap();
@@ -103,6 +118,13 @@ mod tests {
         assert_eq!(f, Format::Folded);
         let (q, _) = parse("event=cpu&from=2026-11-22T21:00:00Z&to=1795900000", 0).unwrap();
         assert_eq!(q.from, 1_795_381_200);
+        let (q, _) = parse(
+            "event=cpu&namespace=shop&namespace=kube-system&pod_name=checkout-x2k4p",
+            0,
+        )
+        .unwrap();
+        assert_eq!(q.namespaces, ["shop", "kube-system"]);
+        assert_eq!(q.pod_names, ["checkout-x2k4p"]);
     }
 
     /// Bad input is a BadRequest, never a storage query.

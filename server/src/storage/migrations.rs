@@ -25,6 +25,11 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
         "elf_addresses",
         include_str!("../../migrations/004_elf_addresses.sql"),
     ),
+    (
+        5,
+        "kubernetes_names",
+        include_str!("../../migrations/005_kubernetes_names.sql"),
+    ),
 ];
 
 /// What the ClickHouse server supports.

@@ -97,6 +97,10 @@ pub struct FlameQuery {
     pub pods: Vec<String>,
     /// systemd units; empty: any.
     pub units: Vec<String>,
+    /// Kubernetes namespaces of the pods; empty: any.
+    pub namespaces: Vec<String>,
+    /// Kubernetes pod names; empty: any.
+    pub pod_names: Vec<String>,
 }
 
 /// Stack ids known to be stored already, so repeated stacks are not written again.
@@ -266,6 +270,9 @@ impl Store {
                 container_id: who.container_id,
                 pod_uid: who.pod_uid,
                 systemd_unit: who.systemd_unit,
+                pod_name: who.pod_name,
+                pod_namespace: who.pod_namespace,
+                container_name: who.container_name,
             }
         });
         self.insert_once("samples", batch, &batch_id, samples.collect()).await?;

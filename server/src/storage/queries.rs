@@ -18,12 +18,14 @@ fn flame_filter(q: &FlameQuery) -> String {
     sql
 }
 
-fn selectors(q: &FlameQuery) -> [(&Vec<String>, &'static str); 4] {
+fn selectors(q: &FlameQuery) -> [(&Vec<String>, &'static str); 6] {
     [
         (&q.nodes, "node"),
         (&q.containers, "container_id"),
         (&q.pods, "pod_uid"),
         (&q.units, "systemd_unit"),
+        (&q.namespaces, "pod_namespace"),
+        (&q.pod_names, "pod_name"),
     ]
 }
 
@@ -123,6 +125,8 @@ pub fn examples(client: &Client) -> Vec<String> {
         containers: vec!["3f4b".repeat(16)],
         pods: vec!["0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d".into()],
         units: vec!["nginx.service".into()],
+        namespaces: vec!["shop".into(), "kube-'system".into()],
+        pod_names: vec!["checkout-7d9f8b6c5-x2k4p".into()],
         ..all.clone()
     };
     [

@@ -19,6 +19,9 @@ pub(super) struct SampleRow {
     pub container_id: String,
     pub pod_uid: String,
     pub systemd_unit: String,
+    pub pod_name: String,
+    pub pod_namespace: String,
+    pub container_name: String,
 }
 
 #[derive(Row, Serialize, Deserialize)]

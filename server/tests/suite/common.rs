@@ -131,5 +131,6 @@ pub fn agent_options(server_url: String, node: &str, pid: u32, events: Vec<Event
         spool_batches: 64,
         placement_every: 0,
         placement_processes: 0,
+        kubernetes: None,
     }
 }
