@@ -34,9 +34,11 @@ test: web
 	python3 tests/modern_sql.py target/debug/bimodal-server
 	tests/numa/run.sh
 
-## bench: cost of bimodal-agent record vs perf record under a page-fault-heavy workload (BENCH_SECONDS=30)
+## bench: cost of bimodal-agent record vs perf record under a page-fault-heavy workload (BENCH_SECONDS=30),
+##        then frame-pointer against .eh_frame unwinding (tools/bench-unwind.sh)
 bench: release
 	tools/bench.sh
+	tools/bench-unwind.sh
 
 ## lint: rustfmt, clippy (warnings denied), clang-format for BPF and fixture C, eslint
 lint: setup

@@ -256,9 +256,9 @@ measure() {
 		local s l f
 		case $type in
 		bimodal)
-			# bimodal-agent: wrote FILE (N samples of EVENT, M lost)
+			# bimodal-agent: wrote FILE (N samples of EVENT, M lost; ...)
 			f='' s='' l=''
-			read -r f s l < <(sed -n 's/^bimodal-agent: wrote \(.*\) (\([0-9]*\) samples of [a-z_]*, \([0-9]*\) lost)$/\1 \2 \3/p' "$runs/$n.err") || true
+			read -r f s l < <(sed -n 's/^bimodal-agent: wrote \(.*\) (\([0-9]*\) samples of [a-z_]*, \([0-9]*\) lost;.*$/\1 \2 \3/p' "$runs/$n.err") || true
 			[ -n "${s:-}" ] || die "$n printed no \`wrote FILE (N samples of EVENT, M lost)\` line ($runs/$n.err)"
 			;;
 		perf)
