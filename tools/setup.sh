@@ -23,6 +23,8 @@ want zlib1g-dev /usr/include/zlib.h
 want pkg-config pkg-config
 want make make
 want gcc cc
+# objcopy, strip, nm: the stripped and split-debug fixtures
+want binutils objcopy
 want bpftool /usr/sbin/bpftool
 want clickhouse-server /usr/sbin/clickhouse-server
 want clickhouse-client clickhouse-client
