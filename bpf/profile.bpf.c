@@ -119,11 +119,11 @@ static __always_inline void count_drop(enum event_kind event, enum drop_reason r
 }
 
 /*
- * Sends the sample with the user registers and a copy of the user stack, to be unwound by the
- * agent. False when it could not, and the caller should count it with frame-pointer stacks.
+ * Sends the sample (its kernel stack already taken) with the user registers and a copy of the
+ * user stack, to be unwound by the agent. False when it could not, and the caller should count it
+ * with a frame-pointer user stack.
  */
-static __always_inline bool send_snapshot(void *ctx, struct sample_key *key, __u64 weight,
-					  __u64 address)
+static __always_inline bool send_snapshot(struct sample_key *key, __u64 weight, __u64 address)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct stack_snapshot *snap;
@@ -149,9 +149,7 @@ static __always_inline bool send_snapshot(void *ctx, struct sample_key *key, __u
 	snap->tgid = key->tgid;
 	snap->pid = key->pid;
 	snap->event = key->event;
-	snap->kernel_stack_id = bpf_get_stackid(ctx, &stacks, 0);
-	if (snap->kernel_stack_id < 0 && snap->kernel_stack_id != -EFAULT)
-		count_drop(key->event, DROP_KERNEL_STACK);
+	snap->kernel_stack_id = key->kernel_stack_id;
 	snap->weight = weight;
 	snap->address = send_data_addresses ? address : 0;
 	__builtin_memcpy(snap->comm, key->comm, sizeof(snap->comm));
@@ -204,17 +202,18 @@ static __always_inline int record_sample(void *ctx, enum event_kind event, __u64
 	key.event = event;
 	bpf_get_current_comm(&key.comm, sizeof(key.comm));
 
-	if (send_snapshot(ctx, &key, weight, address))
-		return 0;
-
-	/* kernel threads have no user stack: -EFAULT is expected there, not a loss */
-	key.user_stack_id = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
-	if (key.user_stack_id < 0 && key.user_stack_id != -EFAULT)
-		count_drop(event, DROP_USER_STACK);
-	/* a sample taken in user mode has no kernel stack: -EFAULT again */
+	/* a sample taken in user mode has no kernel stack: -EFAULT is expected there, not a loss */
 	key.kernel_stack_id = bpf_get_stackid(ctx, &stacks, 0);
 	if (key.kernel_stack_id < 0 && key.kernel_stack_id != -EFAULT)
 		count_drop(event, DROP_KERNEL_STACK);
+
+	if (send_snapshot(&key, weight, address))
+		return 0;
+
+	/* kernel threads have no user stack: -EFAULT again */
+	key.user_stack_id = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
+	if (key.user_stack_id < 0 && key.user_stack_id != -EFAULT)
+		count_drop(event, DROP_USER_STACK);
 
 	samples = active_buffer ? (void *)&samples_1 : (void *)&samples_0;
 	value = bpf_map_lookup_elem(samples, &key);

@@ -239,14 +239,13 @@ fn unwind_snapshots(ring_map: MapHandle, out: Arc<Mutex<Unwound>>, stop: Arc<Ato
             bp: snap.bp,
             stack,
         });
-        let comm_bytes: Vec<u8> = snap.comm.iter().map(|&c| c as u8).take_while(|&c| c != 0).collect();
         let key = SampleKey {
             tgid: snap.tgid,
             pid: snap.pid,
             event: EventKind::try_from(snap.event as i32).unwrap_or(EventKind::Unspecified),
             user_stack_id: -1,
             kernel_stack_id: snap.kernel_stack_id,
-            comm: String::from_utf8_lossy(&comm_bytes).into_owned(),
+            comm: comm_string(&snap.comm),
         };
         let mut out = sink.lock().expect("not poisoned");
         out.stats = unwinder.stats;
@@ -785,16 +784,21 @@ impl Sampler {
     }
 }
 
+/// A task name from BPF: the bytes of a C `char[16]` up to its NUL.
+fn comm_string(comm: &[std::ffi::c_char]) -> String {
+    let bytes: Vec<u8> = comm.iter().map(|&c| c as u8).take_while(|&c| c != 0).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
 fn decode_key(raw: &[u8]) -> SampleKey {
     let mut k = sample_key::default();
     plain::copy_from_bytes(&mut k, raw).expect("map key has the size of sample_key");
-    let comm_bytes: Vec<u8> = k.comm.iter().map(|&c| c as u8).take_while(|&c| c != 0).collect();
     SampleKey {
         tgid: k.tgid,
         pid: k.pid,
         event: EventKind::try_from(k.event as i32).unwrap_or(EventKind::Unspecified),
         user_stack_id: k.user_stack_id,
         kernel_stack_id: k.kernel_stack_id,
-        comm: String::from_utf8_lossy(&comm_bytes).into_owned(),
+        comm: comm_string(&k.comm),
     }
 }
