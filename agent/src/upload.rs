@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use bimodal_proto::v1::{self, debuginfo_client::DebuginfoClient, DebuginfoKind};
-use object::Object;
 use tokio::sync::mpsc;
 
 /// An image some frames of a batch point into.
@@ -76,31 +75,17 @@ pub fn read_image(image: &ImageRef, max_bytes: u64) -> Result<Vec<u8>, Outcome> 
         return Err(Outcome::TooLarge(size));
     }
     let bytes = std::fs::read(path).map_err(|e| Outcome::Unreadable(e.to_string()))?;
-    let file = object::File::parse(&*bytes).map_err(|e| Outcome::Unreadable(format!("not ELF: {e}")))?;
-    match file.build_id() {
-        Ok(Some(id)) if id == image.build_id.as_slice() => {}
-        _ => {
-            return Err(Outcome::Unreadable(format!(
-                "{} changed since it was mapped",
-                image.path
-            )))
-        }
+    let file = bimodal_proto::inspect_debuginfo(&bytes).map_err(|e| Outcome::Unreadable(format!("not ELF: {e}")))?;
+    if file.build_id.as_deref() != Some(image.build_id.as_slice()) {
+        return Err(Outcome::Unreadable(format!(
+            "{} changed since it was mapped",
+            image.path
+        )));
     }
-    if !has_symbols(&file) {
+    if !file.has_symbols {
         return Err(Outcome::NoSymbols);
     }
     Ok(bytes)
-}
-
-/// Whether an image can name its own functions: a symbol table, DWARF, or functions it exports
-/// (a stripped shared library still names those in `.dynsym`).
-fn has_symbols(file: &object::File<'_>) -> bool {
-    use object::{ObjectSymbol, SymbolKind};
-    file.section_by_name(".symtab").is_some()
-        || file.section_by_name(".debug_info").is_some()
-        || file
-            .dynamic_symbols()
-            .any(|s| s.is_definition() && s.kind() == SymbolKind::Text)
 }
 
 /// A build id that failed for a passing reason is tried again after this long.
@@ -259,16 +244,16 @@ mod tests {
     /// executables are covered by the server suite's stripped-binary test.)
     #[test]
     fn only_images_with_symbols_and_the_right_build_id_are_read() {
+        let build_id = |bytes: &[u8]| {
+            bimodal_proto::inspect_debuginfo(bytes)
+                .unwrap()
+                .build_id
+                .expect("Debian links with --build-id")
+        };
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
         let bytes = std::fs::read(&exe).unwrap();
-        let id = object::File::parse(&*bytes)
-            .unwrap()
-            .build_id()
-            .unwrap()
-            .map(<[u8]>::to_vec);
-        let Some(id) = id else { return };
         let me = ImageRef {
-            build_id: id,
+            build_id: build_id(&bytes),
             pid: std::process::id(),
             path: exe.to_string_lossy().into_owned(),
         };
@@ -280,20 +265,11 @@ mod tests {
             ..me.clone()
         };
         assert!(matches!(read_image(&other, u64::MAX), Err(Outcome::Unreadable(_))));
+        let path = "/lib/x86_64-linux-gnu/libc.so.6";
         let libc = ImageRef {
-            build_id: Vec::new(),
+            build_id: build_id(&std::fs::read(path).unwrap()),
             pid: std::process::id(),
-            path: "/lib/x86_64-linux-gnu/libc.so.6".into(),
-        };
-        let libc_bytes = std::fs::read(&libc.path).unwrap();
-        let libc = ImageRef {
-            build_id: object::File::parse(&*libc_bytes)
-                .unwrap()
-                .build_id()
-                .unwrap()
-                .unwrap()
-                .to_vec(),
-            ..libc
+            path: path.into(),
         };
         // Stripped, but it names what it exports.
         assert!(read_image(&libc, u64::MAX).is_ok());

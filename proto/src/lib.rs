@@ -79,3 +79,37 @@ pub fn debuginfo_chunks(
     chunks[0].size = data.len() as u64;
     chunks
 }
+
+/// What the debug-info store needs to know of an ELF file; agents and the server judge files by
+/// this one reading.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DebuginfoFile {
+    /// The GNU build id; `None` when the file has no `.note.gnu.build-id`.
+    pub build_id: Option<Vec<u8>>,
+    /// Whether the file can name functions: a symbol table, DWARF, or functions it exports (a
+    /// stripped shared library still names those in `.dynsym`).
+    pub has_symbols: bool,
+    /// An image with its code, or a separate debug file (`objcopy --only-keep-debug` empties
+    /// `.text`, leaving it NOBITS).
+    pub kind: v1::DebuginfoKind,
+}
+
+/// Reads an ELF file's build id, symbols and kind; an error says why it is not ELF.
+pub fn inspect_debuginfo(bytes: &[u8]) -> Result<DebuginfoFile, String> {
+    use object::{Object, ObjectSection, ObjectSymbol, SectionKind, SymbolKind};
+    let file = object::File::parse(bytes).map_err(|e| e.to_string())?;
+    let has_symbols = file.section_by_name(".symtab").is_some()
+        || file.section_by_name(".debug_info").is_some()
+        || file
+            .dynamic_symbols()
+            .any(|s| s.is_definition() && s.kind() == SymbolKind::Text);
+    let kind = match file.section_by_name(".text") {
+        Some(text) if text.kind() != SectionKind::UninitializedData => v1::DebuginfoKind::Executable,
+        _ => v1::DebuginfoKind::Debuginfo,
+    };
+    Ok(DebuginfoFile {
+        build_id: file.build_id().map_err(|e| e.to_string())?.map(<[u8]>::to_vec),
+        has_symbols,
+        kind,
+    })
+}

@@ -15,7 +15,6 @@ use bimodal_profile::hex;
 use bimodal_proto::v1::{self, debuginfo_server::Debuginfo, DebuginfoKind};
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized};
-use object::{Object, ObjectSection, ObjectSymbol, SectionKind};
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -45,16 +44,6 @@ fn kind_file_name(kind: DebuginfoKind) -> &'static str {
         DebuginfoKind::Debuginfo => "debuginfo",
         _ => "executable",
     }
-}
-
-/// What an ELF file is, for `debuginfo upload`: a separate debug file has its code sections
-/// emptied (NOBITS) by `objcopy --only-keep-debug`.
-pub fn kind_of(bytes: &[u8]) -> Result<DebuginfoKind, UploadError> {
-    let file = object::File::parse(bytes).map_err(|e| UploadError::NotElf(e.to_string()))?;
-    Ok(match file.section_by_name(".text") {
-        Some(text) if text.kind() != SectionKind::UninitializedData => DebuginfoKind::Executable,
-        _ => DebuginfoKind::Debuginfo,
-    })
 }
 
 /// Files by build id on local disk.
@@ -117,24 +106,15 @@ impl DebuginfoStore {
         if build_id.is_empty() || build_id.len() > 64 {
             return Err(UploadError::BadBuildId(build_id.len()));
         }
-        let actual = blazesym::helper::read_elf_build_id(&path)
-            .map_err(|e| UploadError::NotElf(e.to_string()))?
-            .ok_or(UploadError::NoBuildId)?;
-        if actual.as_ref() != build_id {
+        let file = bimodal_proto::inspect_debuginfo(&std::fs::read(path)?).map_err(UploadError::NotElf)?;
+        let actual = file.build_id.ok_or(UploadError::NoBuildId)?;
+        if actual != build_id {
             return Err(UploadError::BuildIdMismatch {
                 declared: hex(build_id),
                 actual: hex(&actual),
             });
         }
-        let bytes = std::fs::read(path)?;
-        let file = object::File::parse(&*bytes).map_err(|e| UploadError::NotElf(e.to_string()))?;
-        // A symbol table, DWARF, or at least exported functions (a stripped shared library).
-        let has_symbols = file.section_by_name(".symtab").is_some()
-            || file.section_by_name(".debug_info").is_some()
-            || file
-                .dynamic_symbols()
-                .any(|s| s.is_definition() && s.kind() == object::SymbolKind::Text);
-        if !has_symbols {
+        if !file.has_symbols {
             return Err(UploadError::NoSymbols);
         }
         Ok(())
@@ -437,9 +417,11 @@ impl Debuginfo for DebuginfoService {
 pub async fn upload_file(path: &Path, server_url: &str) -> anyhow::Result<String> {
     use anyhow::Context;
     let data = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let kind = kind_of(&data).with_context(|| path.display().to_string())?;
-    let build_id = blazesym::helper::read_elf_build_id(&path)
-        .with_context(|| format!("cannot read the build id of {}", path.display()))?
+    let file = bimodal_proto::inspect_debuginfo(&data)
+        .map_err(|e| anyhow::anyhow!("{} is not an ELF file: {e}", path.display()))?;
+    let kind = file.kind;
+    let build_id = file
+        .build_id
         .with_context(|| format!("{} has no build id (link with --build-id)", path.display()))?;
     let name = path
         .file_name()
