@@ -524,26 +524,14 @@ mod tests {
     /// Reads one request's head, records it (before answering, so the client never sees an
     /// answer to an unrecorded request) and writes the canned answer.
     fn answer(stream: &mut (impl Read + Write), status: u16, body: &str, seen: &Mutex<Vec<Seen>>) {
-        let mut head = Vec::new();
-        let mut byte = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") && head.len() < 64 << 10 {
-            if stream.read_exact(&mut byte).is_err() {
-                return; // the client went away, or refused our certificate
-            }
-            head.push(byte[0]);
-        }
-        let head = String::from_utf8_lossy(&head);
-        let mut lines = head.lines();
-        let target = lines
-            .next()
-            .and_then(|l| l.split(' ').nth(1))
-            .unwrap_or_default()
-            .to_owned();
-        let authorization = lines
-            .filter_map(|l| l.split_once(':'))
-            .find(|(name, _)| name.eq_ignore_ascii_case("authorization"))
-            .map(|(_, value)| value.trim().to_owned());
-        seen.lock().expect("seen lock").push(Seen { target, authorization });
+        let Some(head) = crate::test_http::read_request_head(stream) else {
+            return; // the client went away, or refused our certificate
+        };
+        let authorization = head.header("authorization").map(str::to_owned);
+        seen.lock().expect("seen lock").push(Seen {
+            target: head.target,
+            authorization,
+        });
         let reason = if status == 200 { "OK" } else { "Forbidden" };
         let response = format!(
             "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",

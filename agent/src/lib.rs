@@ -23,3 +23,7 @@ pub mod symbolize;
 pub mod topology;
 pub mod unwind;
 pub mod upload;
+
+#[cfg(test)]
+#[path = "../../testdata/fixtures/http.rs"]
+mod test_http;

@@ -5,4 +5,6 @@
 mod fixture;
 #[path = "../../testdata/fixtures/golden.rs"]
 mod golden;
+#[path = "../../testdata/fixtures/http.rs"]
+mod http;
 mod suite;

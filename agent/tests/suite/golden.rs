@@ -4,34 +4,15 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
-use crate::fixture::{self, Running};
-use crate::golden::{assert_matches_expected, functions_of, normalized_shares, parse_folded};
+use super::record::record_folded;
+use crate::fixture::{self, spawn};
+use crate::golden::{assert_matches_expected, functions_of, normalized_shares};
 
 /// Records cpu samples of `pid` for `seconds` with `extra` flags; returns the folded profile.
 fn record_cpu(pid: u32, seconds: u32, extra: &[&str]) -> BTreeMap<String, u64> {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("cpu.folded");
-    let status = Command::new(env!("CARGO_BIN_EXE_bimodal-agent"))
-        .args(["record", "--event", "cpu", "--duration", &format!("{seconds}s")])
-        .args(["--pid", &pid.to_string()])
-        .args(extra)
-        .arg("-o")
-        .arg(&out)
-        .status()
-        .expect("run bimodal-agent");
-    assert!(status.success(), "record failed");
-    parse_folded(&std::fs::read_to_string(&out).expect("folded output"))
-}
-
-fn start(binary: &Path, args: &[&str]) -> Running {
-    let child = Command::new(binary)
-        .args(args)
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("start {}: {e}", binary.display()));
-    Running(child)
+    record_folded("cpu", pid, seconds, dir.path(), extra)
 }
 
 /// Frame-pointer build: every sample is in spin_hot_loop under spin_loop and main.
@@ -48,7 +29,7 @@ fn golden_frame_pointer_build() {
 fn golden_build_without_frame_pointers_keeps_the_caller_of_memset() {
     let binary = fixture::workload_without_frame_pointers();
     let functions = functions_of(&[binary]);
-    let running = start(binary, &["memset", "30"]);
+    let running = spawn(binary, &["memset", "30"]);
     let folded = record_cpu(running.pid(), 3, &[]);
     assert_matches_expected("workload-nofp-memset", &folded, &functions);
 
@@ -74,7 +55,7 @@ fn golden_eh_frame_unwinding_of_a_frame_pointer_build() {
 #[test]
 fn golden_shared_library() {
     let build = fixture::with_shared_library();
-    let running = start(&build.binary, &["30"]);
+    let running = spawn(&build.binary, &["30"]);
     let folded = record_cpu(running.pid(), 3, &[]);
     assert_matches_expected("shlib", &folded, &functions_of(&[&build.binary, &build.library]));
 }
@@ -85,7 +66,7 @@ fn golden_shared_library() {
 #[cfg(target_arch = "x86_64")]
 fn golden_jit_frames_are_named_from_the_perf_map() {
     let jit = fixture::compile("jit");
-    let running = start(&jit, &["30"]);
+    let running = spawn(&jit, &["30"]);
     // The fixture writes its perf map before it starts spinning.
     let map = format!("/tmp/perf-{}.map", running.pid());
     while !Path::new(&map).exists() {

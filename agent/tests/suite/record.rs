@@ -5,13 +5,14 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::fixture;
+use crate::golden::parse_folded;
 
 fn agent() -> Command {
     Command::new(env!("CARGO_BIN_EXE_bimodal-agent"))
 }
 
 /// Records `event` of process `pid` for `seconds` into a folded file and parses it.
-fn record_folded(event: &str, pid: u32, seconds: u32, dir: &Path, extra: &[&str]) -> BTreeMap<String, u64> {
+pub(super) fn record_folded(event: &str, pid: u32, seconds: u32, dir: &Path, extra: &[&str]) -> BTreeMap<String, u64> {
     let out = dir.join(format!("{event}.folded"));
     let status = agent()
         .args([
@@ -29,14 +30,7 @@ fn record_folded(event: &str, pid: u32, seconds: u32, dir: &Path, extra: &[&str]
         .status()
         .expect("run bimodal-agent");
     assert!(status.success(), "record --event {event} failed");
-    std::fs::read_to_string(&out)
-        .expect("folded output")
-        .lines()
-        .map(|l| {
-            let (stack, n) = l.rsplit_once(' ').expect("`stack count` line");
-            (stack.to_owned(), n.parse().expect("count"))
-        })
-        .collect()
+    parse_folded(&std::fs::read_to_string(&out).expect("folded output"))
 }
 
 /// Share of the total value whose stack contains `chain` (root first, `;`-joined).

@@ -2,7 +2,7 @@
 //! container and pod identity, and the flame graph can be selected by them; with a Kubernetes
 //! API server to ask, also by the pod's namespace and name.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -194,24 +194,11 @@ impl Drop for FakeKubernetesApi {
 
 /// Reads one request's head, records its target and answers it.
 fn answer(stream: &mut TcpStream, requests: &Mutex<Vec<String>>) {
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") && head.len() < 64 << 10 {
-        if stream.read_exact(&mut byte).is_err() {
-            return;
-        }
-        head.push(byte[0]);
-    }
-    let head = String::from_utf8_lossy(&head);
-    let mut lines = head.lines();
-    let target = lines
-        .next()
-        .and_then(|l| l.split(' ').nth(1))
-        .unwrap_or_default()
-        .to_owned();
-    let authorized = lines
-        .filter_map(|l| l.split_once(':'))
-        .any(|(name, value)| name.eq_ignore_ascii_case("authorization") && value.trim() == format!("Bearer {TOKEN}"));
+    let Some(head) = crate::http::read_request_head(stream) else {
+        return;
+    };
+    let target = head.target.clone();
+    let authorized = head.header("authorization") == Some(format!("Bearer {TOKEN}").as_str());
     requests.lock().unwrap().push(target.clone());
     let (path, query) = target.split_once('?').unwrap_or((&target, ""));
     let (status, body) = if !authorized {

@@ -3,7 +3,7 @@
 //! stripped binary once its separate debug file is uploaded with `bimodal-server debuginfo
 //! upload`. Real agent, real server and ClickHouse, real gRPC over loopback.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bimodal_agent::events::EventKind;
@@ -34,12 +34,7 @@ fn build_id(path: &str) -> Vec<u8> {
 async fn a_stripped_binary_is_named_by_the_server_from_its_uploaded_debug_file() {
     let server = TestServer::start().await;
     let build = fixture::stripped_workload();
-    let child = Command::new(&build.binary)
-        .args(["spin", "120"])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("start the stripped workload");
-    let workload = fixture::Running(child);
+    let workload = fixture::spawn(&build.binary, &["spin", "120"]);
     let (stop_agent, agent_stopped) = tokio::sync::watch::channel(false);
     let agent = tokio::spawn(ship::run(
         agent_options(server.url(), "strip-node", workload.pid(), vec![EventKind::Cpu]),
