@@ -9,9 +9,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+
+use crate::topology::read_required;
 
 /// The `/proc/vmstat` counters a snapshot keeps. Adding one is adding a line.
 pub const VMSTAT_COUNTERS: &[&str] = &[
@@ -49,26 +51,8 @@ pub const USER_HZ: u64 = 100;
 
 const NANOS_PER_TICK: u64 = 1_000_000_000 / USER_HZ;
 
-/// A failure to read or understand one counter file.
-#[derive(Debug, thiserror::Error)]
-pub enum CounterError {
-    /// The file could not be read.
-    #[error("failed to read `{}`: {source}", path.display())]
-    Read {
-        /// The file, including the root prefix.
-        path: PathBuf,
-        /// The underlying I/O error.
-        source: io::Error,
-    },
-    /// The file's content is not in the format the kernel documents.
-    #[error("failed to parse `{}`: {reason}", path.display())]
-    Parse {
-        /// The file, including the root prefix.
-        path: PathBuf,
-        /// What was wrong with the content.
-        reason: String,
-    },
-}
+/// Reading counters fails on one file.
+pub type CounterError = crate::topology::FileError;
 
 /// Counters by name; `None` for a counter the kernel does not have.
 pub type Counters = BTreeMap<String, Option<u64>>;
@@ -164,16 +148,16 @@ impl NodeCounters {
     /// Takes a snapshot from the procfs and sysfs mounted under `root`.
     pub fn read_from(root: &Path) -> Result<NodeCounters, CounterError> {
         let uptime_path = root.join("proc/uptime");
-        let uptime_ns = parse_uptime(&read(&uptime_path)?).ok_or_else(|| CounterError::Parse {
+        let uptime_ns = parse_uptime(&read_required(&uptime_path)?).ok_or_else(|| CounterError::Parse {
             path: uptime_path.clone(),
             reason: "expected `SECONDS.FRACTION IDLE`".to_string(),
         })?;
 
         let vmstat_path = root.join("proc/vmstat");
-        let vmstat = pick(&vmstat_path, &read(&vmstat_path)?, VMSTAT_COUNTERS)?;
+        let vmstat = pick(&vmstat_path, &read_required(&vmstat_path)?, VMSTAT_COUNTERS)?;
 
         let stat_path = root.join("proc/stat");
-        let stat = parse_stat(&stat_path, &read(&stat_path)?)?;
+        let stat = parse_stat(&stat_path, &read_required(&stat_path)?)?;
 
         let mut per_node = BTreeMap::new();
         let node_dir = root.join("sys/devices/system/node");
@@ -288,13 +272,6 @@ fn diff_counters(prev: &Counters, next: &Counters) -> Counters {
             (name.clone(), delta)
         })
         .collect()
-}
-
-fn read(path: &Path) -> Result<String, CounterError> {
-    fs::read_to_string(path).map_err(|source| CounterError::Read {
-        path: path.to_path_buf(),
-        source,
-    })
 }
 
 /// `name value` lines → the wanted names, each `Some` or `None`.

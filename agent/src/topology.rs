@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-/// A failure to read or understand one file of the topology.
+/// A failure to read or understand one procfs or sysfs file (of the topology, or a counter).
 #[derive(Debug, thiserror::Error)]
-pub enum TopologyError {
+pub enum FileError {
     /// A file or directory exists (or must exist) but reading it failed.
     #[error("failed to read `{}`: {source}", path.display())]
     Read {
@@ -33,6 +33,9 @@ pub enum TopologyError {
         reason: String,
     },
 }
+
+/// Reading the topology fails on one file.
+pub type TopologyError = FileError;
 
 /// The static facts about one node that the fleet server needs to interpret its samples.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -330,7 +333,8 @@ fn parse_cpu_list_at(path: &Path, text: &str) -> Result<Vec<u32>, TopologyError>
     })
 }
 
-fn read_required(path: &Path) -> Result<String, TopologyError> {
+/// Reads a file the kernel always has.
+pub(crate) fn read_required(path: &Path) -> Result<String, TopologyError> {
     fs::read_to_string(path).map_err(|source| TopologyError::Read {
         path: path.to_path_buf(),
         source,
