@@ -118,6 +118,10 @@ pub struct Mapping {
     pub perms: String,
     /// Offset into the mapped file.
     pub offset: u64,
+    /// Device (`major:minor`) and inode of the mapped file; inode 0 for anonymous memory. The
+    /// same file has the same pair in every mount namespace.
+    pub device: String,
+    pub inode: u64,
     /// The path as `maps` shows it (`/usr/bin/scylla`, `[heap]`, `/memfd:x (deleted)`); `None`
     /// for anonymous memory.
     pub path: Option<String>,
@@ -446,8 +450,9 @@ fn parse_maps(path: &Path, text: &str) -> Result<Vec<Mapping>, PlacementError> {
         let (range, rest) = next_word(line).ok_or_else(|| bad("empty line"))?;
         let (perms, rest) = next_word(rest).ok_or_else(|| bad("no permissions"))?;
         let (offset, rest) = next_word(rest).ok_or_else(|| bad("no offset"))?;
-        let (_dev, rest) = next_word(rest).ok_or_else(|| bad("no device"))?;
-        let (_inode, rest) = next_word(rest).ok_or_else(|| bad("no inode"))?;
+        let (device, rest) = next_word(rest).ok_or_else(|| bad("no device"))?;
+        let (inode, rest) = next_word(rest).ok_or_else(|| bad("no inode"))?;
+        let inode = inode.parse().map_err(|_| bad("bad inode"))?;
         let (start, end) = range.split_once('-').ok_or_else(|| bad("address range without '-'"))?;
         let start = u64::from_str_radix(start, 16).map_err(|_| bad("bad start address"))?;
         let end = u64::from_str_radix(end, 16).map_err(|_| bad("bad end address"))?;
@@ -461,6 +466,8 @@ fn parse_maps(path: &Path, text: &str) -> Result<Vec<Mapping>, PlacementError> {
             end,
             perms: perms.to_string(),
             offset,
+            device: device.to_string(),
+            inode,
             path: (!file.is_empty()).then(|| file.to_string()),
             image: None,
             class: MappingClass::Other,
@@ -804,6 +811,8 @@ ffffffffff600000 default
         assert!(p.mappings[18].pages_per_node.is_empty());
         assert_eq!(p.mappings[3].offset, 0x2400000);
         assert_eq!(p.mappings[3].perms, "rw-p");
+        assert_eq!((p.mappings[3].device.as_str(), p.mappings[3].inode), ("fe:00", 101));
+        assert_eq!(p.mappings[4].inode, 0);
         assert_eq!(p.comm.as_deref(), Some("scylla"));
         assert!(p.has_numa_maps);
     }

@@ -9,6 +9,7 @@ use blazesym::symbolize::source::{Kernel, Process, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use blazesym::Pid;
 
+use crate::elf;
 use crate::placement::MappingClass;
 
 /// One symbolizer per agent: blazesym caches parsed ELF files and kallsyms across calls.
@@ -19,7 +20,7 @@ pub struct Frames {
     /// debug-info store (`--symbolize server`).
     by_server: bool,
     /// PT_LOAD segments (p_vaddr, p_offset, p_filesz) of images, by build id.
-    segments: std::cell::RefCell<std::collections::HashMap<Vec<u8>, Vec<Segment>>>,
+    segments: std::cell::RefCell<std::collections::HashMap<Vec<u8>, Vec<elf::Segment>>>,
 }
 
 impl std::fmt::Debug for Frames {
@@ -169,13 +170,10 @@ impl Frames {
                 .join(tgid.to_string())
                 .join("root")
                 .join(frame.module.trim_start_matches('/'));
-            cache.insert(frame.build_id.clone(), load_segments(&path).unwrap_or_default());
+            let segments = elf::read_header(&path).map(|h| h.segments).unwrap_or_default();
+            cache.insert(frame.build_id.clone(), segments);
         }
-        let offset = frame.file_offset;
-        cache[&frame.build_id]
-            .iter()
-            .find(|&&(_, p_offset, filesz)| p_offset <= offset && offset < p_offset + filesz)
-            .map(|&(vaddr, p_offset, _)| vaddr + (offset - p_offset))
+        elf::vaddr_of_offset(&cache[&frame.build_id], frame.file_offset)
     }
 
     /// Frames for kernel addresses, named from /proc/kallsyms.
@@ -233,38 +231,6 @@ fn fill(frame: &mut v1::Frame, sym: Symbolized<'_>) {
     }
 }
 
-/// A PT_LOAD program header: (p_vaddr, p_offset, p_filesz).
-type Segment = (u64, u64, u64);
-
-/// The PT_LOAD program headers of a 64-bit little-endian ELF file.
-fn load_segments(path: &Path) -> Option<Vec<Segment>> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut file = std::fs::File::open(path).ok()?;
-    let mut header = [0u8; 64];
-    file.read_exact(&mut header).ok()?;
-    // ELF magic, ELFCLASS64, ELFDATA2LSB
-    if header[..4] != *b"\x7fELF" || header[4] != 2 || header[5] != 1 {
-        return None;
-    }
-    let u16_at = |b: &[u8], at: usize| u16::from_le_bytes([b[at], b[at + 1]]);
-    let u64_at = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
-    let (phoff, phentsize, phnum) = (u64_at(&header, 32), u16_at(&header, 54), u16_at(&header, 56));
-    if phentsize < 56 || phnum > 512 {
-        return None;
-    }
-    let mut table = vec![0u8; usize::from(phentsize) * usize::from(phnum)];
-    file.seek(SeekFrom::Start(phoff)).ok()?;
-    file.read_exact(&mut table).ok()?;
-    const PT_LOAD: u32 = 1;
-    Some(
-        table
-            .chunks_exact(usize::from(phentsize))
-            .filter(|ph| u32::from_le_bytes(ph[..4].try_into().expect("4 bytes")) == PT_LOAD)
-            .map(|ph| (u64_at(ph, 16), u64_at(ph, 8), u64_at(ph, 32)))
-            .collect(),
-    )
-}
-
 /// What a data address belongs to: its mapping, the global variable, the cache line.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct DataObject {
@@ -280,15 +246,6 @@ pub struct DataObject {
 }
 
 const CACHE_LINE: u64 = 64;
-
-/// Whether an ELF file is position independent (ET_DYN): its virtual addresses are then
-/// relative to where it was loaded.
-fn is_position_independent(path: &Path) -> Option<bool> {
-    use std::io::Read;
-    let mut header = [0u8; 18];
-    std::fs::File::open(path).ok()?.read_exact(&mut header).ok()?;
-    (header[..4] == *b"\x7fELF").then(|| u16::from_le_bytes([header[16], header[17]]) == 3)
-}
 
 impl Frames {
     /// Attributes data addresses of process `tgid` to their data objects, one per address.
@@ -341,7 +298,7 @@ impl Frames {
                     .join(image.trim_start_matches('/'));
                 let pie = *pie_of
                     .entry(image)
-                    .or_insert_with(|| is_position_independent(&file).unwrap_or(true));
+                    .or_insert_with(|| elf::read_header(&file).is_none_or(|h| h.position_independent));
                 let vaddr = if pie { address - base } else { address };
                 object.cache_line = vaddr & !(CACHE_LINE - 1);
                 lookups

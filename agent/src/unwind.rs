@@ -16,6 +16,9 @@ use std::time::{Duration, Instant};
 
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
+
+use crate::elf;
+use crate::placement::{self, Mapping};
 use object::{Object, ObjectSection, ObjectSegment};
 
 /// Deepest chain unwound, as for frame-pointer stacks (MAX_STACK_DEPTH in sample.h).
@@ -62,8 +65,8 @@ struct Image {
     bytes: Arc<Backing>,
     /// (svma range, file range) of .text, .eh_frame, .eh_frame_hdr and .got.
     sections: HashMap<&'static str, (Range<u64>, Range<usize>)>,
-    /// PT_LOAD segments: (p_vaddr, p_offset, p_filesz).
-    segments: Vec<(u64, u64, u64)>,
+    /// PT_LOAD segments.
+    segments: Vec<elf::Segment>,
 }
 
 impl Image {
@@ -84,8 +87,12 @@ impl Image {
         let segments = file
             .segments()
             .map(|s| {
-                let (offset, size) = s.file_range();
-                (s.address(), offset, size)
+                let (offset, file_size) = s.file_range();
+                elf::Segment {
+                    vaddr: s.address(),
+                    offset,
+                    file_size,
+                }
             })
             .collect();
         Ok(Image {
@@ -109,11 +116,7 @@ impl Image {
     /// The load bias of a mapping of this image at `start` from file offset `offset`: what to add
     /// to an address stated in the image to get the address in the process.
     fn bias(&self, start: u64, offset: u64) -> Option<u64> {
-        let (vaddr, p_offset, _) = self
-            .segments
-            .iter()
-            .find(|&&(_, p_offset, size)| (p_offset & !0xfff) <= offset && offset < p_offset + size.max(1))?;
-        Some(start.wrapping_sub(vaddr.wrapping_sub(*p_offset).wrapping_add(offset)))
+        Some(start.wrapping_sub(elf::vaddr_of_offset(&self.segments, offset)?))
     }
 
     fn module(&self, name: String, avma: Range<u64>, bias: u64) -> Module<Section> {
@@ -146,48 +149,32 @@ fn map_file(path: &Path) -> Result<Backing, String> {
     Ok(Backing::Mapped(map))
 }
 
+/// Executable mappings of process `pid`, as `maps` lists them.
+fn executable_mappings(pid: u32) -> Vec<Mapping> {
+    placement::read_mappings(Path::new("/"), pid)
+        .map(|all| {
+            all.into_iter()
+                .filter(|m| m.perms.as_bytes().get(2) == Some(&b'x'))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The vDSO is the same image in every process of this kernel: read it from the agent's own
 /// memory, once.
 fn vdso() -> Option<&'static Image> {
     static VDSO: OnceLock<Option<Image>> = OnceLock::new();
     VDSO.get_or_init(|| {
-        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-        let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
-        let mapping = parse_maps_line(line)?;
+        let mapping = executable_mappings(std::process::id())
+            .into_iter()
+            .find(|m| m.path.as_deref() == Some("[vdso]"))?;
         let mut mem = File::open("/proc/self/mem").ok()?;
-        mem.seek(SeekFrom::Start(mapping.range.start)).ok()?;
-        let mut bytes = vec![0; (mapping.range.end - mapping.range.start) as usize];
+        mem.seek(SeekFrom::Start(mapping.start)).ok()?;
+        let mut bytes = vec![0; (mapping.end - mapping.start) as usize];
         mem.read_exact(&mut bytes).ok()?;
         Image::parse(Backing::Owned(bytes)).ok()
     })
     .as_ref()
-}
-
-/// One executable mapping of /proc/PID/maps.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Mapping {
-    range: Range<u64>,
-    offset: u64,
-    /// (device, inode): the same file in every mount namespace.
-    file_id: (String, u64),
-    path: String,
-}
-
-fn parse_maps_line(line: &str) -> Option<Mapping> {
-    let mut fields = line.split_ascii_whitespace();
-    let (start, end) = fields.next()?.split_once('-')?;
-    let perms = fields.next()?;
-    let offset = u64::from_str_radix(fields.next()?, 16).ok()?;
-    let device = fields.next()?.to_owned();
-    let inode = fields.next()?.parse().ok()?;
-    let path = fields.collect::<Vec<_>>().join(" ");
-    (perms.as_bytes().get(2) == Some(&b'x')).then_some(())?;
-    Some(Mapping {
-        range: u64::from_str_radix(start, 16).ok()?..u64::from_str_radix(end, 16).ok()?,
-        offset,
-        file_id: (device, inode),
-        path,
-    })
 }
 
 /// The unwinder of one process: its modules and framehop's rule cache.
@@ -294,32 +281,29 @@ impl Unwinder {
             covered: Vec::new(),
             built: Instant::now(),
         };
-        let Ok(maps) = std::fs::read_to_string(format!("/proc/{tgid}/maps")) else {
-            return process;
-        };
         let root = PathBuf::from(format!("/proc/{tgid}/root"));
-        for mapping in maps.lines().filter_map(parse_maps_line) {
-            let image = if mapping.path == "[vdso]" {
-                vdso()
-            } else if mapping.path.starts_with('/') && mapping.file_id.1 != 0 {
-                self.images
-                    .entry(mapping.file_id.clone())
+        for mapping in executable_mappings(tgid) {
+            let image = match mapping.path.as_deref() {
+                Some("[vdso]") => vdso(),
+                Some(path) if path.starts_with('/') && mapping.inode != 0 => self
+                    .images
+                    .entry((mapping.device.clone(), mapping.inode))
                     .or_insert_with(|| {
-                        let path = root.join(mapping.path.trim_start_matches('/'));
-                        map_file(&path).and_then(Image::parse).ok().map(Arc::new)
+                        let file = root.join(path.trim_start_matches('/'));
+                        map_file(&file).and_then(Image::parse).ok().map(Arc::new)
                     })
-                    .as_deref()
-            } else {
-                None
+                    .as_deref(),
+                _ => None,
             };
             let Some(image) = image else { continue };
-            let Some(bias) = image.bias(mapping.range.start, mapping.offset) else {
+            let Some(bias) = image.bias(mapping.start, mapping.offset) else {
                 continue;
             };
+            let name = mapping.path.clone().unwrap_or_default();
             process
                 .unwinder
-                .add_module(image.module(mapping.path.clone(), mapping.range.clone(), bias));
-            process.covered.push(mapping.range);
+                .add_module(image.module(name, mapping.start..mapping.end, bias));
+            process.covered.push(mapping.start..mapping.end);
         }
         process
     }
@@ -399,28 +383,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn maps_lines_give_executable_file_mappings_only() {
-        let line = "7f1c2a628000-7f1c2a7ad000 r-xp 00028000 08:01 1835052                    /usr/lib/x86_64-linux-gnu/libc.so.6";
-        let m = parse_maps_line(line).expect("an executable mapping");
-        assert_eq!(m.range, 0x7f1c2a628000..0x7f1c2a7ad000);
-        assert_eq!(m.offset, 0x28000);
-        assert_eq!(m.file_id, ("08:01".to_owned(), 1835052));
-        assert_eq!(m.path, "/usr/lib/x86_64-linux-gnu/libc.so.6");
-        assert_eq!(
-            parse_maps_line("7f1c2a7ad000-7f1c2a7fc000 r--p 001ad000 08:01 1835052 /x"),
-            None
-        );
-        let vdso = parse_maps_line("7ffd1e5f2000-7ffd1e5f4000 r-xp 00000000 00:00 0                          [vdso]");
-        assert_eq!(vdso.map(|m| m.path), Some("[vdso]".to_owned()));
-    }
-
-    #[test]
     fn load_bias_maps_a_segment_back_to_its_stated_address() {
         let image = Image {
             bytes: Arc::new(Backing::Owned(Vec::new())),
             sections: HashMap::new(),
             // a PIE: text at vaddr 0x1000 from offset 0x1000, data at 0x3df0 from 0x2df0
-            segments: vec![(0, 0, 0x600), (0x1000, 0x1000, 0x1b5), (0x3df0, 0x2df0, 0x248)],
+            segments: [(0, 0, 0x600), (0x1000, 0x1000, 0x1b5), (0x3df0, 0x2df0, 0x248)]
+                .into_iter()
+                .map(|(vaddr, offset, file_size)| elf::Segment {
+                    vaddr,
+                    offset,
+                    file_size,
+                })
+                .collect(),
         };
         let bias = image.bias(0x5555_5555_5000, 0x1000).expect("text segment");
         assert_eq!(bias, 0x5555_5555_4000);
