@@ -25,9 +25,14 @@ want make make
 want gcc cc
 # objcopy, strip, nm: the stripped and split-debug fixtures
 want binutils objcopy
+# libc's debug file in /usr/lib/debug/.build-id: agents upload it so the server names libc's
+# internal functions (the end-to-end test expects __libc_start_call_main)
+want libc6-dbg
 want bpftool /usr/sbin/bpftool
 want clickhouse-server /usr/sbin/clickhouse-server
 want clickhouse-client clickhouse-client
+# zookeeper: the two-shard ClickHouse cluster of the server's tests (server/tests/suite/clickhouse_cluster.rs)
+want zookeeper /usr/share/zookeeper/bin/zkServer.sh
 want chromium /usr/bin/chromium
 want nodejs node
 want npm npm

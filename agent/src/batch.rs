@@ -188,7 +188,9 @@ pub fn build(drained: &Drained, sources: &[EventSource], frames: &Frames, interv
         .iter()
         .map(|s| v1::EventSource {
             event: s.event as i32,
-            source: s.description.clone(),
+            description: s.description.clone(),
+            name: s.name.clone(),
+            unit: s.unit.into(),
             period: s.period,
             dropped: drained.dropped.get(&s.event).map(|d| d.total()).unwrap_or(0),
         })

@@ -2,7 +2,9 @@
 //!
 //! A batch stays in a bounded spool until the server acks it. After a broken stream every
 //! spooled batch is sent again with `resend = true`, and the server stores it at most once.
-//! When the spool is full the oldest batch is dropped and counted, never silently.
+//! When the server is overloaded it answers "retry" with a delay, which is honoured. When the
+//! spool is full the oldest batch is dropped and counted, never silently; so is a batch the
+//! server refuses for good (malformed, undecodable, larger than it accepts).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::Path;
@@ -201,29 +203,65 @@ fn wait_or_stop(stop: &mut watch::Receiver<bool>, interval: Duration) -> bool {
     *stop.borrow()
 }
 
+/// Largest batch a server decodes (its gRPC message limit): a larger one could never be stored.
+pub const MAX_BATCH_BYTES: usize = 64 << 20;
+
+/// The gRPC trailer in which a server names the batch of a stream it could not decode.
+const BATCH_INDEX_TRAILER: &str = "bimodal-batch-index";
+
+struct Entry {
+    batch: v1::Batch,
+    /// Sent on the current stream (and not answered "retry").
+    sent: bool,
+    /// Sent on any stream before: a resend tells the server to check what it holds.
+    ever_sent: bool,
+}
+
+/// Unacknowledged batches, oldest first, with what happened to the ones that were lost.
 struct Spool {
-    batches: VecDeque<(v1::Batch, bool)>,
+    entries: VecDeque<Entry>,
     limit: usize,
-    dropped_batches: u64,
+    /// Dropped because the spool was full (the server unreachable for too long).
+    dropped_full: u64,
+    /// Dropped because the server refused them for good (malformed, undecodable, too large).
+    dropped_refused: u64,
 }
 
 impl Spool {
     fn push(&mut self, b: v1::Batch) {
-        if self.batches.len() >= self.limit {
-            if let Some((old, _)) = self.batches.pop_front() {
-                self.dropped_batches += 1;
+        if prost::Message::encoded_len(&b) > MAX_BATCH_BYTES {
+            self.dropped_refused += 1;
+            tracing::error!(
+                samples = b.samples.len(),
+                stacks = b.stacks.len(),
+                dropped = self.dropped_refused,
+                "dropped a batch larger than the server's {MAX_BATCH_BYTES}-byte limit"
+            );
+            return;
+        }
+        if self.entries.len() >= self.limit {
+            if let Some(old) = self.entries.pop_front() {
+                self.dropped_full += 1;
                 tracing::warn!(
-                    samples = old.samples.len(),
-                    dropped_batches = self.dropped_batches,
+                    samples = old.batch.samples.len(),
+                    dropped_batches = self.dropped_full,
                     "spool full: dropped the oldest unacknowledged batch"
                 );
             }
         }
-        self.batches.push_back((b, false));
+        self.entries.push_back(Entry {
+            batch: b,
+            sent: false,
+            ever_sent: false,
+        });
     }
 
-    fn ack(&mut self, id: &[u8]) {
-        self.batches.retain(|(b, _)| b.batch_id != id);
+    fn remove(&mut self, id: &[u8]) {
+        self.entries.retain(|e| e.batch.batch_id != id);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.entries.is_empty()
     }
 }
 
@@ -234,9 +272,10 @@ async fn ship(
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let mut spool = Spool {
-        batches: VecDeque::new(),
+        entries: VecDeque::new(),
         limit: opts.spool_batches.max(1),
-        dropped_batches: 0,
+        dropped_full: 0,
+        dropped_refused: 0,
     };
     let mut backoff = Duration::from_millis(200);
     let mut sampler_done = false;
@@ -248,11 +287,15 @@ async fn ship(
                 if stopping && sampler_done {
                     anyhow::bail!(
                         "stopping with {} unacknowledged batches: the server at {} is unreachable: {e:#}",
-                        spool.batches.len(),
+                        spool.entries.len(),
                         opts.server_url
                     );
                 }
-                tracing::warn!(error = format!("{e:#}"), retry_in = ?backoff, spooled = spool.batches.len(), "stream to server failed");
+                // A stream that got somewhere resets the backoff.
+                if e.downcast_ref::<Progressed>().is_some() {
+                    backoff = Duration::from_millis(200);
+                }
+                tracing::warn!(error = format!("{e:#}"), retry_in = ?backoff, spooled = spool.entries.len(), "stream to server failed");
                 // Keep accepting batches while waiting, so sampling never blocks.
                 let sleep = tokio::time::sleep(backoff);
                 tokio::pin!(sleep);
@@ -271,8 +314,21 @@ async fn ship(
     }
 }
 
+/// A stream that broke after the server acknowledged something on it.
+#[derive(Debug)]
+struct Progressed(String);
+
+impl std::fmt::Display for Progressed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Progressed {}
+
 /// One stream: hello, every spooled batch, then new ones as they come, until the sampler is
-/// done and everything is acked (Ok) or the stream breaks (Err).
+/// done and everything is acked (Ok) or the stream breaks (Err). A "retry" answer pauses sending
+/// for the delay the server asks, then the batches it refused for now go again, oldest first.
 async fn stream_once(
     url: &str,
     hello: &v1::Hello,
@@ -283,8 +339,8 @@ async fn stream_once(
     let mut client = IngestClient::connect(url.to_owned())
         .await
         .with_context(|| format!("failed to connect to `{url}`"))?
-        .max_decoding_message_size(64 << 20)
-        .max_encoding_message_size(64 << 20);
+        .max_decoding_message_size(MAX_BATCH_BYTES)
+        .max_encoding_message_size(MAX_BATCH_BYTES);
     let (tx, rx) = mpsc::channel::<v1::IngestRequest>(16);
     let request = |m| v1::IngestRequest { message: Some(m) };
     tx.send(request(ingest_request::Message::Hello(hello.clone()))).await?;
@@ -293,35 +349,77 @@ async fn stream_once(
         .await
         .context("server refused the stream")?
         .into_inner();
-    for (b, sent) in spool.batches.iter_mut() {
-        let mut b = b.clone();
-        b.resend = *sent;
-        *sent = true;
-        tx.send(request(ingest_request::Message::Batch(b))).await?;
+    for e in spool.entries.iter_mut() {
+        e.sent = false;
     }
+    // Batch ids in the order they went out on this stream (the server names a bad one by index).
+    let mut order: Vec<Vec<u8>> = Vec::new();
+    let mut paused_until: Option<tokio::time::Instant> = None;
+    let mut acked = 0u64;
     loop {
-        if *sampler_done && spool.batches.is_empty() {
+        if paused_until.is_none_or(|t| t <= tokio::time::Instant::now()) {
+            paused_until = None;
+            for e in spool.entries.iter_mut().filter(|e| !e.sent) {
+                let mut b = e.batch.clone();
+                b.resend = e.ever_sent;
+                e.sent = true;
+                e.ever_sent = true;
+                order.push(b.batch_id.clone());
+                tx.send(request(ingest_request::Message::Batch(b))).await?;
+            }
+        }
+        if *sampler_done && spool.is_empty() {
             return Ok(());
         }
+        let pause = tokio::time::sleep_until(
+            paused_until.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(3600)),
+        );
         tokio::select! {
             b = batches.recv(), if !*sampler_done => match b {
-                Some(b) => {
-                    spool.push(b.clone());
-                    if let Some(last) = spool.batches.back_mut() { last.1 = true; }
-                    tx.send(request(ingest_request::Message::Batch(b))).await?;
-                }
+                Some(b) => spool.push(b),
                 None => *sampler_done = true,
             },
+            _ = pause, if paused_until.is_some() => {}
             msg = acks.next() => match msg {
                 Some(Ok(v1::IngestResponse { message: Some(ingest_response::Message::Ack(ack)) })) => {
+                    acked += 1;
                     match v1::ack::Status::try_from(ack.status) {
-                        Ok(v1::ack::Status::Stored | v1::ack::Status::Duplicate) => {}
-                        _ => tracing::error!(error = %ack.error, "server rejected a batch; it will not be resent"),
+                        Ok(v1::ack::Status::Stored | v1::ack::Status::Duplicate) => spool.remove(&ack.batch_id),
+                        Ok(v1::ack::Status::Retry) => {
+                            let wait = Duration::from_millis(u64::from(ack.retry_after_millis.max(100)));
+                            tracing::info!(reason = %ack.error, ?wait, "server asks to send again later");
+                            if let Some(e) = spool.entries.iter_mut().find(|e| e.batch.batch_id == ack.batch_id) {
+                                e.sent = false;
+                            }
+                            let until = tokio::time::Instant::now() + wait;
+                            paused_until = Some(paused_until.map_or(until, |t| t.max(until)));
+                        }
+                        _ => {
+                            spool.dropped_refused += 1;
+                            tracing::error!(error = %ack.error, dropped = spool.dropped_refused, "server rejected a batch; it will not be resent");
+                            spool.remove(&ack.batch_id);
+                        }
                     }
-                    spool.ack(&ack.batch_id);
                 }
                 Some(Ok(_)) => {}
-                Some(Err(status)) => anyhow::bail!("server ended the stream: {status}"),
+                Some(Err(status)) => {
+                    // A batch the server could not read is dropped, not sent first forever.
+                    let index = status
+                        .metadata()
+                        .get(BATCH_INDEX_TRAILER)
+                        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+                    if let Some(id) = index.and_then(|i| order.get(i)) {
+                        spool.dropped_refused += 1;
+                        tracing::error!(%status, dropped = spool.dropped_refused, "server could not decode a batch; it will not be resent");
+                        let id = id.clone();
+                        spool.remove(&id);
+                    }
+                    let message = format!("server ended the stream: {status}");
+                    if acked > 0 || index.is_some() {
+                        return Err(Progressed(message).into());
+                    }
+                    anyhow::bail!(message);
+                }
                 None => anyhow::bail!("server closed the stream"),
             },
         }

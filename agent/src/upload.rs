@@ -1,9 +1,11 @@
 //! Uploads the images behind unnamed frames to the server's debug-info store, once per build id:
 //! frames go out as (build id, file offset), and the server names them from these files.
 //!
-//! Only images that carry symbols (`.symtab` or DWARF) are worth sending; a stripped image is
-//! reported once, and its debug file is uploaded by its owner with
-//! `bimodal-server debuginfo upload`.
+//! A distribution's debug file for the image, where the standard location has one
+//! (`/usr/lib/debug/.build-id/xx/yyyy.debug`, as `-dbg`/`-dbgsym` packages install them), is
+//! sent first: it names local functions the image's exported symbols do not. Otherwise only
+//! images that carry symbols are worth sending; a stripped image is reported once, and its debug
+//! file is uploaded by its owner with `bimodal-server debuginfo upload`.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -88,6 +90,29 @@ pub fn read_image(image: &ImageRef, max_bytes: u64) -> Result<Vec<u8>, Outcome> 
     Ok(bytes)
 }
 
+/// The standard place of an image's separate debug file, by build id (as gdb and debuginfod
+/// clients look for it).
+fn debug_file_path(build_id: &[u8]) -> Option<PathBuf> {
+    let hex = bimodal_profile::hex(build_id);
+    (hex.len() > 2).then(|| PathBuf::from(format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..])))
+}
+
+/// Reads the debug file installed for an image, in its process's mount namespace or on the host;
+/// `None` when there is none (or it does not match).
+pub fn read_debug_file(image: &ImageRef, max_bytes: u64) -> Option<Vec<u8>> {
+    let standard = debug_file_path(&image.build_id)?;
+    let in_process = PathBuf::from(format!("/proc/{}/root", image.pid)).join(standard.strip_prefix("/").ok()?);
+    let path = [in_process.as_path(), standard.as_path()]
+        .into_iter()
+        .find(|p| p.is_file())?;
+    if std::fs::metadata(path).ok()?.len() > max_bytes {
+        return None;
+    }
+    let bytes = std::fs::read(path).ok()?;
+    let file = bimodal_proto::inspect_debuginfo(&bytes).ok()?;
+    (file.build_id.as_deref() == Some(image.build_id.as_slice()) && file.has_symbols).then_some(bytes)
+}
+
 /// A build id that failed for a passing reason is tried again after this long.
 const RETRY_AFTER: Duration = Duration::from_secs(300);
 
@@ -158,6 +183,23 @@ async fn upload(
         })
         .await?
         .into_inner();
+    let name = Path::new(&image.path)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if !status.stored.contains(&(DebuginfoKind::Debuginfo as i32)) {
+        let for_read = image.clone();
+        if let Ok(Some(bytes)) = tokio::task::spawn_blocking(move || read_debug_file(&for_read, max_bytes)).await {
+            let chunks = bimodal_proto::debuginfo_chunks(
+                &image.build_id,
+                DebuginfoKind::Debuginfo,
+                &format!("{name}.debug"),
+                &bytes,
+            );
+            client.upload(tokio_stream::iter(chunks)).await?;
+            return Ok(Outcome::Uploaded);
+        }
+    }
     if !status.wanted {
         return Ok(Outcome::Present);
     }
@@ -167,10 +209,6 @@ async fn upload(
         Ok(Err(outcome)) => return Ok(outcome),
         Err(e) => return Ok(Outcome::Unreadable(e.to_string())),
     };
-    let name = Path::new(&image.path)
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
     let chunks = bimodal_proto::debuginfo_chunks(&image.build_id, DebuginfoKind::Executable, &name, &bytes);
     client.upload(tokio_stream::iter(chunks)).await?;
     Ok(Outcome::Uploaded)

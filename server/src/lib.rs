@@ -1,10 +1,12 @@
-//! The bimodal fleet server: agents stream batches over gRPC (`ingest`), they are stored in
-//! ClickHouse (`storage`), and the HTTP API and web UI read them back (`api`). gRPC and HTTP
-//! share one port.
+//! The bimodal fleet server: agents stream batches over gRPC (`ingest`), they are buffered and
+//! written to ClickHouse (`storage`), and the HTTP API and web UI read them back (`api`). gRPC
+//! and HTTP share one port. Servers keep no state of their own: several can serve one
+//! ClickHouse (or cluster) and answer the same.
 
 pub mod api;
 pub mod debuginfo;
 pub mod ingest;
+pub mod selector;
 pub mod storage;
 
 use std::future::Future;
@@ -17,8 +19,10 @@ use bimodal_proto::v1::debuginfo_server::DebuginfoServer;
 use bimodal_proto::v1::ingest_server::IngestServer;
 use tonic::server::NamedService;
 
+use crate::debuginfo::{DebuginfoService, Names};
 use crate::storage::managed::ManagedClickHouse;
-use crate::storage::Store;
+use crate::storage::writer::{Writer, WriterConfig};
+use crate::storage::{Store, StoreConfig};
 
 /// Server settings, from flags or the environment.
 #[derive(Clone, Debug)]
@@ -28,14 +32,22 @@ pub struct Config {
     /// An existing ClickHouse (HTTP interface); `None` starts a managed one under `data_dir`.
     pub clickhouse_url: Option<String>,
     pub clickhouse_database: String,
-    /// Where the managed ClickHouse keeps its files.
+    pub clickhouse_user: Option<String>,
+    pub clickhouse_password: Option<String>,
+    /// Create tables on this ClickHouse cluster (replicated and distributed).
+    pub clickhouse_cluster: Option<String>,
+    /// Where the managed ClickHouse keeps its files, and uploads wait while they arrive.
     pub data_dir: PathBuf,
-    /// Days of samples kept (on ClickHouse versions with TTL).
+    /// Days of samples kept.
     pub retention_days: u32,
-    /// Where uploaded executables and debug files are kept, by build id.
-    pub debuginfo_dir: PathBuf,
     /// Largest debug-info upload accepted, in bytes.
     pub debuginfo_max_bytes: u64,
+    /// Bytes of function tables kept in memory for naming frames.
+    pub symbol_cache_bytes: u64,
+    /// Stacks, frames, processes and functions kept in memory, per kind.
+    pub cache_entries: usize,
+    /// How batches are buffered and written.
+    pub writer: WriterConfig,
 }
 
 /// A bound, running server (before it serves).
@@ -43,7 +55,9 @@ pub struct Config {
 pub struct Server {
     listener: tokio::net::TcpListener,
     store: Arc<Store>,
-    symbolizer: Arc<debuginfo::Symbolizer>,
+    writer: Writer,
+    names: Arc<Names>,
+    debuginfo: DebuginfoService,
     managed: Option<ManagedClickHouse>,
 }
 
@@ -59,19 +73,45 @@ impl Server {
                 (Some(m), url)
             }
         };
-        let store = Store::open(&url, &config.clickhouse_database, config.retention_days)
-            .await
-            .with_context(|| format!("failed to open ClickHouse storage at {url}"))?;
-        let debuginfo = debuginfo::DebuginfoStore::open(&config.debuginfo_dir, config.debuginfo_max_bytes)
-            .with_context(|| format!("failed to open the debug-info store {}", config.debuginfo_dir.display()))?;
-        let symbolizer = Arc::new(debuginfo::Symbolizer::new(Arc::new(debuginfo)));
+        let store = Store::open(&StoreConfig {
+            url: url.clone(),
+            database: config.clickhouse_database.clone(),
+            user: config.clickhouse_user.clone(),
+            password: config.clickhouse_password.clone(),
+            retention_days: config.retention_days,
+            cluster: config.clickhouse_cluster.clone(),
+            cache_entries: config.cache_entries,
+        })
+        .await
+        .with_context(|| format!("failed to open ClickHouse storage at {url}"))?;
+        let store = Arc::new(store);
+        let writer = Writer::start(store.clone(), config.writer.clone());
+        let names = Arc::new(Names::new(store.clone(), config.symbol_cache_bytes));
+        let incoming = config.data_dir.join("incoming");
+        let debuginfo = DebuginfoService::new(
+            store.clone(),
+            names.clone(),
+            incoming.clone(),
+            config.debuginfo_max_bytes,
+        )
+        .with_context(|| format!("failed to create {}", incoming.display()))?;
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("failed to listen on {}", config.listen))?;
+        storage::retention::spawn(store.clone());
+        // A database upgraded from schema v1 has its old rows copied in while the server runs.
+        let (copy_store, copy_writer) = (store.clone(), writer.clone());
+        tokio::spawn(async move {
+            if let Err(e) = storage::migrate_v1::copy(copy_store, copy_writer).await {
+                tracing::error!(error = %e, "copying schema v1's rows failed; it is tried again at the next start");
+            }
+        });
         Ok(Server {
             listener,
-            store: Arc::new(store),
-            symbolizer,
+            store,
+            writer,
+            names,
+            debuginfo,
             managed,
         })
     }
@@ -83,15 +123,14 @@ impl Server {
 
     /// Serves until `shutdown` completes, then stops the managed ClickHouse.
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
-        let ingest = IngestServer::new(ingest::IngestService::new(self.store.clone(), self.symbolizer.clone()))
-            .max_decoding_message_size(64 << 20);
-        let debuginfo = DebuginfoServer::new(debuginfo::DebuginfoService::new(self.symbolizer.clone()))
-            .max_decoding_message_size(8 << 20);
+        let ingest = IngestServer::new(ingest::IngestService::new(self.writer.clone(), self.names.clone()))
+            .max_decoding_message_size(MAX_MESSAGE_BYTES);
+        let debuginfo = DebuginfoServer::new(self.debuginfo).max_decoding_message_size(8 << 20);
         // gRPC calls are HTTP/2 POSTs to /<service>/<method>: route them before the UI fallback.
         let path = |name: &str| format!("/{name}/{{*method}}");
         let app = api::app(api::AppState {
             store: self.store,
-            symbolizer: self.symbolizer,
+            names: self.names,
         })
         .route_service(
             &path(<IngestServer<ingest::IngestService> as NamedService>::NAME),
@@ -108,3 +147,6 @@ impl Server {
         served.context("HTTP server failed")
     }
 }
+
+/// Largest ingest message the server decodes; agents never send larger ones.
+pub const MAX_MESSAGE_BYTES: usize = 64 << 20;

@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use bimodal_server::storage::writer::WriterConfig;
 use bimodal_server::storage::{migrations, queries, Dialect};
 use bimodal_server::{Config, Server};
 use clap::Parser;
@@ -26,18 +27,40 @@ struct Cli {
     /// ClickHouse database for bimodal's tables.
     #[arg(long, env = "BIMODAL_CLICKHOUSE_DATABASE", default_value = "bimodal")]
     clickhouse_database: String,
+    /// ClickHouse user (the server's default user when absent).
+    #[arg(long, env = "BIMODAL_CLICKHOUSE_USER")]
+    clickhouse_user: Option<String>,
+    /// ClickHouse password.
+    #[arg(long, env = "BIMODAL_CLICKHOUSE_PASSWORD", hide_env_values = true)]
+    clickhouse_password: Option<String>,
+    /// A cluster in ClickHouse's `remote_servers`: tables are created ON CLUSTER, replicated on
+    /// each shard (Replicated*, needs ZooKeeper) with Distributed tables over them.
+    #[arg(long, env = "BIMODAL_CLICKHOUSE_CLUSTER")]
+    clickhouse_cluster: Option<String>,
     /// Directory for the managed ClickHouse's data, config and logs.
     #[arg(long, env = "BIMODAL_DATA_DIR", default_value = "bimodal-data")]
     data_dir: PathBuf,
-    /// Days of samples to keep (ClickHouse 23+ TTL).
-    #[arg(long, env = "BIMODAL_RETENTION_DAYS", default_value_t = 30)]
+    /// Days of samples to keep (by TTL on ClickHouse 19.6+, else by dropping partitions hourly).
+    #[arg(long, env = "BIMODAL_RETENTION_DAYS", default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=3650))]
     retention_days: u32,
-    /// Directory of uploaded executables and debug files, by build id [default: DATA_DIR/debuginfo].
-    #[arg(long, env = "BIMODAL_DEBUGINFO_DIR")]
-    debuginfo_dir: Option<PathBuf>,
     /// Largest executable or debug file accepted from an upload, in bytes.
     #[arg(long, env = "BIMODAL_DEBUGINFO_MAX_BYTES", default_value_t = 2 << 30)]
     debuginfo_max_bytes: u64,
+    /// Bytes of function tables kept in memory to name frames.
+    #[arg(long, env = "BIMODAL_SYMBOL_CACHE_BYTES", default_value_t = 256 << 20)]
+    symbol_cache_bytes: u64,
+    /// Stacks, frames, processes and functions kept in memory, per kind.
+    #[arg(long, env = "BIMODAL_CACHE_ENTRIES", default_value_t = 1 << 20)]
+    cache_entries: usize,
+    /// Write buffered batches once this many rows wait...
+    #[arg(long, env = "BIMODAL_FLUSH_ROWS", default_value_t = 200_000)]
+    flush_rows: usize,
+    /// ...or once the oldest has waited this long.
+    #[arg(long, env = "BIMODAL_FLUSH_INTERVAL", value_parser = humantime::parse_duration, default_value = "1s")]
+    flush_interval: std::time::Duration,
+    /// Most rows buffered for writing; beyond it agents are told to retry later.
+    #[arg(long, env = "BIMODAL_MAX_BUFFERED_ROWS", default_value_t = 2_000_000)]
+    max_buffered_rows: usize,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -78,7 +101,7 @@ async fn main() -> std::process::ExitCode {
         command: DebuginfoCommand::Upload { file, server_url },
     }) = &cli.command
     {
-        return match bimodal_server::debuginfo::upload_file(file, server_url).await {
+        return match bimodal_server::debuginfo::service::upload_file(file, server_url).await {
             Ok(status) => {
                 eprintln!("bimodal-server: {status}");
                 std::process::ExitCode::SUCCESS
@@ -90,7 +113,8 @@ async fn main() -> std::process::ExitCode {
         };
     }
     if let Some(Command::Sql { clickhouse_version }) = &cli.command {
-        let dialect = Dialect::for_version(clickhouse_version, cli.retention_days);
+        let dialect = Dialect::for_version(clickhouse_version, cli.retention_days)
+            .on_cluster(cli.clickhouse_cluster.clone(), &cli.clickhouse_database);
         let client = clickhouse::Client::default().with_database(cli.clickhouse_database.clone());
         for statement in migrations::all_statements(&dialect)
             .into_iter()
@@ -113,10 +137,20 @@ async fn main() -> std::process::ExitCode {
         listen: cli.listen,
         clickhouse_url: cli.clickhouse_url,
         clickhouse_database: cli.clickhouse_database,
-        debuginfo_dir: cli.debuginfo_dir.unwrap_or_else(|| cli.data_dir.join("debuginfo")),
+        clickhouse_user: cli.clickhouse_user,
+        clickhouse_password: cli.clickhouse_password,
+        clickhouse_cluster: cli.clickhouse_cluster,
         debuginfo_max_bytes: cli.debuginfo_max_bytes,
+        symbol_cache_bytes: cli.symbol_cache_bytes,
+        cache_entries: cli.cache_entries,
         data_dir: cli.data_dir,
         retention_days: cli.retention_days,
+        writer: WriterConfig {
+            flush_rows: cli.flush_rows.max(1),
+            flush_interval: cli.flush_interval,
+            max_buffered_rows: cli.max_buffered_rows.max(1),
+            ..WriterConfig::default()
+        },
     };
     match run(config).await {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -23,10 +23,14 @@ export interface ApiEvent {
 
 export interface ApiFlamegraph {
   event: string;
+  /** The one source shown (samples of different sources are never added), and the others. */
+  source: string;
+  sources: { source: string; samples: number; value: number }[];
   unit: string;
+  /** The selector the graph covers, in Prometheus matcher syntax; `{}` is every node. */
+  selector: string;
   from: string;
   to: string;
-  nodes: string[];
   total: number;
   root: ApiFrame;
 }
@@ -92,9 +96,17 @@ export interface FlamegraphQuery {
   nodes: string[];
 }
 
+/** A selector (Prometheus label matchers) for exactly these nodes. */
+export function nodeSelector(nodes: string[]): string {
+  const quote = (v: string) => `"${v.replace(/\\/g, '\\\\').replace(/"/g, '\\"')}"`;
+  if (nodes.length === 1) return `{node=${quote(nodes[0] ?? '')}}`;
+  const escaped = nodes.map((n) => n.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'));
+  return `{node=~${quote(escaped.join('|'))}}`;
+}
+
 export async function fetchFlamegraph(q: FlamegraphQuery, signal?: AbortSignal): Promise<ApiFlamegraph> {
   const params = new URLSearchParams({ event: q.event, from: String(q.from), to: String(q.to), format: 'json' });
-  for (const n of q.nodes) params.append('node', n);
+  if (q.nodes.length > 0) params.set('selector', nodeSelector(q.nodes));
   const body = (await getJson('flamegraph', params, signal)) as Partial<ApiFlamegraph>;
   if (typeof body.root !== 'object') throw new ApiError('the flame graph answer has no "root"', 200);
   return body as ApiFlamegraph;

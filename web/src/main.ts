@@ -325,8 +325,9 @@ function renderToolbar(zoom: Frame | null, count?: number): void {
     ui.breadcrumb.append(b);
   });
   const p = profile;
-  const where = p.nodes.length === 0 ? 'all nodes' : p.nodes.length <= 3 ? p.nodes.join(', ') : `${p.nodes.length} nodes`;
-  ui.summary.textContent = `${p.event} · total ${formatValue(p.total || p.root.value, p.unit)} · ${formatCount(frameCount)} frames · ${where} · ${formatTime(p.from)} – ${formatTime(p.to)}`;
+  const where = p.selector === '{}' ? 'all nodes' : p.selector;
+  const source = p.source ? ` (${p.source})` : '';
+  ui.summary.textContent = `${p.event}${source} · total ${formatValue(p.total || p.root.value, p.unit)} · ${formatCount(frameCount)} frames · ${where} · ${formatTime(p.from)} – ${formatTime(p.to)}`;
 }
 
 function currentMatcher(): ((name: string) => boolean) | null {

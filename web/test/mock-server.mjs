@@ -12,7 +12,7 @@
 //   web-2   the same for cpu; no samples for page_fault
 //   big-1   a synthetic tree of about --frames frames (default 20,000), deep recursion included
 //   flaky   503 {"error": "storage unavailable: …"} (not listed in /nodes; select it by URL)
-// Without node= the flame graph merges web-1 and web-2.
+// Without a selector the flame graph merges web-1 and web-2.
 // --no-nodes     /nodes answers an empty list and every flame graph is empty
 // --fail         every flame graph answers 503 with an error
 // --samples-after S   flame graphs are empty for the first S seconds after start
@@ -268,7 +268,8 @@ function flamegraph(params) {
   if (from > to) return [400, { error: '"from" is after "to"' }];
   const format = params.get('format') ?? 'json';
   if (format !== 'json') return [400, { error: `the mock server only answers format=json, not "${format}"` }];
-  const nodes = params.getAll('node');
+  // The UI selects nodes with a selector such as {node="web-1"}.
+  const nodes = [...(params.get('selector') ?? '').matchAll(/node="([^"]*)"/g)].map((m) => m[1]);
   if (opts.fail || nodes.includes('flaky')) {
     return [503, { error: 'storage unavailable: ClickHouse did not answer within 5 s' }];
   }
@@ -282,7 +283,17 @@ function flamegraph(params) {
   }
   return [
     200,
-    { event, unit: ev.unit, from: rfc3339(from), to: rfc3339(to), nodes: wanted, total: root.value, root },
+    {
+      event,
+      source: 'mock',
+      sources: [{ source: 'mock', samples: root.value, value: root.value }],
+      unit: ev.unit,
+      selector: params.get('selector') ?? '{}',
+      from: rfc3339(from),
+      to: rfc3339(to),
+      total: root.value,
+      root,
+    },
   ];
 }
 

@@ -63,6 +63,12 @@ pub struct EventSource {
     pub period: u64,
     /// What a person reads, e.g. "software page-faults, 1 in 100, with data addresses".
     pub description: String,
+    /// The stable name of what is measured, the same on every node that measures it the same
+    /// way (`cpu-clock`, `page-faults`, `task_numa_fault`, a PMU event's name): the server keeps
+    /// samples of different sources apart.
+    pub name: String,
+    /// The unit of a sample's value under this source (`nanoseconds`, `faults`, `pages`, ...).
+    pub unit: &'static str,
     /// The encoding in perf syntax or the attach point, e.g. `cpu/event=0xd3,umask=0x02/pp`.
     pub encoding: String,
     /// Whether samples carry the data address they touched.
@@ -211,6 +217,9 @@ fn numa_fault_sources(event: EventKind) -> Vec<EventSource> {
         period: 1,
         description: format!("{what} ({encoding}), every fault, weighted by pages"),
         encoding: encoding.into(),
+        // fentry and kprobe see the same faults: one source
+        name: "task_numa_fault".into(),
+        unit: "pages",
         data_address: false,
     })
     .collect()
@@ -227,6 +236,8 @@ fn software_candidates(event: EventKind, rates: &Rates) -> Vec<EventSource> {
                 period: 1_000_000_000 / hz,
                 description: format!("software cpu-clock, {hz} Hz per CPU"),
                 encoding: "cpu-clock".into(),
+                name: "cpu-clock".into(),
+                unit: "nanoseconds",
                 data_address: false,
             }]
         }
@@ -238,6 +249,8 @@ fn software_candidates(event: EventKind, rates: &Rates) -> Vec<EventSource> {
                 period,
                 description: format!("software page-faults, 1 in {period}"),
                 encoding: "page-faults".into(),
+                name: "page-faults".into(),
+                unit: "faults",
                 data_address: true,
             }]
         }
@@ -248,6 +261,8 @@ fn software_candidates(event: EventKind, rates: &Rates) -> Vec<EventSource> {
             period: 1,
             description: "page migrations (raw_tp/mm_migrate_pages), weighted by pages moved".into(),
             encoding: "raw_tp/mm_migrate_pages".into(),
+            name: "mm_migrate_pages".into(),
+            unit: "pages",
             data_address: false,
         }],
         EventKind::CacheMiss | EventKind::Unspecified => Vec::new(),
@@ -336,6 +351,12 @@ pub fn resolve(event: EventKind, rates: &Rates, machine: &Machine, prober: &dyn 
                                     period: perf_event.period,
                                     description: format!("{}, 1 in {}", c.entry.name, perf_event.period),
                                     encoding: c.encoding.describe(),
+                                    name: c.entry.name.to_owned(),
+                                    unit: match event {
+                                        EventKind::RemoteAccess => "accesses",
+                                        EventKind::CacheMiss => "misses",
+                                        _ => "events",
+                                    },
                                     data_address: perf_event.sample_addr,
                                     attach: Attach::Perf(perf_event),
                                 }),

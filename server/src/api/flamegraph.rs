@@ -1,16 +1,20 @@
-//! `GET /api/v1/flamegraph?event=&from=&to=&node=…&container=…&pod=…&unit=…&namespace=…&pod_name=…&format=json|folded|pprof`
+//! `GET /api/v1/flamegraph?event=&selector=&source=&from=&to=&max_stacks=&format=json|folded|pprof`
 //!
-//! Each selector repeats; samples match when they match any value of every selector given.
+//! One event, one source: the source asked for, else the one with the most samples in the
+//! range; the answer names it, its unit and the other sources the range had.
 
 use axum::extract::{RawQuery, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use bimodal_proto::v1::EventKind;
 
 use super::params::{now, rfc3339, Params};
 use super::{AppError, AppState};
-use crate::storage::FlameQuery;
+use crate::storage::Scope;
+
+/// Stacks a flame graph holds at most by default (the largest), and at most when asked.
+const DEFAULT_MAX_STACKS: u32 = 100_000;
+const MAX_STACKS: u32 = 1_000_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Format {
@@ -20,24 +24,21 @@ enum Format {
 }
 
 pub(super) async fn flamegraph(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Result<Response, AppError> {
-    let (query, format) = parse(raw.as_deref().unwrap_or(""), now())?;
-    let profile = state.store.flame_graph(&query).await?;
-    let symbolizer = state.symbolizer.clone();
-    let profile = tokio::task::spawn_blocking(move || {
-        let mut profile = profile;
-        symbolizer.name_profile_frames(&mut profile.frames);
-        profile
-    })
-    .await
-    .map_err(|e| AppError::Internal(format!("symbolizing failed: {e}")))?;
+    let (scope, max_stacks, format) = parse(raw.as_deref().unwrap_or(""), now())?;
+    let mut graph = state.store.flame_graph(&scope, max_stacks).await?;
+    state.names.name_profile(&mut graph.profile).await?;
+    let profile = graph.profile;
     Ok(match format {
         Format::Json => Json(serde_json::json!({
-            "event": query.event.name(),
-            "unit": query.event.unit(),
-            "from": rfc3339(query.from),
-            "to": rfc3339(query.to),
-            "nodes": query.nodes,
+            "event": scope.event,
+            "source": graph.source,
+            "unit": profile.unit,
+            "sources": graph.sources,
+            "selector": scope.selector.to_string(),
+            "from": rfc3339(scope.from),
+            "to": rfc3339(scope.to),
             "total": profile.total(),
+            "truncated_stacks": graph.truncated_stacks,
             "root": profile.to_tree(),
         }))
         .into_response(),
@@ -57,26 +58,12 @@ pub(super) async fn flamegraph(State(state): State<AppState>, RawQuery(raw): Raw
     })
 }
 
-fn parse(raw: &str, now: u32) -> Result<(FlameQuery, Format), AppError> {
+fn parse(raw: &str, now: u32) -> Result<(Scope, u32, Format), AppError> {
     let p = Params::parse(
         Some(raw),
-        &[
-            "event",
-            "from",
-            "to",
-            "node",
-            "container",
-            "pod",
-            "unit",
-            "namespace",
-            "pod_name",
-            "format",
-        ],
+        &["event", "selector", "source", "from", "to", "max_stacks", "format"],
     )?;
-    let name = p.required("event")?;
-    let event = EventKind::from_name(name)
-        .filter(|e| *e != EventKind::Unspecified)
-        .ok_or_else(|| AppError::BadRequest(format!("unknown event `{name}`")))?;
+    let event = p.event()?;
     let format = match p.one("format").unwrap_or("json") {
         "json" => Format::Json,
         "folded" => Format::Folded,
@@ -88,43 +75,35 @@ fn parse(raw: &str, now: u32) -> Result<(FlameQuery, Format), AppError> {
         }
     };
     let (from, to) = p.time_range(now)?;
-    Ok((
-        FlameQuery {
-            event,
-            from,
-            to,
-            nodes: p.all("node"),
-            containers: p.all("container"),
-            pods: p.all("pod"),
-            units: p.all("unit"),
-            namespaces: p.all("namespace"),
-            pod_names: p.all("pod_name"),
-        },
-        format,
-    ))
+    let scope = Scope {
+        event: event.name(),
+        source: p.one("source").filter(|s| !s.is_empty()).map(str::to_owned),
+        selector: p.selector()?,
+        from,
+        to,
+    };
+    Ok((scope, p.bounded("max_stacks", DEFAULT_MAX_STACKS, MAX_STACKS)?, format))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Parameters parse into a query; defaults cover the last 15 minutes; selectors repeat.
+    /// Parameters parse into a scope; defaults cover the last 15 minutes.
     #[test]
     fn parses_parameters() {
-        let (q, f) = parse("event=page_fault&node=a&node=b&format=folded", 10_000).unwrap();
-        assert_eq!(q.event, EventKind::PageFault);
-        assert_eq!(q.nodes, ["a", "b"]);
-        assert_eq!((q.from, q.to), (10_001 - 900, 10_001));
-        assert_eq!(f, Format::Folded);
-        let (q, _) = parse("event=cpu&from=2026-11-22T21:00:00Z&to=1795900000", 0).unwrap();
-        assert_eq!(q.from, 1_795_381_200);
-        let (q, _) = parse(
-            "event=cpu&namespace=shop&namespace=kube-system&pod_name=checkout-x2k4p",
-            0,
+        let (s, max, f) = parse(
+            "event=page_fault&selector=%7Bnode%3D~%22web-.*%22%7D&format=folded&source=page-faults",
+            10_000,
         )
         .unwrap();
-        assert_eq!(q.namespaces, ["shop", "kube-system"]);
-        assert_eq!(q.pod_names, ["checkout-x2k4p"]);
+        assert_eq!(s.event, "page_fault");
+        assert_eq!(s.selector.to_string(), r#"{node=~"web-.*"}"#);
+        assert_eq!(s.source.as_deref(), Some("page-faults"));
+        assert_eq!((s.from, s.to), (10_001 - 900, 10_001));
+        assert_eq!((max, f), (DEFAULT_MAX_STACKS, Format::Folded));
+        let (s, _, _) = parse("event=cpu&from=2026-11-22T21:00:00Z&to=1795900000", 0).unwrap();
+        assert_eq!(s.from, 1_795_381_200);
     }
 
     /// Bad input is a BadRequest, never a storage query.
@@ -137,6 +116,9 @@ mod tests {
             "event=cpu&from=20&to=10",
             "event=cpu&format=svg",
             "event=cpu&x=1",
+            "event=cpu&selector=%7Bzone%3D%7D",
+            "event=cpu&max_stacks=0",
+            "event=cpu&node=a",
         ] {
             assert!(matches!(parse(raw, 100), Err(AppError::BadRequest(_))), "{raw}");
         }

@@ -48,6 +48,33 @@ impl Params {
             .ok_or_else(|| AppError::BadRequest(format!("`{key}` is required")))
     }
 
+    /// The `selector` (Prometheus label matchers); every node and process when absent.
+    pub(super) fn selector(&self) -> Result<crate::selector::Selector, AppError> {
+        crate::selector::Selector::parse(self.one("selector").unwrap_or(""))
+            .map_err(|e| AppError::BadRequest(format!("`selector`: {e}")))
+    }
+
+    /// The event kind named by the required `event`.
+    pub(super) fn event(&self) -> Result<bimodal_proto::v1::EventKind, AppError> {
+        let name = self.required("event")?;
+        bimodal_proto::v1::EventKind::from_name(name)
+            .filter(|e| *e != bimodal_proto::v1::EventKind::Unspecified)
+            .ok_or_else(|| {
+                let known: Vec<&str> = bimodal_proto::v1::EventKind::ALL.iter().map(|e| e.name()).collect();
+                AppError::BadRequest(format!("unknown event `{name}`; expected one of: {}", known.join(", ")))
+            })
+    }
+
+    /// A positive number no larger than `max`, or `default` when absent.
+    pub(super) fn bounded(&self, key: &str, default: u32, max: u32) -> Result<u32, AppError> {
+        match self.one(key) {
+            None | Some("") => Ok(default),
+            Some(v) => v.parse::<u32>().ok().filter(|n| (1..=max).contains(n)).ok_or_else(|| {
+                AppError::BadRequest(format!("`{key}` must be a whole number from 1 to {max}, not `{v}`"))
+            }),
+        }
+    }
+
     /// `from` (inclusive) and `to` (exclusive) in Unix seconds; default the last 15 minutes.
     pub(super) fn time_range(&self, now: u32) -> Result<(u32, u32), AppError> {
         let time = |key: &str| -> Result<Option<u32>, AppError> {

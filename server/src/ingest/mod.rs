@@ -1,40 +1,75 @@
-//! The gRPC ingest service: one bidirectional stream per agent, a hello, then batches, each
-//! answered by an ack once stored. Batches of one stream are stored in order, one at a time,
-//! which is also the backpressure: an agent cannot outrun its ClickHouse writes.
+//! The gRPC ingest service: one bidirectional stream per agent, a Hello, then batches, each
+//! answered by an ack once ClickHouse holds it.
+//!
+//! A stream's batches are checked (`validate`), turned into rows (`rows`) and handed to the
+//! write path, which stores batches of every stream together; a stream keeps up to
+//! [`MAX_IN_FLIGHT`] batches waiting there and answers each as it is stored, so an agent
+//! catching up after an outage is not held to one flush per batch. A batch that cannot be
+//! decoded ends the stream with its position (`bimodal-batch-index`) so the agent drops it
+//! instead of sending it first forever.
+
+pub mod rows;
+pub mod validate;
 
 use std::pin::Pin;
 use std::sync::Arc;
 
 use bimodal_proto::v1::{self, ingest_request, ingest_response, ingest_server::Ingest};
+use futures_util::stream::{FuturesOrdered, StreamExt};
 use tokio::sync::mpsc;
 use tokio_stream::{wrappers::ReceiverStream, Stream};
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::debuginfo::Symbolizer;
-use crate::storage::{Sender, Store, Stored};
+use crate::debuginfo::Names;
+use crate::storage::writer::{Outcome, Writer};
+use rows::Sender;
 
-/// Serves `bimodal.v1.Ingest` into a [`Store`].
+/// Batches of one stream waiting in the write path at once; the stream reads no more until one
+/// is answered (HTTP/2 flow control then holds the agent back).
+pub const MAX_IN_FLIGHT: usize = 32;
+
+/// The trailer naming the batch a stream could not decode, by its 0-based position.
+pub const BATCH_INDEX_TRAILER: &str = "bimodal-batch-index";
+
+/// Serves `bimodal.v1.Ingest` into the write path.
 #[derive(Debug, Clone)]
 pub struct IngestService {
-    store: Arc<Store>,
-    symbolizer: Arc<Symbolizer>,
+    writer: Writer,
+    names: Arc<Names>,
 }
 
 impl IngestService {
-    pub fn new(store: Arc<Store>, symbolizer: Arc<Symbolizer>) -> Self {
-        IngestService { store, symbolizer }
+    pub fn new(writer: Writer, names: Arc<Names>) -> Self {
+        IngestService { writer, names }
     }
 }
 
 type AckStream = Pin<Box<dyn Stream<Item = Result<v1::IngestResponse, Status>> + Send>>;
 
-fn ack(batch_id: Vec<u8>, status: v1::ack::Status, error: String) -> v1::IngestResponse {
+fn ack(batch_id: Vec<u8>, status: v1::ack::Status, error: String, retry_after_millis: u32) -> v1::IngestResponse {
     v1::IngestResponse {
         message: Some(ingest_response::Message::Ack(v1::Ack {
             batch_id,
             status: status as i32,
             error,
+            retry_after_millis,
         })),
+    }
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// Whether a stream error is the agent's message being unreadable (rather than the connection).
+fn undecodable(status: &Status) -> bool {
+    match status.code() {
+        tonic::Code::Internal => status.message().contains("decode"),
+        tonic::Code::OutOfRange | tonic::Code::ResourceExhausted => true,
+        _ => false,
     }
 }
 
@@ -54,80 +89,87 @@ impl Ingest for IngestService {
                 ))
             }
         };
-        if hello.node.trim().is_empty() {
-            return Err(Status::invalid_argument("Hello.node must name the node"));
-        }
-        let mut labels: Vec<(String, String)> = hello.labels.clone().into_iter().collect();
-        labels.sort();
-        let sender = Sender {
-            node: hello.node.clone(),
+        let labels = validate::hello(&hello).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let sender = Arc::new(Sender {
+            node: hello.node.as_str().into(),
             labels,
-            agent_version: hello.agent_version.clone(),
-            kernel_release: hello.kernel_release.clone(),
-        };
+            agent_version: hello.agent_version.as_str().into(),
+            facts: hello.facts.clone(),
+        });
         tracing::info!(node = %sender.node, agent = %sender.agent_version, "agent connected");
-        if let Some(facts) = &hello.facts {
-            if let Err(e) = self.store.record_node_facts(&sender.node, facts).await {
-                tracing::error!(node = %sender.node, error = %e, "failed to store node facts");
-                return Err(Status::unavailable("storage is unavailable; reconnect later"));
-            }
-        }
+        self.writer.note_node(sender.clone());
 
-        let (tx, rx) = mpsc::channel(16);
-        let store = self.store.clone();
-        let symbolizer = self.symbolizer.clone();
+        let (tx, rx) = mpsc::channel(MAX_IN_FLIGHT);
+        let writer = self.writer.clone();
+        let names = self.names.clone();
         tokio::spawn(async move {
+            // Acks go out in the order batches came, whatever order they are stored in.
+            let mut in_flight = FuturesOrdered::new();
+            let mut read = 0usize;
+            let mut open = true;
             loop {
-                let batch = match inbound.message().await {
-                    Ok(Some(v1::IngestRequest {
-                        message: Some(ingest_request::Message::Batch(b)),
-                    })) => b,
-                    Ok(Some(_)) => {
-                        let _ = tx
-                            .send(Err(Status::invalid_argument("only the first message may be a Hello")))
-                            .await;
-                        return;
+                tokio::select! {
+                    message = inbound.message(), if open && in_flight.len() < MAX_IN_FLIGHT => {
+                        let batch = match message {
+                            Ok(Some(v1::IngestRequest { message: Some(ingest_request::Message::Batch(b)) })) => b,
+                            Ok(Some(_)) => {
+                                let _ = tx.send(Err(Status::invalid_argument("only the first message may be a Hello"))).await;
+                                return;
+                            }
+                            Ok(None) => { open = false; continue; }
+                            Err(status) if undecodable(&status) => {
+                                tracing::warn!(node = %sender.node, batch = read, %status, "refused a batch that cannot be decoded");
+                                let mut refusal = Status::invalid_argument(format!(
+                                    "batch {read} of this stream cannot be decoded ({}); resending it will not help",
+                                    status.message()
+                                ));
+                                if let Ok(v) = read.to_string().parse() {
+                                    refusal.metadata_mut().insert(BATCH_INDEX_TRAILER, v);
+                                }
+                                let _ = tx.send(Err(refusal)).await;
+                                return;
+                            }
+                            Err(status) => {
+                                tracing::debug!(node = %sender.node, %status, "agent stream ended");
+                                return;
+                            }
+                        };
+                        read += 1;
+                        let (writer, names, sender) = (writer.clone(), names.clone(), sender.clone());
+                        in_flight.push_back(async move { store(&writer, &names, &sender, batch).await });
                     }
-                    Ok(None) => return,
-                    Err(status) => {
-                        tracing::debug!(node = %sender.node, %status, "agent stream ended");
-                        return;
+                    Some(reply) = in_flight.next(), if !in_flight.is_empty() => {
+                        if tx.send(Ok(reply)).await.is_err() {
+                            return;
+                        }
                     }
-                };
-                // Frames sent as (build id, offset) are named now where the store has symbols.
-                let sym = symbolizer.clone();
-                let batch = match tokio::task::spawn_blocking(move || {
-                    let mut batch = batch;
-                    sym.name_wire_frames(&mut batch.frames);
-                    batch
-                })
-                .await
-                {
-                    Ok(batch) => batch,
-                    Err(e) => {
-                        tracing::error!(error = %e, "symbolizing a batch failed");
-                        return;
-                    }
-                };
-                let reply = match store.ingest(&sender, &batch).await {
-                    Ok(Ok(Stored::New)) => Ok(ack(batch.batch_id, v1::ack::Status::Stored, String::new())),
-                    Ok(Ok(Stored::Duplicate)) => Ok(ack(batch.batch_id, v1::ack::Status::Duplicate, String::new())),
-                    Ok(Err(invalid)) => {
-                        tracing::warn!(node = %sender.node, error = %invalid, "rejected a malformed batch");
-                        Ok(ack(batch.batch_id, v1::ack::Status::Rejected, invalid.to_string()))
-                    }
-                    Err(e) => {
-                        // The agent keeps the batch and resends it on a new stream.
-                        tracing::error!(node = %sender.node, error = %e, "failed to store a batch");
-                        Err(Status::unavailable("storage is unavailable; resend later"))
-                    }
-                };
-                let failed = reply.is_err();
-                if tx.send(reply).await.is_err() || failed {
-                    return;
+                    else => return,
                 }
             }
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+/// Checks, names, converts and stores one batch; the ack to send.
+async fn store(writer: &Writer, names: &Names, sender: &Sender, batch: v1::Batch) -> v1::IngestResponse {
+    if let Err(invalid) = validate::batch(&batch, unix_now()) {
+        tracing::warn!(node = %sender.node, error = %invalid, "rejected a malformed batch");
+        return ack(batch.batch_id, v1::ack::Status::Rejected, invalid.to_string(), 0);
+    }
+    // Frames sent as (build id, offset) are named from the shared symbol tables.
+    if let Err(e) = names.load_for(&batch.frames).await {
+        tracing::warn!(error = %e, "symbol tables unavailable; functions of this batch stay unnamed");
+    }
+    let rows = rows::build(sender, &batch, names);
+    match writer.submit(rows).await {
+        Outcome::Stored => ack(batch.batch_id, v1::ack::Status::Stored, String::new(), 0),
+        Outcome::Duplicate => ack(batch.batch_id, v1::ack::Status::Duplicate, String::new(), 0),
+        Outcome::Retry { after, reason } => ack(
+            batch.batch_id,
+            v1::ack::Status::Retry,
+            reason,
+            after.as_millis().min(u128::from(u32::MAX)) as u32,
+        ),
     }
 }

@@ -1,11 +1,17 @@
-//! Numbered SQL migrations, applied in order once each and recorded in `schema_migrations`.
+//! Numbered SQL migrations, applied in order once each and recorded in `schema_migrations`,
+//! by one server at a time (a [`lease`](super::lease) guards them).
 //!
-//! One file serves every ClickHouse version: the server's version picks the dialect, which
-//! fills `{{placeholders}}` and keeps `--modern:` or `--legacy:` lines.
+//! One file serves every ClickHouse version and both layouts: the server's version and
+//! `--clickhouse-cluster` pick a [`Dialect`], which fills `{{placeholders}}` and keeps `--modern:`
+//! or `--legacy:` lines. A new database starts at the newest schema; one holding schema v1
+//! (migrations 1–5) moves it aside (6) and gets schema v2 (7); the server then copies its rows
+//! over (`migrate_v1`).
+
+use std::time::Duration;
 
 use clickhouse::Client;
 
-use super::StorageError;
+use super::{lease, StorageError};
 
 /// Migrations in order: (version, name, SQL).
 const MIGRATIONS: &[(u32, &str, &str)] = &[
@@ -30,15 +36,32 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
         "kubernetes_names",
         include_str!("../../migrations/005_kubernetes_names.sql"),
     ),
+    (6, "set_aside_v1", include_str!("../../migrations/006_set_aside_v1.sql")),
+    (7, "fleet_schema", include_str!("../../migrations/007_fleet_schema.sql")),
 ];
 
-/// What the ClickHouse server supports.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The first migration of the current schema: a new database starts here.
+const CURRENT_SCHEMA_FROM: u32 = 7;
+/// Migrations that only make sense on a database holding schema v1.
+const V1_ONLY: std::ops::RangeInclusive<u32> = 1..=6;
+
+/// How long a server may hold the migration lease before others may take over.
+const MIGRATION_LEASE: Duration = Duration::from_secs(120);
+
+/// What the ClickHouse server supports, and how tables are laid out on it.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Dialect {
     /// ClickHouse 23 or later: LowCardinality, CODEC, TTL, RowBinaryWithNamesAndTypes.
     pub modern: bool,
-    /// Days samples are kept, where TTL exists.
+    /// Days samples are kept (by TTL where it exists, else by dropping partitions).
     pub retention_days: u32,
+    /// Days the ledger of batch ids is kept: resends come within hours.
+    pub ledger_days: u32,
+    /// The cluster (from `remote_servers`) to create tables on: each table is a `Replicated*`
+    /// table `T_local` on every shard with a `Distributed` table `T` over them.
+    pub cluster: Option<String>,
+    /// The database the tables live in (Distributed tables and replication paths name it).
+    pub database: String,
 }
 
 impl Dialect {
@@ -48,6 +71,42 @@ impl Dialect {
         Dialect {
             modern: major >= 23,
             retention_days,
+            ledger_days: 2,
+            cluster: None,
+            database: "bimodal".into(),
+        }
+    }
+
+    /// The same, on a cluster.
+    pub fn on_cluster(mut self, cluster: Option<String>, database: &str) -> Dialect {
+        self.cluster = cluster;
+        self.database = database.to_owned();
+        self
+    }
+
+    /// `ON CLUSTER c`, or nothing.
+    pub fn on_cluster_clause(&self) -> String {
+        match &self.cluster {
+            Some(c) => format!("ON CLUSTER {}", quote_ident(c)),
+            None => String::new(),
+        }
+    }
+
+    /// The name of table `t` as stored on one server.
+    pub fn local(&self, table: &str) -> String {
+        match self.cluster {
+            Some(_) => format!("{table}_local"),
+            None => table.to_owned(),
+        }
+    }
+
+    /// The same, as DDL must name it: ClickHouse 18.16 resolves every table other than the one
+    /// an ON CLUSTER statement creates in the `default` database, so on a cluster the database
+    /// is always named.
+    pub fn qualified(&self, table: &str) -> String {
+        match self.cluster {
+            Some(_) => format!("{}.{}", quote_ident(&self.database), self.local(table)),
+            None => table.to_owned(),
         }
     }
 
@@ -71,38 +130,137 @@ impl Dialect {
             text.push_str(line);
             text.push('\n');
         }
-        let fill = |name: &str| -> String {
-            match (name, self.modern) {
+        text.split(';')
+            .map(|statement| self.fill(statement))
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect()
+    }
+
+    /// Fills the placeholders of one statement.
+    fn fill(&self, statement: &str) -> String {
+        // `{{engine}}` names the statement's first table.
+        let mut table: Option<String> = None;
+        let mut rendered = String::new();
+        let mut rest = statement;
+        while let Some(start) = rest.find("{{") {
+            let end = rest[start..].find("}}").expect("placeholder closed") + start;
+            rendered.push_str(&rest[..start]);
+            let inner = rest[start + 2..end].trim();
+            let (name, args) = match inner.split_once([':', ' ']) {
+                Some((n, a)) => (n, a.trim()),
+                None => (inner, ""),
+            };
+            let value = match (name, self.modern) {
+                ("local", _) => {
+                    table.get_or_insert_with(|| args.to_owned());
+                    self.qualified(args)
+                }
+                ("on_cluster", _) => self.on_cluster_clause(),
+                ("engine", _) => self.engine(table.as_deref().expect("{{engine}} after {{local:T}}"), args),
+                ("distributed", _) => self.distributed(args),
+                ("ttl", true) => {
+                    let (expr, class) = args.rsplit_once(' ').expect("{{ttl EXPR retention|ledger}}");
+                    let days = match class {
+                        "retention" => self.retention_days,
+                        "ledger" => self.ledger_days,
+                        other => panic!("unknown TTL class `{other}`"),
+                    };
+                    format!("TTL {expr} + INTERVAL {days} DAY")
+                }
+                ("ttl", false) => String::new(),
                 ("low_cardinality_string", true) => "LowCardinality(String)".into(),
                 ("low_cardinality_string", false) => "String".into(),
                 ("time_codec", true) => "CODEC(DoubleDelta, ZSTD(1))".into(),
                 ("codec", true) => "CODEC(T64, ZSTD(1))".into(),
-                ("time_codec" | "codec", false) => String::new(),
+                ("id_codec", true) => "CODEC(ZSTD(1))".into(),
+                ("time_codec" | "codec" | "id_codec", false) => String::new(),
                 ("retention_days", _) => self.retention_days.to_string(),
                 (other, _) => panic!("migration uses unknown placeholder {{{{{other}}}}}"),
-            }
-        };
-        let mut rendered = String::new();
-        let mut rest = text.as_str();
-        while let Some(start) = rest.find("{{") {
-            let end = rest[start..].find("}}").expect("placeholder closed") + start;
-            rendered.push_str(&rest[..start]);
-            rendered.push_str(&fill(&rest[start + 2..end]));
+            };
+            rendered.push_str(&value);
             rest = &rest[end + 2..];
         }
         rendered.push_str(rest);
         rendered
-            .split(';')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned)
-            .collect()
+    }
+
+    /// `E(args)`, or on a cluster `ReplicatedE('<path>', '{replica}', args)`.
+    fn engine(&self, table: &str, spec: &str) -> String {
+        let (engine, args) = match spec.split_once(' ') {
+            Some((e, a)) => (e, a.trim()),
+            None => (spec, ""),
+        };
+        match &self.cluster {
+            None if args.is_empty() => engine.to_owned(),
+            None => format!("{engine}({args})"),
+            Some(_) => {
+                let path = format!(
+                    "'/clickhouse/tables/{{shard}}/{}/{}', '{{replica}}'",
+                    self.database,
+                    self.local(table)
+                );
+                if args.is_empty() {
+                    format!("Replicated{engine}({path})")
+                } else {
+                    format!("Replicated{engine}({path}, {args})")
+                }
+            }
+        }
+    }
+
+    /// On a cluster, the Distributed table `T` over `T_local`, sharded by `KEY`.
+    fn distributed(&self, spec: &str) -> String {
+        let Some(cluster) = &self.cluster else {
+            return String::new();
+        };
+        let (table, key) = spec.split_once(' ').expect("{{distributed T KEY}}");
+        format!(
+            "CREATE TABLE IF NOT EXISTS {}.{table} {} AS {} ENGINE = Distributed({}, {}, {}, {})",
+            quote_ident(&self.database),
+            self.on_cluster_clause(),
+            self.qualified(table),
+            quote_ident(cluster),
+            quote_ident(&self.database),
+            self.local(table),
+            key.trim(),
+        )
     }
 }
 
-/// Every migration's statements in `dialect`, in order.
+/// A ClickHouse identifier in backquotes.
+pub fn quote_ident(name: &str) -> String {
+    format!("`{}`", name.replace('\\', "\\\\").replace('`', "\\`"))
+}
+
+/// Every statement of the current schema in `dialect`, in order (what a new database gets).
 pub fn all_statements(dialect: &Dialect) -> Vec<String> {
-    MIGRATIONS.iter().flat_map(|(_, _, sql)| dialect.render(sql)).collect()
+    bootstrap_statements(dialect)
+        .into_iter()
+        .chain(
+            MIGRATIONS
+                .iter()
+                .filter(|(v, _, _)| *v >= CURRENT_SCHEMA_FROM)
+                .flat_map(|(_, _, sql)| dialect.render(sql)),
+        )
+        .collect()
+}
+
+/// The tables every server needs before it can take the migration lease.
+fn bootstrap_statements(dialect: &Dialect) -> Vec<String> {
+    let cluster = dialect.on_cluster_clause();
+    // Recorded per shard in a cluster: migrations are idempotent, so a shard that lacks a record
+    // only runs `IF NOT EXISTS` statements again.
+    let table = match dialect.cluster {
+        Some(_) => format!("{}.schema_migrations", quote_ident(&dialect.database)),
+        None => "schema_migrations".to_owned(),
+    };
+    let mut statements = vec![format!(
+        "CREATE TABLE IF NOT EXISTS {table} {cluster} (version UInt32, name String, applied DateTime) \
+         ENGINE = MergeTree ORDER BY version"
+    )];
+    statements.extend(lease::schema(dialect));
+    statements
 }
 
 #[derive(clickhouse::Row, serde::Deserialize)]
@@ -155,35 +313,78 @@ struct Applied {
     version: u32,
 }
 
-/// Applies every migration not yet recorded.
-pub async fn apply(client: &Client, dialect: &Dialect) -> Result<Vec<u32>, StorageError> {
+#[derive(clickhouse::Row, serde::Deserialize)]
+struct Count {
+    n: u64,
+}
+
+/// Whether `table` exists in the client's database.
+pub(super) async fn table_exists(client: &Client, table: &str) -> Result<bool, StorageError> {
+    Ok(client
+        .query("SELECT count() AS n FROM system.tables WHERE database = currentDatabase() AND name = ?")
+        .bind(table)
+        .fetch_one::<Count>()
+        .await
+        .map_err(StorageError::query("look up a table"))?
+        .n
+        > 0)
+}
+
+/// Runs a statement; on a cluster, DDL waits for every shard.
+async fn execute(client: &Client, statement: &str) -> Result<(), StorageError> {
     client
-        .query("CREATE TABLE IF NOT EXISTS schema_migrations (version UInt32, name String, applied DateTime) ENGINE = MergeTree ORDER BY version")
+        .query(statement)
+        .with_setting("distributed_ddl_task_timeout", "300")
         .execute()
         .await
-        .map_err(StorageError::query("create schema_migrations"))?;
+        .map_err(|source| StorageError::Statement {
+            statement: statement.chars().take(200).collect(),
+            source,
+        })
+}
+
+async fn bootstrap(client: &Client, dialect: &Dialect) -> Result<(), StorageError> {
+    for statement in bootstrap_statements(dialect) {
+        execute(client, &statement).await?;
+    }
+    Ok(())
+}
+
+/// Applies every migration not yet recorded, holding the migration lease so that servers
+/// starting together apply each once; returns the versions applied now.
+pub async fn apply(client: &Client, dialect: &Dialect) -> Result<Vec<u32>, StorageError> {
+    bootstrap(client, dialect).await?;
+    let lease = lease::Lease::acquire(client.clone(), "schema_migrations", MIGRATION_LEASE).await?;
+    let result = apply_held(client, dialect).await;
+    lease.release().await;
+    result
+}
+
+async fn apply_held(client: &Client, dialect: &Dialect) -> Result<Vec<u32>, StorageError> {
     let applied: Vec<u32> = client
-        .query("SELECT version FROM schema_migrations")
+        .query("SELECT DISTINCT version FROM schema_migrations")
         .fetch_all::<Applied>()
         .await
         .map_err(StorageError::query("read schema_migrations"))?
         .into_iter()
         .map(|a| a.version)
         .collect();
+    // A database without schema v1 starts at the current schema.
+    let fresh = !applied.iter().any(|v| V1_ONLY.contains(v)) && !table_exists(client, "v1_samples").await?;
     let mut now_applied = Vec::new();
     for &(version, name, sql) in MIGRATIONS {
-        if applied.contains(&version) {
+        if applied.contains(&version) || (fresh && V1_ONLY.contains(&version)) {
             continue;
         }
-        for statement in dialect.render(sql) {
-            let Some(statement) = without_existing_columns(client, &statement).await? else {
-                continue;
-            };
-            client
-                .query(&statement)
-                .execute()
-                .await
-                .map_err(StorageError::query("apply a migration"))?;
+        if version == 6 && !table_exists(client, "samples").await? {
+            // Moved aside by a server that stopped before recording it.
+        } else {
+            for statement in dialect.render(sql) {
+                let Some(statement) = without_existing_columns(client, &statement).await? else {
+                    continue;
+                };
+                execute(client, &statement).await?;
+            }
         }
         client
             .query("INSERT INTO schema_migrations (version, name, applied) SELECT ?, ?, now()")
@@ -202,18 +403,49 @@ pub async fn apply(client: &Client, dialect: &Dialect) -> Result<Vec<u32>, Stora
 mod tests {
     use super::*;
 
+    fn v2(dialect: &Dialect) -> Vec<String> {
+        dialect.render(MIGRATIONS[6].2)
+    }
+
     /// Legacy servers get plain types and no TTL; modern ones get LowCardinality, codecs and TTL.
     #[test]
     fn dialects_render_differently() {
-        let legacy = Dialect::for_version("18.16.1", 30).render(MIGRATIONS[0].2).join(";\n");
+        let legacy = v2(&Dialect::for_version("18.16.1", 30)).join(";\n");
         assert!(!legacy.contains("LowCardinality") && !legacy.contains("TTL") && !legacy.contains("CODEC"));
-        assert!(!legacy.contains("{{"));
-        let modern = Dialect::for_version("24.8.4.13", 30)
-            .render(MIGRATIONS[0].2)
-            .join(";\n");
+        assert!(!legacy.contains("{{") && !legacy.contains("Distributed") && !legacy.contains("Replicated"));
+        let modern = v2(&Dialect::for_version("24.8.4.13", 30)).join(";\n");
         assert!(modern.contains("node LowCardinality(String)"));
         assert!(modern.contains("TTL time + INTERVAL 30 DAY"));
-        assert_eq!(Dialect::for_version("24.8.4.13", 30).render(MIGRATIONS[0].2).len(), 3);
+        assert!(modern.contains("TTL start_time + INTERVAL 2 DAY"));
+    }
+
+    /// On a cluster every table is a Replicated `_local` table with a Distributed one over it,
+    /// created ON CLUSTER; views read and write the local tables.
+    #[test]
+    fn cluster_layout() {
+        let d = Dialect::for_version("18.16.1", 30).on_cluster(Some("two".into()), "prof");
+        let statements = v2(&d);
+        let samples = statements
+            .iter()
+            .find(|s| s.starts_with("CREATE TABLE IF NOT EXISTS `prof`.samples_local"))
+            .unwrap();
+        assert!(samples.contains("ON CLUSTER `two`"), "{samples}");
+        assert!(
+            samples.contains("ReplicatedSummingMergeTree('/clickhouse/tables/{shard}/prof/samples_local', '{replica}', (count, value))"),
+            "{samples}"
+        );
+        assert!(statements.iter().any(|s| s
+            == "CREATE TABLE IF NOT EXISTS `prof`.samples ON CLUSTER `two` AS `prof`.samples_local ENGINE = Distributed(`two`, `prof`, samples_local, cityHash64(node))"));
+        let view = statements.iter().find(|s| s.contains("samples_mv_local")).unwrap();
+        assert!(
+            view.contains("TO `prof`.samples_local") && view.contains("FROM `prof`.samples_input_local"),
+            "{view}"
+        );
+        let input = statements
+            .iter()
+            .find(|s| s.starts_with("CREATE TABLE IF NOT EXISTS `prof`.samples_input_local"))
+            .unwrap();
+        assert!(input.contains("ENGINE = Null"), "{input}");
     }
 
     /// ADD COLUMN migrations split into their columns; other statements are not touched.
@@ -228,19 +460,20 @@ mod tests {
         assert!(split_add_columns("CREATE TABLE x (a UInt8) ENGINE = Log").is_none());
     }
 
-    /// Every migration renders in both dialects with no placeholder left.
+    /// Every migration renders in every dialect with no placeholder left.
     #[test]
     fn every_migration_renders() {
         for (version, name, sql) in MIGRATIONS {
             for v in ["18.16.1", "25.3.1"] {
-                let statements = Dialect::for_version(v, 7).render(sql);
-                assert!(!statements.is_empty(), "{version} {name}");
-                assert!(
-                    statements
-                        .iter()
-                        .all(|s| !s.contains("{{") && (s.starts_with("CREATE") || s.starts_with("ALTER"))),
-                    "{version} {name}: {statements:?}"
-                );
+                for cluster in [None, Some("c".to_owned())] {
+                    let statements = Dialect::for_version(v, 7).on_cluster(cluster, "db").render(sql);
+                    assert!(!statements.is_empty(), "{version} {name}");
+                    assert!(
+                        statements.iter().all(|s| !s.contains("{{")
+                            && (s.starts_with("CREATE") || s.starts_with("ALTER") || s.starts_with("RENAME"))),
+                        "{version} {name}: {statements:?}"
+                    );
+                }
             }
         }
     }

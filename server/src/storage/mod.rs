@@ -1,24 +1,33 @@
-//! ClickHouse storage: schema migrations, batch ingest (idempotent by batch id) and the
-//! queries behind the API.
+//! ClickHouse storage: the schema and its migrations, the write path that buffers and
+//! acknowledges batches (`writer`), and the reads behind the API (`queries`).
+//!
+//! Dimension rows (stacks, frames, processes, functions) never change once written: an id is a
+//! hash of the content. Reads keep them in bounded caches, so a flame graph asks ClickHouse only
+//! for the ids it has not seen.
 
+pub mod debuginfo;
+pub mod lease;
 pub mod managed;
+pub mod migrate_v1;
 pub mod migrations;
 pub mod placement;
 pub mod queries;
-mod rows;
+pub mod retention;
+pub mod rows;
+pub mod writer;
 
-use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use bimodal_profile::{Frame, FrameKind, Profile, Sample};
 use bimodal_proto::v1;
 use clickhouse::Client;
 
 pub use migrations::Dialect;
-use rows::{
-    BatchRow, CounterRow, DataSampleRow, FactsBlobRow, FlameRow, NodeFactsRow, NodeRow, PlacementRow, SampleRow,
-    StackRow,
-};
+pub use queries::Scope;
+use rows::{FlameRow, FrameRow, FunctionRow, NodeFunctionRow, NodeRow, NodeTotalRow, ProcessRow, StackRow};
+
+use crate::selector::Selector;
 
 /// A storage failure; the message says which step failed.
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +42,13 @@ pub enum StorageError {
         table: &'static str,
         source: clickhouse::error::Error,
     },
+    #[error("ClickHouse did not answer within {0:?}")]
+    Timeout(std::time::Duration),
+    #[error("ClickHouse failed to run `{statement}`: {source}")]
+    Statement {
+        statement: String,
+        source: clickhouse::error::Error,
+    },
 }
 
 impl StorageError {
@@ -41,79 +57,112 @@ impl StorageError {
     }
 }
 
-/// Why a batch was refused; resending it will not help.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum InvalidBatch {
-    #[error("batch_id must be 16 bytes, got {0}")]
-    BatchId(usize),
-    #[error("sample {sample} has event {event}, which is not a known event kind")]
-    Event { sample: usize, event: i32 },
-    #[error("sample {sample} points at stack {stack}, but the batch has {stacks} stacks")]
-    Stack { sample: usize, stack: u32, stacks: usize },
-    #[error("stack {stack} points at frame {frame}, but the batch has {frames} frames")]
-    Frame { stack: usize, frame: u32, frames: usize },
-}
-
-/// What happened to a batch.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Stored {
-    /// Written now.
-    New,
-    /// Written before (a resend); nothing was written again.
-    Duplicate,
-}
-
-/// Who sent a batch.
-#[derive(Clone, Debug, Default)]
-pub struct Sender {
-    pub node: String,
-    pub labels: Vec<(String, String)>,
-    pub agent_version: String,
-    pub kernel_release: String,
+/// Where the store is.
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    pub url: String,
+    pub database: String,
+    pub user: Option<String>,
+    pub password: Option<String>,
+    /// Days samples are kept.
+    pub retention_days: u32,
+    /// Tables on this ClickHouse cluster (`remote_servers`), replicated and distributed.
+    pub cluster: Option<String>,
+    /// Stacks, frames, processes and functions kept in memory for reads, per kind.
+    pub cache_entries: usize,
 }
 
 /// One node as the API lists it.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct NodeInfo {
     pub node: String,
-    pub labels: std::collections::BTreeMap<String, String>,
-    /// Unix seconds of the newest batch.
+    /// The operator's labels and the facts' labels, as selectors match them.
+    pub labels: BTreeMap<String, String>,
+    /// Unix seconds.
+    pub first_seen: u32,
     pub last_seen: u32,
+    pub agent_version: String,
+    pub facts: Option<v1::NodeFacts>,
 }
 
-/// Which samples a flame graph covers.
-#[derive(Clone, Debug, Default)]
-pub struct FlameQuery {
-    pub event: v1::EventKind,
-    /// Unix seconds, inclusive.
-    pub from: u32,
-    /// Unix seconds, exclusive.
-    pub to: u32,
-    /// Empty: every node.
-    pub nodes: Vec<String>,
-    /// Container ids; empty: any.
-    pub containers: Vec<String>,
-    /// Kubernetes pod UIDs; empty: any.
-    pub pods: Vec<String>,
-    /// systemd units; empty: any.
-    pub units: Vec<String>,
-    /// Kubernetes namespaces of the pods; empty: any.
-    pub namespaces: Vec<String>,
-    /// Kubernetes pod names; empty: any.
-    pub pod_names: Vec<String>,
+/// One event source as stored: what it measures and in which unit.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct SourceInfo {
+    pub event: String,
+    pub source: String,
+    pub unit: String,
+    pub description: String,
 }
 
-/// Stack ids known to be stored already, so repeated stacks are not written again.
-/// Bounded: when full it is cleared, which only costs a few redundant (deduplicated) writes.
-const KNOWN_STACKS_LIMIT: usize = 1 << 20;
+/// How much of a read each source has.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct SourceShare {
+    pub source: String,
+    pub samples: u64,
+    pub value: u64,
+}
+
+/// A flame graph's profile and what it covers.
+#[derive(Debug)]
+pub struct FlameGraph {
+    /// Of one source: the one asked for, else the one with the most samples.
+    pub profile: Profile,
+    /// The source shown; empty when nothing matched.
+    pub source: String,
+    /// Every source the range had for this event.
+    pub sources: Vec<SourceShare>,
+    /// Stacks left out beyond the limit (the smallest), and their value.
+    pub truncated_stacks: u64,
+}
+
+/// Per-node totals of one event (per source).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeTotal {
+    pub node: String,
+    pub source: String,
+    pub samples: u64,
+    pub value: u64,
+}
+
+/// A function's values on one node.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeFunction {
+    pub node: String,
+    pub function: Arc<FunctionName>,
+    pub self_samples: u64,
+    pub self_value: u64,
+    pub total_samples: u64,
+    pub total_value: u64,
+}
+
+/// A function as stored: its name and module file name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct FunctionName {
+    pub name: String,
+    pub module: String,
+}
 
 /// The ClickHouse store.
-#[derive(Debug)]
 pub struct Store {
     client: Client,
+    write_client: Client,
     pub dialect: Dialect,
     pub version: String,
-    known_stacks: Mutex<HashSet<u64>>,
+    /// The random id of this server process in the ledger.
+    pub server_id: [u8; 16],
+    stacks: quick_cache::sync::Cache<u64, Arc<[u64]>>,
+    frames: quick_cache::sync::Cache<u64, Arc<Frame>>,
+    processes: quick_cache::sync::Cache<u64, Arc<ProcessRow>>,
+    functions: quick_cache::sync::Cache<u64, Arc<FunctionName>>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("dialect", &self.dialect)
+            .field("version", &self.version)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(clickhouse::Row, serde::Deserialize)]
@@ -121,43 +170,95 @@ struct Version {
     version: String,
 }
 
-#[derive(clickhouse::Row, serde::Deserialize)]
-struct Count {
-    n: u64,
+/// Unix seconds now.
+pub(crate) fn now_secs() -> u32 {
+    (now_millis() / 1000) as u32
+}
+
+/// Unix milliseconds now.
+pub(crate) fn now_millis() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Today as a ClickHouse `Date` (days since the epoch).
+pub(crate) fn today() -> u16 {
+    (now_secs() / 86_400) as u16
+}
+
+fn base_client(config: &StoreConfig) -> Client {
+    let mut c = Client::default().with_url(&config.url);
+    if let Some(u) = &config.user {
+        c = c.with_user(u);
+    }
+    if let Some(p) = &config.password {
+        c = c.with_password(p);
+    }
+    c
 }
 
 impl Store {
     /// Connects, probes the server version and applies pending migrations.
-    pub async fn open(url: &str, database: &str, retention_days: u32) -> Result<Store, StorageError> {
-        let probe = Client::default().with_url(url).with_validation(false);
+    pub async fn open(config: &StoreConfig) -> Result<Store, StorageError> {
+        let probe = base_client(config).with_validation(false);
         let version = probe
             .query("SELECT version() AS version")
             .fetch_one::<Version>()
             .await
             .map_err(StorageError::query("answer `SELECT version()`"))?
             .version;
-        let dialect = Dialect::for_version(&version, retention_days);
+        let dialect =
+            Dialect::for_version(&version, config.retention_days).on_cluster(config.cluster.clone(), &config.database);
         probe
             .query(&format!(
-                "CREATE DATABASE IF NOT EXISTS `{}`",
-                database.replace('`', "")
+                "CREATE DATABASE IF NOT EXISTS {} {}",
+                migrations::quote_ident(&config.database),
+                dialect.on_cluster_clause()
             ))
             .execute()
             .await
             .map_err(StorageError::query("create the database"))?;
         // RowBinaryWithNamesAndTypes (the crate's validation) only exists on modern servers.
-        let client = Client::default()
-            .with_url(url)
-            .with_database(database)
+        let client = base_client(config)
+            .with_database(&config.database)
             .with_validation(dialect.modern);
         migrations::apply(&client, &dialect).await?;
-        tracing::info!(%version, modern = dialect.modern, "ClickHouse schema ready");
+        // An INSERT into a Distributed table returns once every shard holds its rows: an ack
+        // must mean durable. Replicated tables drop an insert block equal to a recent one, which
+        // loses real rows when two batches' views aggregate alike: the ledger and batch progress
+        // make writes idempotent instead (docs/design/007).
+        let write_client = match &dialect.cluster {
+            Some(_) => client
+                .clone()
+                .with_setting("insert_distributed_sync", "1")
+                .with_setting("insert_deduplicate", "0"),
+            None => client.clone(),
+        };
+        tracing::info!(%version, modern = dialect.modern, cluster = ?dialect.cluster, "ClickHouse schema ready");
+        let entries = config.cache_entries.max(1024);
         Ok(Store {
             client,
+            write_client,
             dialect,
             version,
-            known_stacks: Mutex::new(HashSet::new()),
+            server_id: *uuid::Uuid::new_v4().as_bytes(),
+            stacks: quick_cache::sync::Cache::new(entries),
+            frames: quick_cache::sync::Cache::new(entries),
+            processes: quick_cache::sync::Cache::new(entries),
+            functions: quick_cache::sync::Cache::new(entries),
         })
+    }
+
+    /// The client reads use.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The client inserts use.
+    pub(crate) fn writer_client(&self) -> Client {
+        self.write_client.clone()
     }
 
     /// True when ClickHouse answers.
@@ -169,457 +270,334 @@ impl Store {
             .map_err(StorageError::query("answer a ping"))
     }
 
-    /// Stores a batch once: a resent batch that was stored before is recognised by its id.
-    ///
-    /// Samples go in one INSERT (one partition, so ClickHouse writes them atomically) after the
-    /// stacks they reference and before the `batches` row that marks the batch complete; a
-    /// crash between the two is repaired on resend by finding the samples by batch id.
-    pub async fn ingest(
-        &self,
-        sender: &Sender,
-        batch: &v1::Batch,
-    ) -> Result<Result<Stored, InvalidBatch>, StorageError> {
-        let batch_id: [u8; 16] = match batch.batch_id.as_slice().try_into() {
-            Ok(id) => id,
-            Err(_) => return Ok(Err(InvalidBatch::BatchId(batch.batch_id.len()))),
-        };
-        if let Err(e) = validate(batch) {
-            return Ok(Err(e));
-        }
-        if batch.resend && self.count_batch("batches", &batch_id).await? > 0 {
-            return Ok(Ok(Stored::Duplicate));
-        }
-        let time = unix_secs(batch.start_unix_nanos);
-        let stack_ids: Vec<u64> = batch.stacks.iter().map(|s| stack_id(batch, s)).collect();
-        // Stacks are keyed by content: writing one twice is harmless.
-        self.insert_stacks(batch, &stack_ids).await?;
-
-        // Each table is written once per batch: a resend skips the tables that already hold it.
-        let node = &sender.node;
-        let data = batch.data_samples.iter().map(|d| DataSampleRow {
-            time,
-            node: node.clone(),
-            event: event_name(d.event),
-            pid: d.pid,
-            tid: d.tid,
-            comm: d.comm.clone(),
-            stack_id: stack_ids[d.stack_index as usize],
-            mapping_kind: d.mapping_kind.clone(),
-            mapping_path: d.mapping_path.clone(),
-            symbol: d.symbol.clone(),
-            cache_line: d.cache_line,
-            count: d.count,
-            value: d.value,
-            batch_id,
-        });
-        self.insert_once("data_samples", batch, &batch_id, data.collect())
-            .await?;
-        let counters = batch.counters.iter().map(|c| CounterRow {
-            time,
-            node: node.clone(),
-            name: c.name.clone(),
-            value: c.value,
-            batch_id,
-        });
-        self.insert_once("counters", batch, &batch_id, counters.collect())
-            .await?;
-        let placements = batch.placements.iter().flat_map(|p| {
-            let mut threads: Vec<(u32, u32)> = p.threads_per_node.iter().map(|(&n, &c)| (n, c)).collect();
-            threads.sort_unstable();
-            p.mappings.iter().map(move |m| {
-                let mut pages: Vec<(u32, u64)> = m.pages_per_node.iter().map(|(&n, &c)| (n, c)).collect();
-                pages.sort_unstable();
-                PlacementRow {
-                    time,
-                    node: node.clone(),
-                    pid: p.pid,
-                    comm: p.comm.clone(),
-                    executable: p.executable.clone(),
-                    thread_nodes: threads.iter().map(|t| t.0).collect(),
-                    thread_counts: threads.iter().map(|t| t.1).collect(),
-                    kind: m.kind.clone(),
-                    path: m.path.clone(),
-                    start: m.start,
-                    end: m.end,
-                    permissions: m.permissions.clone(),
-                    page_nodes: pages.iter().map(|p| p.0).collect(),
-                    page_counts: pages.iter().map(|p| p.1).collect(),
-                    page_size: m.page_size,
-                    batch_id,
-                }
-            })
-        });
-        self.insert_once("placements", batch, &batch_id, placements.collect())
-            .await?;
-        let processes: HashMap<u32, &v1::Process> = batch.processes.iter().map(|p| (p.pid, p)).collect();
-        let identity = |pid: u32| processes.get(&pid).copied().cloned().unwrap_or_default();
-        let samples = batch.samples.iter().map(|s| {
-            let who = identity(s.pid);
-            SampleRow {
-                time,
-                node: node.clone(),
-                event: event_name(s.event),
-                pid: s.pid,
-                tid: s.tid,
-                comm: s.comm.clone(),
-                stack_id: stack_ids[s.stack_index as usize],
-                count: s.count,
-                value: s.value,
-                batch_id,
-                executable: who.executable,
-                container_id: who.container_id,
-                pod_uid: who.pod_uid,
-                systemd_unit: who.systemd_unit,
-                pod_name: who.pod_name,
-                pod_namespace: who.pod_namespace,
-                container_name: who.container_name,
-            }
-        });
-        self.insert_once("samples", batch, &batch_id, samples.collect()).await?;
-
-        // Last: the record that marks the batch complete.
-        let row = BatchRow {
-            received: now_secs(),
-            node: sender.node.clone(),
-            batch_id,
-            start_time: time,
-            end_time: unix_secs(batch.end_unix_nanos),
-            label_keys: sender.labels.iter().map(|(k, _)| k.clone()).collect(),
-            label_values: sender.labels.iter().map(|(_, v)| v.clone()).collect(),
-            agent_version: sender.agent_version.clone(),
-            kernel_release: sender.kernel_release.clone(),
-            samples: batch.samples.iter().map(|s| s.count).sum(),
-            source_events: batch.sources.iter().map(|s| event_name(s.event)).collect(),
-            source_descriptions: batch.sources.iter().map(|s| s.source.clone()).collect(),
-            source_periods: batch.sources.iter().map(|s| s.period).collect(),
-            source_dropped: batch.sources.iter().map(|s| s.dropped).collect(),
-        };
-        self.insert_rows("batches", vec![row]).await?;
-        Ok(Ok(Stored::New))
-    }
-
-    /// Writes `rows` into `table` unless this is a resend and the table holds the batch already.
-    async fn insert_once<R: clickhouse::RowOwned + clickhouse::RowWrite + serde::Serialize>(
-        &self,
-        table: &'static str,
-        batch: &v1::Batch,
-        batch_id: &[u8; 16],
-        rows: Vec<R>,
-    ) -> Result<(), StorageError> {
-        if batch.resend && self.count_batch(table, batch_id).await? > 0 {
-            return Ok(());
-        }
-        self.insert_rows(table, rows).await
-    }
-
-    /// One INSERT of all `rows` (nothing when there are none).
-    async fn insert_rows<R: clickhouse::RowOwned + clickhouse::RowWrite + serde::Serialize>(
-        &self,
-        table: &'static str,
-        rows: Vec<R>,
-    ) -> Result<(), StorageError> {
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let err = |e| StorageError::Insert { table, source: e };
-        let mut insert = self.client.insert::<R>(table).await.map_err(err)?;
-        for row in rows {
-            insert.write(&row).await.map_err(err)?;
-        }
-        insert.end().await.map_err(err)
-    }
-
-    /// Stores what a node is; the newest facts of a node replace the older ones.
-    pub async fn record_node_facts(&self, node: &str, facts: &v1::NodeFacts) -> Result<(), StorageError> {
+    /// Nodes that reported in [from, to) and match the selector's node labels.
+    pub async fn nodes(&self, selector: &Selector, from: u32, to: u32) -> Result<Vec<NodeInfo>, StorageError> {
         use prost::Message;
-        let row = NodeFactsRow {
-            received: now_secs(),
-            node: node.to_owned(),
-            kernel_release: facts.kernel_release.clone(),
-            cpu_vendor: facts.cpu_vendor.clone(),
-            cpu_model_name: facts.cpu_model_name.clone(),
-            cpu_family: facts.cpu_family,
-            cpu_model: facts.cpu_model,
-            online_cpus: facts.online_cpus.len() as u32,
-            sockets: facts.sockets,
-            numa_nodes: facts.numa_nodes.len() as u32,
-            numa_balancing: facts.numa_balancing.clone(),
-            hardware_pmu: facts.hardware_pmu.clone(),
-            facts: facts.encode_to_vec(),
-        };
-        self.insert_rows("node_facts", vec![row]).await
-    }
-
-    /// The newest facts of every node.
-    pub async fn node_facts(&self) -> Result<HashMap<String, v1::NodeFacts>, StorageError> {
-        use prost::Message;
-        let rows = queries::node_facts(&self.client)
-            .fetch_all::<FactsBlobRow>()
-            .await
-            .map_err(StorageError::query("read node facts"))?;
-        Ok(rows
-            .into_iter()
-            .filter_map(|r| Some((r.node, v1::NodeFacts::decode(r.facts.as_slice()).ok()?)))
-            .collect())
-    }
-
-    async fn count_batch(&self, table: &'static str, batch_id: &[u8; 16]) -> Result<u64, StorageError> {
-        Ok(queries::batch_rows(&self.client, table, bimodal_profile::hex(batch_id))
-            .fetch_one::<Count>()
-            .await
-            .map_err(StorageError::query("look up a resent batch"))?
-            .n)
-    }
-
-    async fn insert_stacks(&self, batch: &v1::Batch, ids: &[u64]) -> Result<(), StorageError> {
-        let new: Vec<usize> = {
-            let known = self.known_stacks.lock().expect("lock not poisoned");
-            let mut seen = HashSet::new();
-            (0..ids.len())
-                .filter(|&i| !known.contains(&ids[i]) && seen.insert(ids[i]))
-                .collect()
-        };
-        if new.is_empty() {
-            return Ok(());
-        }
-        let rows = new
-            .iter()
-            .map(|&i| {
-                let frames: Vec<&v1::Frame> = batch.stacks[i]
-                    .frame_indices
-                    .iter()
-                    .map(|&f| &batch.frames[f as usize])
-                    .collect();
-                StackRow {
-                    stack_id: ids[i],
-                    kinds: frames.iter().map(|f| f.kind.clamp(0, 255) as u8).collect(),
-                    functions: frames.iter().map(|f| f.function.clone()).collect(),
-                    modules: frames.iter().map(|f| f.module.clone()).collect(),
-                    build_ids: frames.iter().map(|f| bimodal_profile::hex(&f.build_id)).collect(),
-                    addresses: frames.iter().map(|f| f.address).collect(),
-                    file_offsets: frames.iter().map(|f| f.file_offset).collect(),
-                    elf_addresses: frames.iter().map(|f| f.elf_address).collect(),
-                }
-            })
-            .collect();
-        self.insert_rows("stacks", rows).await?;
-        let mut known = self.known_stacks.lock().expect("lock not poisoned");
-        if known.len() + new.len() > KNOWN_STACKS_LIMIT {
-            known.clear();
-        }
-        known.extend(new.iter().map(|&i| ids[i]));
-        Ok(())
-    }
-
-    /// Every node that sent a batch, with its newest labels.
-    pub async fn nodes(&self) -> Result<Vec<NodeInfo>, StorageError> {
-        let rows = queries::nodes(&self.client)
+        let rows = queries::nodes(selector, from, to)
+            .query(&self.client)
             .fetch_all::<NodeRow>()
             .await
             .map_err(StorageError::query("list nodes"))?;
         Ok(rows
             .into_iter()
             .map(|r| NodeInfo {
+                labels: r.label_keys.into_iter().zip(r.label_values).collect(),
                 node: r.node,
-                labels: r.last_label_keys.into_iter().zip(r.last_label_values).collect(),
+                first_seen: r.first_seen,
                 last_seen: r.last_seen,
+                agent_version: r.agent_version,
+                facts: (!r.facts.is_empty())
+                    .then(|| v1::NodeFacts::decode(r.facts.as_slice()).ok())
+                    .flatten(),
+            })
+            .filter(|n| selector.matches_node(|l| n.labels.get(l).cloned()))
+            .collect())
+    }
+
+    /// Every event source stored, with its unit.
+    pub async fn sources(&self) -> Result<Vec<SourceInfo>, StorageError> {
+        #[derive(clickhouse::Row, serde::Deserialize)]
+        struct Row {
+            event: String,
+            source: String,
+            unit: String,
+            description: String,
+            #[allow(dead_code)]
+            seen: u32,
+        }
+        Ok(queries::sources()
+            .query(&self.client)
+            .fetch_all::<Row>()
+            .await
+            .map_err(StorageError::query("list event sources"))?
+            .into_iter()
+            .map(|r| SourceInfo {
+                event: r.event,
+                source: r.source,
+                unit: r.unit,
+                description: r.description,
             })
             .collect())
     }
 
-    /// The profile of one event over a time range and set of nodes.
-    pub async fn flame_graph(&self, q: &FlameQuery) -> Result<Profile, StorageError> {
-        let rows = queries::flame_samples(&self.client, q)
+    /// Per-node totals of `scope`, per source.
+    pub async fn node_totals(&self, scope: &Scope) -> Result<Vec<NodeTotal>, StorageError> {
+        Ok(queries::node_totals(scope)
+            .query(&self.client)
+            .fetch_all::<NodeTotalRow>()
+            .await
+            .map_err(StorageError::query("sum samples per node"))?
+            .into_iter()
+            .map(|r| NodeTotal {
+                node: r.node,
+                source: r.source,
+                samples: r.count,
+                value: r.value,
+            })
+            .collect())
+    }
+
+    /// Self and total values per node and function over `scope` (its source must be set).
+    /// Functions are kept per node, not per process: process labels in the selector are ignored.
+    pub async fn node_functions(&self, scope: &Scope) -> Result<Vec<NodeFunction>, StorageError> {
+        let mut scope = scope.clone();
+        scope
+            .selector
+            .matchers
+            .retain(|m| m.scope() == crate::selector::LabelScope::Node);
+        let rows = queries::node_functions(&scope)
+            .query(&self.client)
+            .fetch_all::<NodeFunctionRow>()
+            .await
+            .map_err(StorageError::query("sum samples per node and function"))?;
+        let mut ids: Vec<u64> = rows.iter().map(|r| r.function_id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let names = self.functions(&ids).await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| NodeFunction {
+                function: names.get(&r.function_id).cloned().unwrap_or_else(|| {
+                    Arc::new(FunctionName {
+                        name: "[function not stored]".into(),
+                        module: String::new(),
+                    })
+                }),
+                node: r.node,
+                self_samples: r.self_count,
+                self_value: r.self_value,
+                total_samples: r.total_count,
+                total_value: r.total_value,
+            })
+            .collect())
+    }
+
+    /// The profile of `scope`'s event, of its source or else the source with most samples, at
+    /// most `max_stacks` stacks (the largest). Frames of images with a build id are returned
+    /// as stored: the caller names them from the debug-info store.
+    pub async fn flame_graph(&self, scope: &Scope, max_stacks: u32) -> Result<FlameGraph, StorageError> {
+        let rows = queries::flame(scope, max_stacks.saturating_add(1).max(1))
+            .query(&self.client)
             .fetch_all::<FlameRow>()
             .await
             .map_err(StorageError::query("aggregate samples"))?;
-        let stacks = queries::flame_stacks(&self.client, q)
-            .fetch_all::<StackRow>()
-            .await
-            .map_err(StorageError::query("read stacks"))?;
-
-        let mut profile = Profile::new(q.event.name(), q.event.unit());
-        profile.start_unix_nanos = i64::from(q.from) * 1_000_000_000;
-        profile.duration_nanos = i64::from(q.to.saturating_sub(q.from)) * 1_000_000_000;
-        // ReplacingMergeTree may still hold duplicates before a merge: the last one wins.
-        let mut frames_of: HashMap<u64, Vec<u32>> = HashMap::with_capacity(stacks.len());
-        for s in stacks {
-            let frames = (0..s.functions.len())
-                .map(|i| {
-                    profile.intern(Frame {
-                        kind: v1::FrameKind::try_from(i32::from(s.kinds[i]))
-                            .unwrap_or_default()
-                            .into(),
-                        function: s.functions[i].clone(),
-                        module: s.modules[i].clone(),
-                        build_id: s.build_ids[i].clone(),
-                        address: s.addresses[i],
-                        file_offset: s.file_offsets[i],
-                        // stacks stored before migration 004 have none
-                        elf_address: s.elf_addresses.get(i).copied().unwrap_or(0),
-                    })
-                })
-                .collect();
-            frames_of.insert(s.stack_id, frames);
+        // One source per flame graph: samples of different sources are not comparable.
+        let mut shares: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+        for r in &rows {
+            let s = shares.entry(&r.source).or_default();
+            s.0 += r.count;
+            s.1 += r.value;
         }
+        let source = scope
+            .source
+            .clone()
+            .or_else(|| {
+                shares
+                    .iter()
+                    .max_by_key(|(_, (count, _))| *count)
+                    .map(|(s, _)| (*s).to_owned())
+            })
+            .unwrap_or_default();
+        let sources = shares
+            .iter()
+            .map(|(s, (samples, value))| SourceShare {
+                source: (*s).to_owned(),
+                samples: *samples,
+                value: *value,
+            })
+            .collect();
+        let mut rows: Vec<FlameRow> = rows.into_iter().filter(|r| r.source == source).collect();
+        let truncated_stacks = rows.len().saturating_sub(max_stacks as usize) as u64;
+        rows.truncate(max_stacks as usize);
+
+        let mut stack_ids: Vec<u64> = rows.iter().map(|r| r.stack_id).collect();
+        stack_ids.sort_unstable();
+        stack_ids.dedup();
+        let stacks = self.stacks(&stack_ids).await?;
+        let mut frame_ids: Vec<u64> = stacks.values().flat_map(|s| s.iter().copied()).collect();
+        frame_ids.sort_unstable();
+        frame_ids.dedup();
+        let frames = self.frames(&frame_ids).await?;
+        let mut process_ids: Vec<u64> = rows.iter().map(|r| r.process_id).collect();
+        process_ids.sort_unstable();
+        process_ids.dedup();
+        let processes = self.processes(&process_ids).await?;
+
+        let unit = self
+            .sources()
+            .await?
+            .into_iter()
+            .find(|s| s.event == scope.event && s.source == source)
+            .map(|s| s.unit)
+            .unwrap_or_else(|| {
+                v1::EventKind::from_name(scope.event)
+                    .unwrap_or_default()
+                    .unit()
+                    .to_owned()
+            });
+        let mut profile = Profile::new(scope.event, &unit);
+        profile.start_unix_nanos = i64::from(scope.from) * 1_000_000_000;
+        profile.duration_nanos = i64::from(scope.to.saturating_sub(scope.from)) * 1_000_000_000;
+        let mut interned: HashMap<u64, u32> = HashMap::new();
         let mut missing = 0u64;
         for r in rows {
-            let stack = match frames_of.get(&r.stack_id) {
-                Some(f) => f.clone(),
+            let stack = match stacks.get(&r.stack_id) {
+                Some(ids) => ids
+                    .iter()
+                    .map(|id| {
+                        *interned.entry(*id).or_insert_with(|| {
+                            let frame = frames
+                                .get(id)
+                                .map(|f| (**f).clone())
+                                .unwrap_or_else(|| not_stored("[frame not stored]"));
+                            profile.intern(frame)
+                        })
+                    })
+                    .collect(),
                 None => {
-                    missing += r.samples;
-                    vec![profile.intern(Frame {
-                        kind: FrameKind::Unknown,
-                        function: "[stack not stored]".into(),
-                        module: String::new(),
-                        build_id: String::new(),
-                        address: 0,
-                        file_offset: 0,
-                        elf_address: 0,
-                    })]
+                    missing += r.count;
+                    vec![profile.intern(not_stored("[stack not stored]"))]
                 }
             };
             profile.samples.push(Sample {
-                comm: r.comm,
+                comm: processes.get(&r.process_id).map(|p| p.comm.clone()).unwrap_or_default(),
                 stack,
-                count: r.samples,
-                value: r.total,
+                count: r.count,
+                value: r.value,
             });
         }
         if missing > 0 {
             tracing::warn!(missing, "samples reference stacks that are not stored");
         }
-        Ok(profile)
+        Ok(FlameGraph {
+            profile,
+            source,
+            sources,
+            truncated_stacks,
+        })
     }
-}
 
-fn unix_secs(nanos: i64) -> u32 {
-    (nanos / 1_000_000_000).clamp(0, i64::from(u32::MAX)) as u32
-}
-
-fn event_name(event: i32) -> String {
-    v1::EventKind::try_from(event).unwrap_or_default().name().to_owned()
-}
-
-fn now_secs() -> u32 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as u32)
-        .unwrap_or(0)
-}
-
-fn validate(batch: &v1::Batch) -> Result<(), InvalidBatch> {
-    for (i, s) in batch.samples.iter().enumerate() {
-        match v1::EventKind::try_from(s.event) {
-            Ok(v1::EventKind::Unspecified) | Err(_) => {
-                return Err(InvalidBatch::Event {
-                    sample: i,
-                    event: s.event,
-                })
+    /// Stacks by id, from the cache or ClickHouse.
+    async fn stacks(&self, ids: &[u64]) -> Result<HashMap<u64, Arc<[u64]>>, StorageError> {
+        let (mut found, missing) = cached(&self.stacks, ids);
+        for chunk in missing.chunks(20_000) {
+            let rows = queries::by_ids("stacks", "stack_id", "stack_id, frame_ids, last_seen", chunk)
+                .query(&self.client)
+                .fetch_all::<StackRow>()
+                .await
+                .map_err(StorageError::query("read stacks"))?;
+            for r in rows {
+                let v: Arc<[u64]> = r.frame_ids.into();
+                self.stacks.insert(r.stack_id, v.clone());
+                found.insert(r.stack_id, v);
             }
-            Ok(_) => {}
         }
-        if s.stack_index as usize >= batch.stacks.len() {
-            return Err(InvalidBatch::Stack {
-                sample: i,
-                stack: s.stack_index,
-                stacks: batch.stacks.len(),
-            });
-        }
+        Ok(found)
     }
-    for (i, d) in batch.data_samples.iter().enumerate() {
-        if d.stack_index as usize >= batch.stacks.len() {
-            return Err(InvalidBatch::Stack {
-                sample: i,
-                stack: d.stack_index,
-                stacks: batch.stacks.len(),
-            });
+
+    async fn frames(&self, ids: &[u64]) -> Result<HashMap<u64, Arc<Frame>>, StorageError> {
+        let (mut found, missing) = cached(&self.frames, ids);
+        for chunk in missing.chunks(20_000) {
+            let rows = queries::by_ids(
+                "frames",
+                "frame_id",
+                "frame_id, kind, module, build_id, file_offset, elf_address, address, function",
+                chunk,
+            )
+            .query(&self.client)
+            .fetch_all::<FrameRow>()
+            .await
+            .map_err(StorageError::query("read frames"))?;
+            for r in rows {
+                let f = Arc::new(Frame {
+                    kind: v1::FrameKind::try_from(i32::from(r.kind)).unwrap_or_default().into(),
+                    function: r.function,
+                    module: r.module,
+                    build_id: r.build_id,
+                    address: r.address,
+                    file_offset: r.file_offset,
+                    elf_address: r.elf_address,
+                });
+                self.frames.insert(r.frame_id, f.clone());
+                found.insert(r.frame_id, f);
+            }
         }
-        if !matches!(v1::EventKind::try_from(d.event), Ok(e) if e != v1::EventKind::Unspecified) {
-            return Err(InvalidBatch::Event {
-                sample: i,
-                event: d.event,
-            });
-        }
+        Ok(found)
     }
-    for (i, st) in batch.stacks.iter().enumerate() {
-        if let Some(&f) = st.frame_indices.iter().find(|&&f| f as usize >= batch.frames.len()) {
-            return Err(InvalidBatch::Frame {
-                stack: i,
-                frame: f,
-                frames: batch.frames.len(),
-            });
+
+    async fn processes(&self, ids: &[u64]) -> Result<HashMap<u64, Arc<ProcessRow>>, StorageError> {
+        let (mut found, missing) = cached(&self.processes, ids);
+        for chunk in missing.chunks(20_000) {
+            let rows = queries::by_ids(
+                "processes",
+                "process_id",
+                "process_id, comm, executable, container_id, container_runtime, pod_uid, systemd_unit, \
+                 pod_name, pod_namespace, container_name, last_seen",
+                chunk,
+            )
+            .query(&self.client)
+            .fetch_all::<ProcessRow>()
+            .await
+            .map_err(StorageError::query("read processes"))?;
+            for r in rows {
+                let id = r.process_id;
+                let p = Arc::new(r);
+                self.processes.insert(id, p.clone());
+                found.insert(id, p);
+            }
         }
+        Ok(found)
     }
-    Ok(())
+
+    async fn functions(&self, ids: &[u64]) -> Result<HashMap<u64, Arc<FunctionName>>, StorageError> {
+        let (mut found, missing) = cached(&self.functions, ids);
+        for chunk in missing.chunks(20_000) {
+            let rows = queries::by_ids(
+                "functions",
+                "function_id",
+                "function_id, name, module, last_seen",
+                chunk,
+            )
+            .query(&self.client)
+            .fetch_all::<FunctionRow>()
+            .await
+            .map_err(StorageError::query("read functions"))?;
+            for r in rows {
+                let f = Arc::new(FunctionName {
+                    name: r.name,
+                    module: r.module,
+                });
+                self.functions.insert(r.function_id, f.clone());
+                found.insert(r.function_id, f);
+            }
+        }
+        Ok(found)
+    }
 }
 
-/// A stable id for a stack: xxHash64 of its frames' identities, the same on every server.
-fn stack_id(batch: &v1::Batch, stack: &v1::Stack) -> u64 {
-    let mut buf = Vec::with_capacity(stack.frame_indices.len() * 48);
-    for &i in &stack.frame_indices {
-        let f = &batch.frames[i as usize];
-        buf.extend_from_slice(&f.kind.to_le_bytes());
-        // A frame of an image with a build id is the same in every process and on every node,
-        // wherever the image was loaded.
-        if f.build_id.is_empty() {
-            buf.extend_from_slice(&f.address.to_le_bytes());
-        }
-        buf.extend_from_slice(&f.file_offset.to_le_bytes());
-        for s in [f.function.as_bytes(), f.module.as_bytes(), &f.build_id] {
-            buf.extend_from_slice(&(s.len() as u32).to_le_bytes());
-            buf.extend_from_slice(s);
+/// The cached values of `ids`, and the ids not cached.
+fn cached<V: Clone>(cache: &quick_cache::sync::Cache<u64, V>, ids: &[u64]) -> (HashMap<u64, V>, Vec<u64>) {
+    let mut found = HashMap::with_capacity(ids.len());
+    let mut missing = Vec::new();
+    for &id in ids {
+        match cache.get(&id) {
+            Some(v) => {
+                found.insert(id, v);
+            }
+            None => missing.push(id),
         }
     }
-    twox_hash::XxHash64::oneshot(0, &buf)
+    (found, missing)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn batch() -> v1::Batch {
-        v1::Batch {
-            batch_id: vec![7; 16],
-            frames: vec![v1::Frame {
-                function: "main".into(),
-                ..Default::default()
-            }],
-            stacks: vec![v1::Stack { frame_indices: vec![0] }],
-            samples: vec![v1::Sample {
-                event: v1::EventKind::Cpu as i32,
-                stack_index: 0,
-                count: 1,
-                value: 1,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }
-    }
-
-    /// Indices that point outside the batch and unknown events are refused with their kind.
-    #[test]
-    fn malformed_batches_are_refused() {
-        assert_eq!(validate(&batch()), Ok(()));
-        let mut b = batch();
-        b.samples[0].stack_index = 3;
-        assert!(matches!(validate(&b), Err(InvalidBatch::Stack { stack: 3, .. })));
-        let mut b = batch();
-        b.stacks[0].frame_indices.push(9);
-        assert!(matches!(validate(&b), Err(InvalidBatch::Frame { frame: 9, .. })));
-        let mut b = batch();
-        b.samples[0].event = 99;
-        assert!(matches!(validate(&b), Err(InvalidBatch::Event { event: 99, .. })));
-    }
-
-    /// Equal stacks get equal ids across batches; different frames give different ids.
-    #[test]
-    fn stack_ids_are_content_hashes() {
-        let a = batch();
-        let mut b = batch();
-        b.frames.push(v1::Frame::default());
-        assert_eq!(stack_id(&a, &a.stacks[0]), stack_id(&b, &b.stacks[0]));
-        b.frames[0].function = "other".into();
-        assert_ne!(stack_id(&a, &a.stacks[0]), stack_id(&b, &b.stacks[0]));
+fn not_stored(name: &str) -> Frame {
+    Frame {
+        kind: FrameKind::Unknown,
+        function: name.into(),
+        module: String::new(),
+        build_id: String::new(),
+        address: 0,
+        file_offset: 0,
+        elf_address: 0,
     }
 }

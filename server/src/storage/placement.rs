@@ -92,7 +92,8 @@ impl ProcessPlacement {
 impl Store {
     /// The newest placement snapshot of every process of `node` within [from, to).
     pub async fn placements(&self, node: &str, from: u32, to: u32) -> Result<Vec<ProcessPlacement>, StorageError> {
-        let rows = queries::placements(&self.client, node, from, to)
+        let rows = queries::placements(node, from, to)
+            .query(&self.client)
             .fetch_all::<PlacementRow>()
             .await
             .map_err(StorageError::query("read placements"))?;
@@ -135,8 +136,8 @@ impl Store {
         from: u32,
         to: u32,
     ) -> Result<Vec<(u32, String, u64)>, StorageError> {
-        let q = queries::counters(&self.client, node, names, from, to);
-        let rows = q
+        let rows = queries::counters(node, names, from, to)
+            .query(&self.client)
             .fetch_all::<CounterPointRow>()
             .await
             .map_err(StorageError::query("read counters"))?;

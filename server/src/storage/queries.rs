@@ -1,146 +1,505 @@
-//! Every read query of the server, built in one place with its parameters bound, so that
-//! `bimodal-server sql` can print them for checking against other ClickHouse versions.
+//! Every read query of the server, built in one place with its values bound as parameters, so
+//! that `bimodal-server sql` can print them for checking against other ClickHouse versions.
+//!
+//! Time ranges read the per-minute tables, and the per-10-minute ones for whole 10-minute
+//! buckets inside a range longer than [`COARSE_FROM_SECS`]: an hour of a fleet reads a tenth of
+//! the rows. Selectors become conditions on the `nodes` and `processes` tables.
+
+use std::collections::HashMap;
 
 use clickhouse::query::Query;
 use clickhouse::Client;
 
-use super::FlameQuery;
+use super::StorageError;
+use crate::selector::{LabelScope, MatchOp, Matcher, Selector};
 
-/// The samples a flame graph covers: event and time range, then each selector that is given
-/// (`has(?, column)`), its values bound in the same order by [`bind_flame`].
-fn flame_filter(q: &FlameQuery) -> String {
-    let mut sql = String::from("event = ? AND time >= toDateTime(?) AND time < toDateTime(?)");
-    for (values, column) in selectors(q) {
-        if !values.is_empty() {
-            sql.push_str(&format!(" AND has(?, {column})"));
+/// Ranges at least this long read whole 10-minute buckets from the coarse tables.
+pub const COARSE_FROM_SECS: u32 = 30 * 60;
+const MINUTE: u32 = 60;
+const TEN_MINUTES: u32 = 600;
+
+/// A value bound to a `?`.
+#[derive(Clone, Debug)]
+pub(super) enum Value {
+    Str(String),
+    U32(u32),
+}
+
+/// SQL text with `?` placeholders and their values, in order.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Sql {
+    pub text: String,
+    pub values: Vec<Value>,
+}
+
+impl Sql {
+    fn new(text: &str) -> Sql {
+        Sql {
+            text: text.to_owned(),
+            values: Vec::new(),
         }
+    }
+
+    fn push(&mut self, text: &str) -> &mut Sql {
+        self.text.push_str(text);
+        self
+    }
+
+    /// Appends `?` bound to `value`.
+    fn bind(&mut self, value: Value) -> &mut Sql {
+        self.text.push('?');
+        self.values.push(value);
+        self
+    }
+
+    fn append(&mut self, other: Sql) -> &mut Sql {
+        self.text.push_str(&other.text);
+        self.values.extend(other.values);
+        self
+    }
+
+    pub fn query(&self, client: &Client) -> Query {
+        let mut q = client.query(&self.text).with_setting("max_query_size", "16777216");
+        for v in &self.values {
+            q = match v {
+                Value::Str(s) => q.bind(s.as_str()),
+                Value::U32(n) => q.bind(*n),
+            };
+        }
+        q
+    }
+}
+
+/// The column holding a process label in `processes`.
+fn process_column(label: &str) -> &'static str {
+    match label {
+        "comm" => "comm",
+        "executable" => "executable",
+        "container_id" => "container_id",
+        "container" => "container_name",
+        "pod" => "pod_name",
+        "pod_uid" => "pod_uid",
+        "namespace" => "pod_namespace",
+        _ => "systemd_unit",
+    }
+}
+
+/// `expr op ?` for one matcher.
+fn condition(expr: &str, m: &Matcher) -> Sql {
+    let mut sql = Sql::default();
+    match m.op {
+        MatchOp::Equal => sql.push(expr).push(" = ").bind(Value::Str(m.value.clone())),
+        MatchOp::NotEqual => sql.push(expr).push(" != ").bind(Value::Str(m.value.clone())),
+        MatchOp::Regex => sql
+            .push("match(")
+            .push(expr)
+            .push(", ")
+            .bind(Value::Str(m.anchored_regex()))
+            .push(")"),
+        MatchOp::NotRegex => sql
+            .push("NOT match(")
+            .push(expr)
+            .push(", ")
+            .bind(Value::Str(m.anchored_regex()))
+            .push(")"),
+    };
+    sql
+}
+
+/// ` AND …` conditions on a fact table's `node` and `process_id` columns for `selector`.
+pub(super) fn selector_filter(selector: &Selector) -> Sql {
+    let mut sql = Sql::default();
+    let mut labels = Vec::new();
+    for m in selector.node_matchers() {
+        if m.name == "node" {
+            sql.push(" AND ").append(condition("node", m));
+        } else {
+            labels.push(m);
+        }
+    }
+    if !labels.is_empty() {
+        sql.push(
+            " AND node IN (SELECT node FROM (SELECT node, argMax(label_keys, version) AS k, \
+             argMax(label_values, version) AS v FROM nodes GROUP BY node) WHERE 1",
+        );
+        for m in labels {
+            let mut expr = Sql::new("v[indexOf(k, ");
+            expr.bind(Value::Str(m.name.clone())).push(")]");
+            // The label's expression carries a bound value of its own: splice it in order.
+            let cond = condition("\u{0}", m);
+            let (before, after) = cond.text.split_once('\u{0}').expect("placeholder");
+            sql.push(" AND ").push(before).append(expr.clone()).push(after);
+            sql.values.extend(cond.values);
+        }
+        sql.push(")");
+    }
+    let process: Vec<&Matcher> = selector.process_matchers().collect();
+    if !process.is_empty() {
+        sql.push(" AND process_id IN (SELECT process_id FROM processes WHERE 1");
+        for m in process {
+            sql.push(" AND ").append(condition(process_column(&m.name), m));
+        }
+        sql.push(")");
     }
     sql
 }
 
-fn selectors(q: &FlameQuery) -> [(&Vec<String>, &'static str); 6] {
-    [
-        (&q.nodes, "node"),
-        (&q.containers, "container_id"),
-        (&q.pods, "pod_uid"),
-        (&q.units, "systemd_unit"),
-        (&q.namespaces, "pod_namespace"),
-        (&q.pod_names, "pod_name"),
-    ]
-}
-
-fn bind_flame(query: Query, q: &FlameQuery) -> Query {
-    let mut query = query.bind(q.event.name()).bind(q.from).bind(q.to);
-    for (values, _) in selectors(q) {
-        if !values.is_empty() {
-            query = query.bind(values.clone());
-        }
+/// `event = ? [AND source = ?] AND time in range` for a table of `granularity` seconds.
+fn range_filter(event: &str, source: Option<&str>, from: u32, to: u32) -> Sql {
+    let mut sql = Sql::new("event = ");
+    sql.bind(Value::Str(event.to_owned()));
+    if let Some(s) = source {
+        sql.push(" AND source = ").bind(Value::Str(s.to_owned()));
     }
-    query
+    sql.push(" AND time >= toDateTime(")
+        .bind(Value::U32(from))
+        .push(") AND time < toDateTime(")
+        .bind(Value::U32(to))
+        .push(")");
+    sql
 }
 
-/// Sample totals per (stack, comm) of a flame graph.
-pub(super) fn flame_samples(client: &Client, q: &FlameQuery) -> Query {
-    let sql = format!(
-        "SELECT stack_id, comm, sum(count) AS samples, sum(value) AS total FROM samples WHERE {} \
-         GROUP BY stack_id, comm",
-        flame_filter(q)
+/// The pieces of [from, to) to read: (table suffix, from, to), per-minute buckets at the edges
+/// and 10-minute buckets inside when the range is long.
+pub(super) fn pieces(from: u32, to: u32) -> Vec<(&'static str, u32, u32)> {
+    // A minute bucket holds samples taken in [time, time + 60).
+    let from = from / MINUTE * MINUTE;
+    let coarse_from = from.div_ceil(TEN_MINUTES) * TEN_MINUTES;
+    let coarse_to = to / TEN_MINUTES * TEN_MINUTES;
+    if to - from < COARSE_FROM_SECS || coarse_to <= coarse_from {
+        return vec![("", from, to)];
+    }
+    let mut out = Vec::new();
+    if from < coarse_from {
+        out.push(("", from, coarse_from));
+    }
+    out.push(("_10m", coarse_from, coarse_to));
+    if coarse_to < to {
+        out.push(("", coarse_to, to));
+    }
+    out
+}
+
+/// Which samples a read covers.
+#[derive(Clone, Debug)]
+pub struct Scope {
+    pub event: &'static str,
+    /// `None`: every source (grouped by source).
+    pub source: Option<String>,
+    pub selector: Selector,
+    /// Unix seconds, [from, to).
+    pub from: u32,
+    pub to: u32,
+}
+
+/// `SELECT columns FROM table[_10m] WHERE … UNION ALL …` over the pieces of the range.
+fn union(table: &str, columns: &str, scope: &Scope) -> Sql {
+    let mut sql = Sql::default();
+    for (i, (suffix, from, to)) in pieces(scope.from, scope.to).into_iter().enumerate() {
+        if i > 0 {
+            sql.push(" UNION ALL ");
+        }
+        sql.push(&format!("SELECT {columns} FROM {table}{suffix} WHERE "))
+            .append(range_filter(scope.event, scope.source.as_deref(), from, to))
+            .append(selector_filter(&scope.selector));
+    }
+    sql
+}
+
+/// Samples per (source, stack, process) of a flame graph, largest first, at most `limit`.
+pub(super) fn flame(scope: &Scope, limit: u32) -> Sql {
+    let mut sql = Sql::new("SELECT source, stack_id, process_id, sum(count) AS count, sum(value) AS value FROM (");
+    sql.append(union("samples", "source, stack_id, process_id, count, value", scope))
+        .push(") GROUP BY source, stack_id, process_id ORDER BY value DESC LIMIT ")
+        .bind(Value::U32(limit));
+    sql
+}
+
+/// Totals per node and source. Process labels need the samples; node labels the totals only.
+pub(super) fn node_totals(scope: &Scope) -> Sql {
+    let per_process = scope.selector.matchers.iter().any(|m| m.scope() == LabelScope::Process);
+    let inner = if per_process {
+        union("samples", "node, source, count, value", scope)
+    } else {
+        let mut sql = Sql::new("SELECT node, source, count, value FROM node_totals WHERE ");
+        let from = scope.from / MINUTE * MINUTE;
+        sql.append(range_filter(scope.event, scope.source.as_deref(), from, scope.to))
+            .append(selector_filter(&scope.selector));
+        sql
+    };
+    let mut sql = Sql::new("SELECT node, source, sum(count) AS count, sum(value) AS value FROM (");
+    sql.append(inner).push(") GROUP BY node, source ORDER BY node, source");
+    sql
+}
+
+/// Self and total values per node and function (one source).
+pub(super) fn node_functions(scope: &Scope) -> Sql {
+    let mut sql = Sql::new(
+        "SELECT node, function_id, sum(self_count) AS self_count, sum(self_value) AS self_value, \
+         sum(total_count) AS total_count, sum(total_value) AS total_value FROM (",
     );
-    bind_flame(client.query(&sql), q)
+    sql.append(union(
+        "function_samples",
+        "node, function_id, self_count, self_value, total_count, total_value",
+        scope,
+    ))
+    .push(") GROUP BY node, function_id");
+    sql
 }
 
-/// The stacks those samples reference.
-pub(super) fn flame_stacks(client: &Client, q: &FlameQuery) -> Query {
-    let sql = format!(
-        "SELECT stack_id, kinds, functions, modules, build_ids, addresses, file_offsets, elf_addresses FROM stacks \
-         WHERE stack_id IN (SELECT stack_id FROM samples WHERE {})",
-        flame_filter(q)
+/// The newest row of every node selected, seen in [from, to).
+pub(super) fn nodes(selector: &Selector, from: u32, to: u32) -> Sql {
+    let mut sql = Sql::new(
+        "SELECT node, min(first_seen) AS first_seen, max(last_seen) AS last_seen, \
+         argMax(label_keys, version) AS label_keys, argMax(label_values, version) AS label_values, \
+         argMax(agent_version, version) AS agent_version, argMax(facts, version) AS facts FROM nodes WHERE 1",
     );
-    bind_flame(client.query(&sql), q)
+    for m in selector.node_matchers().filter(|m| m.name == "node") {
+        sql.push(" AND ").append(condition("node", m));
+    }
+    sql.push(" GROUP BY node HAVING last_seen >= toDateTime(")
+        .bind(Value::U32(from))
+        .push(") AND first_seen < toDateTime(")
+        .bind(Value::U32(to))
+        .push(") ORDER BY node");
+    sql
 }
 
-/// Every node with its newest labels and last batch time.
-pub(super) fn nodes(client: &Client) -> Query {
-    client.query(
-        "SELECT node, argMax(label_keys, received) AS last_label_keys, \
-         argMax(label_values, received) AS last_label_values, toUInt32(max(received)) AS last_seen \
-         FROM batches GROUP BY node ORDER BY node",
+/// Rows of `table` by id (`stacks`, `frames`, `processes`, `functions`).
+pub(super) fn by_ids(table: &str, id_column: &str, columns: &str, ids: &[u64]) -> Sql {
+    let list: Vec<String> = ids.iter().map(u64::to_string).collect();
+    Sql::new(&format!(
+        "SELECT {columns} FROM {table} WHERE {id_column} IN ({}) LIMIT 1 BY {id_column}",
+        list.join(",")
+    ))
+}
+
+/// Every source of an event with its unit.
+pub(super) fn sources() -> Sql {
+    Sql::new(
+        "SELECT event, source, argMax(unit, last_seen) AS unit, argMax(description, last_seen) AS description, \
+         max(last_seen) AS seen FROM event_sources GROUP BY event, source ORDER BY event, source",
     )
 }
 
-/// The newest facts of every node.
-pub(super) fn node_facts(client: &Client) -> Query {
-    client.query("SELECT node, argMax(facts, received) AS facts FROM node_facts GROUP BY node")
-}
-
-/// Rows of `table` that belong to a batch (the resend check).
-pub(super) fn batch_rows(client: &Client, table: &'static str, batch_id_hex: String) -> Query {
-    client
-        .query(&format!("SELECT count() AS n FROM {table} WHERE batch_id = unhex(?)"))
-        .bind(batch_id_hex)
-}
-
 /// Placement rows of a node in a time range, oldest first.
-pub(super) fn placements(client: &Client, node: &str, from: u32, to: u32) -> Query {
-    client
-        .query(
-            "SELECT toUInt32(time) AS time, node, pid, comm, executable, thread_nodes, thread_counts, kind, \
-             path, start, end, permissions, page_nodes, page_counts, page_size, batch_id FROM placements \
-             WHERE node = ? AND time >= toDateTime(?) AND time < toDateTime(?) ORDER BY pid, time, start",
-        )
-        .bind(node)
-        .bind(from)
-        .bind(to)
+pub(super) fn placements(node: &str, from: u32, to: u32) -> Sql {
+    let mut sql = Sql::new(
+        "SELECT toUInt32(time) AS time, pid, comm, executable, thread_nodes, thread_counts, kind, \
+         path, start, end, permissions, page_nodes, page_counts, page_size FROM placements WHERE node = ",
+    );
+    sql.bind(Value::Str(node.to_owned()))
+        .push(" AND time >= toDateTime(")
+        .bind(Value::U32(from))
+        .push(") AND time < toDateTime(")
+        .bind(Value::U32(to))
+        .push(") ORDER BY pid, time, start");
+    sql
 }
 
 /// Counter increases per interval of a node; `names` empty means all.
-pub(super) fn counters(client: &Client, node: &str, names: &[String], from: u32, to: u32) -> Query {
-    let filter = if names.is_empty() { "" } else { " AND has(?, name)" };
-    let q = client
-        .query(&format!(
-            "SELECT toUInt32(time) AS time, name, sum(value) AS value FROM counters \
-             WHERE node = ? AND time >= toDateTime(?) AND time < toDateTime(?){filter} \
-             GROUP BY time, name ORDER BY name, time"
-        ))
-        .bind(node)
-        .bind(from)
-        .bind(to);
-    if names.is_empty() {
-        q
-    } else {
-        q.bind(names.to_vec())
+pub(super) fn counters(node: &str, names: &[String], from: u32, to: u32) -> Sql {
+    let mut sql = Sql::new("SELECT toUInt32(time) AS time, name, sum(value) AS value FROM counters WHERE node = ");
+    sql.bind(Value::Str(node.to_owned()))
+        .push(" AND time >= toDateTime(")
+        .bind(Value::U32(from))
+        .push(") AND time < toDateTime(")
+        .bind(Value::U32(to))
+        .push(")");
+    if !names.is_empty() {
+        sql.push(" AND name IN (");
+        for (i, n) in names.iter().enumerate() {
+            if i > 0 {
+                sql.push(", ");
+            }
+            sql.bind(Value::Str(n.clone()));
+        }
+        sql.push(")");
     }
+    sql.push(" GROUP BY time, name ORDER BY name, time");
+    sql
+}
+
+#[derive(clickhouse::Row, serde::Deserialize)]
+struct FirstSeen {
+    node: String,
+    first_seen: u32,
+}
+
+/// The stored `first_seen` of each of `nodes` that has one.
+pub(super) async fn first_seen(client: &Client, nodes: &[&str]) -> Result<HashMap<String, u32>, StorageError> {
+    let mut sql = Sql::new("SELECT node, toUInt32(min(first_seen)) AS first_seen FROM nodes WHERE node IN (");
+    for (i, n) in nodes.iter().enumerate() {
+        if i > 0 {
+            sql.push(", ");
+        }
+        sql.bind(Value::Str((*n).to_owned()));
+    }
+    sql.push(") GROUP BY node");
+    Ok(sql
+        .query(client)
+        .fetch_all::<FirstSeen>()
+        .await
+        .map_err(StorageError::query("read when nodes were first seen"))?
+        .into_iter()
+        .map(|r| (r.node, r.first_seen))
+        .collect())
+}
+
+/// `unhex('…'), …` of batch ids: they are ours (hex digits), so inlining them is safe, and an IN
+/// list of literals uses the primary key.
+fn id_list(ids: &[[u8; 16]]) -> String {
+    let items: Vec<String> = ids
+        .iter()
+        .map(|id| format!("unhex('{}')", bimodal_profile::hex(id)))
+        .collect();
+    items.join(",")
+}
+
+/// The newest state of batches per server that wrote it, and whether it ever stored them.
+pub(super) fn ledger_states(ids: &[[u8; 16]]) -> Sql {
+    Sql::new(&format!(
+        "SELECT batch_id, server, argMax(state, version) AS last_state, max(state = 2) AS stored, \
+         max(version) AS newest FROM batches WHERE batch_id IN ({}) GROUP BY batch_id, server",
+        id_list(ids)
+    ))
+}
+
+/// Which fact tables hold batches' rows.
+pub(super) fn progress(ids: &[[u8; 16]]) -> Sql {
+    Sql::new(&format!(
+        "SELECT DISTINCT batch_id, part FROM batch_progress WHERE batch_id IN ({})",
+        id_list(ids)
+    ))
+}
+
+/// The files stored for build ids.
+pub(super) fn debuginfo_files(build_ids: &[String]) -> Sql {
+    let mut sql = Sql::new(
+        "SELECT build_id, kind, any(sha256) AS sha256, max(functions) AS functions FROM debuginfo WHERE build_id IN (",
+    );
+    for (i, b) in build_ids.iter().enumerate() {
+        if i > 0 {
+            sql.push(", ");
+        }
+        sql.bind(Value::Str(b.clone()));
+    }
+    sql.push(") GROUP BY build_id, kind");
+    sql
+}
+
+/// The load segments of a stored file.
+pub(super) fn debuginfo_segments(build_id: &str, kind: u8) -> Sql {
+    let mut sql = Sql::new(
+        "SELECT any(segment_offsets) AS segment_offsets, any(segment_addresses) AS segment_addresses, \
+         any(segment_sizes) AS segment_sizes FROM debuginfo WHERE build_id = ",
+    );
+    sql.bind(Value::Str(build_id.to_owned()))
+        .push(" AND kind = ")
+        .bind(Value::U32(kind.into()));
+    sql
+}
+
+/// The functions of a stored file, by address.
+pub(super) fn debuginfo_functions(build_id: &str, kind: u8) -> Sql {
+    let mut sql =
+        Sql::new("SELECT address, any(size) AS size, any(name) AS name FROM debuginfo_symbols WHERE build_id = ");
+    sql.bind(Value::Str(build_id.to_owned()))
+        .push(" AND kind = ")
+        .bind(Value::U32(kind.into()))
+        .push(" GROUP BY address ORDER BY address");
+    sql
 }
 
 /// Every query above with example parameters, as the SQL the server would send.
 pub fn examples(client: &Client) -> Vec<String> {
-    let all = FlameQuery {
-        event: bimodal_proto::v1::EventKind::PageFault,
+    let selector = Selector::parse(
+        r#"{zone="a",node=~"web-.*",cpu_model!="x",namespace="shop",container!~"side.*",node!="web-'9"}"#,
+    )
+    .expect("example selector parses");
+    let scope = Scope {
+        event: "page_fault",
+        source: Some("page-faults".into()),
+        selector: selector.clone(),
         from: 1_795_000_000,
-        to: 1_795_000_900,
-        ..Default::default()
+        to: 1_795_003_600,
     };
-    let with_nodes = FlameQuery {
-        nodes: vec!["web-1".into(), "web-'2".into()],
-        containers: vec!["3f4b".repeat(16)],
-        pods: vec!["0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d".into()],
-        units: vec!["nginx.service".into()],
-        namespaces: vec!["shop".into(), "kube-'system".into()],
-        pod_names: vec!["checkout-7d9f8b6c5-x2k4p".into()],
-        ..all.clone()
+    let short = Scope {
+        source: None,
+        selector: Selector::all(),
+        to: 1_795_000_900,
+        ..scope.clone()
+    };
+    let nodes_only = Scope {
+        selector: Selector::parse(r#"{zone=~"a|b"}"#).expect("parses"),
+        ..scope.clone()
     };
     [
-        flame_samples(client, &with_nodes),
-        flame_samples(client, &all),
-        flame_stacks(client, &with_nodes),
-        nodes(client),
-        node_facts(client),
-        batch_rows(client, "samples", "00".repeat(16)),
-        placements(client, "web-1", 1_795_000_000, 1_795_000_900),
-        counters(client, "web-1", &["pgfault".into()], 1_795_000_000, 1_795_000_900),
-        counters(client, "web-1", &[], 1_795_000_000, 1_795_000_900),
+        flame(&scope, 100_000),
+        flame(&short, 100_000),
+        node_totals(&scope),
+        node_totals(&nodes_only),
+        node_totals(&short),
+        node_functions(&nodes_only),
+        nodes(&selector, 1_795_000_000, 1_795_003_600),
+        by_ids("stacks", "stack_id", "stack_id, frame_ids", &[1, 2]),
+        by_ids(
+            "frames",
+            "frame_id",
+            "frame_id, kind, module, build_id, file_offset, elf_address, address, function",
+            &[3],
+        ),
+        sources(),
+        ledger_states(&[[7; 16], [9; 16]]),
+        progress(&[[7; 16]]),
+        debuginfo_files(&["0a1b".into(), "ff00".into()]),
+        debuginfo_segments("0a1b", 2),
+        debuginfo_functions("0a1b", 2),
+        placements("web-1", 1_795_000_000, 1_795_000_900),
+        counters("web-1", &["pgfault".into()], 1_795_000_000, 1_795_000_900),
+        counters("web-1", &[], 1_795_000_000, 1_795_000_900),
     ]
     .iter()
-    .map(|q| q.sql_display().to_string())
+    .map(|q| q.query(client).sql_display().to_string())
+    .chain(super::lease::examples(client))
     .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Short ranges read minutes only; long ones whole 10-minute buckets in the middle.
+    #[test]
+    fn ranges_split_into_minute_edges_and_coarse_middles() {
+        assert_eq!(pieces(1_000_030, 1_000_900), [("", 1_000_020, 1_000_900)]);
+        let p = pieces(1_795_000_030, 1_795_003_630);
+        assert_eq!(
+            p,
+            [
+                ("", 1_795_000_020, 1_795_000_200),
+                ("_10m", 1_795_000_200, 1_795_003_200),
+                ("", 1_795_003_200, 1_795_003_630)
+            ]
+        );
+        let aligned = pieces(1_795_000_200, 1_795_003_800);
+        assert_eq!(aligned, [("_10m", 1_795_000_200, 1_795_003_800)]);
+    }
+
+    /// Node labels go through the newest labels in `nodes`, process labels through
+    /// `processes`, `node` straight to the column; every value is a bound parameter.
+    #[test]
+    fn selectors_become_bound_conditions() {
+        let s = Selector::parse(r#"{node=~"web-.*", zone="a'b", namespace!="kube-system"}"#).unwrap();
+        let sql = selector_filter(&s);
+        assert_eq!(sql.text.matches('?').count(), sql.values.len());
+        assert!(sql.text.contains("match(node, ?)"), "{}", sql.text);
+        assert!(sql.text.contains("v[indexOf(k, ?)] = ?"), "{}", sql.text);
+        assert!(sql.text.contains("pod_namespace != ?"), "{}", sql.text);
+        assert!(!sql.text.contains("a'b"));
+        let client = Client::default();
+        let rendered = sql.query(&client).sql_display().to_string();
+        assert!(rendered.contains(r"'a\'b'"), "{rendered}");
+        assert!(rendered.contains("'^(?:web-.*)$'"), "{rendered}");
+    }
 }

@@ -1,112 +1,226 @@
-//! Rows as ClickHouse reads and writes them (RowBinary); field order follows the SQL.
+//! Rows as ClickHouse reads and writes them (RowBinary); field order follows the SQL of
+//! migrations/007_fleet_schema.sql. Rows written borrow their strings from the buffered batches,
+//! so a flush copies no node name or function name per row.
 
 use clickhouse::Row;
 use serde::{Deserialize, Serialize};
 
+/// `samples_input`: kind 0 is a stack's samples, kind 1 a function's.
 #[derive(Row, Serialize)]
-pub(super) struct SampleRow {
+pub(super) struct SampleInputRow<'a> {
+    pub kind: u8,
+    pub batch_id: [u8; 16],
     pub time: u32,
-    pub node: String,
-    pub event: String,
-    pub pid: u32,
-    pub tid: u32,
-    pub comm: String,
+    pub node: &'a str,
+    pub event: &'a str,
+    pub source: &'a str,
+    pub process_id: u64,
     pub stack_id: u64,
+    pub function_id: u64,
     pub count: u64,
     pub value: u64,
+    pub self_count: u64,
+    pub self_value: u64,
+}
+
+#[derive(Row, Serialize)]
+pub(super) struct DataSampleInputRow<'a> {
     pub batch_id: [u8; 16],
-    pub executable: String,
-    pub container_id: String,
-    pub pod_uid: String,
-    pub systemd_unit: String,
-    pub pod_name: String,
-    pub pod_namespace: String,
-    pub container_name: String,
+    pub time: u32,
+    pub node: &'a str,
+    pub event: &'a str,
+    pub source: &'a str,
+    pub process_id: u64,
+    pub stack_id: u64,
+    pub mapping_kind: &'a str,
+    pub mapping_path: &'a str,
+    pub symbol: &'a str,
+    pub cache_line: u64,
+    pub count: u64,
+    pub value: u64,
+}
+
+#[derive(Row, Serialize)]
+pub(super) struct CounterInputRow<'a> {
+    pub batch_id: [u8; 16],
+    pub time: u32,
+    pub node: &'a str,
+    pub name: &'a str,
+    pub value: u64,
+}
+
+#[derive(Row, Serialize)]
+pub(super) struct PlacementInputRow<'a> {
+    pub batch_id: [u8; 16],
+    pub time: u32,
+    pub node: &'a str,
+    pub pid: u32,
+    pub comm: &'a str,
+    pub executable: &'a str,
+    pub thread_nodes: &'a [u32],
+    pub thread_counts: &'a [u32],
+    pub kind: &'a str,
+    pub path: &'a str,
+    pub start: u64,
+    pub end: u64,
+    pub permissions: &'a str,
+    pub page_nodes: &'a [u32],
+    pub page_counts: &'a [u64],
+    pub page_size: u64,
+}
+
+/// `batches`: one state of one batch.
+#[derive(Row, Serialize)]
+pub(super) struct LedgerRow<'a> {
+    pub batch_id: [u8; 16],
+    pub node: &'a str,
+    pub start_time: u32,
+    pub end_time: u32,
+    pub state: u8,
+    pub server: [u8; 16],
+    pub version: u64,
+    pub agent_version: &'a str,
+    pub samples: u64,
+    pub source_events: &'a [&'a str],
+    pub source_names: &'a [&'a str],
+    pub source_dropped: &'a [u64],
+}
+
+/// The newest state per server of one batch.
+#[derive(Row, Deserialize)]
+pub(super) struct LedgerStateRow {
+    pub batch_id: [u8; 16],
+    pub server: [u8; 16],
+    /// The newest state this server wrote.
+    pub last_state: u8,
+    /// 1 when this server ever marked the batch stored.
+    pub stored: u8,
+    /// Milliseconds since the epoch of the newest row.
+    pub newest: u64,
+}
+
+#[derive(Row, Deserialize)]
+pub(super) struct ProgressRow {
+    pub batch_id: [u8; 16],
+    pub part: String,
 }
 
 #[derive(Row, Serialize, Deserialize)]
 pub(super) struct StackRow {
     pub stack_id: u64,
-    pub kinds: Vec<u8>,
-    pub functions: Vec<String>,
-    pub modules: Vec<String>,
-    pub build_ids: Vec<String>,
-    pub addresses: Vec<u64>,
-    pub file_offsets: Vec<u64>,
-    pub elf_addresses: Vec<u64>,
+    pub frame_ids: Vec<u64>,
+    /// Days since the epoch (ClickHouse `Date`).
+    pub last_seen: u16,
 }
 
 #[derive(Row, Serialize)]
-pub(super) struct BatchRow {
-    pub received: u32,
-    pub node: String,
-    pub batch_id: [u8; 16],
-    pub start_time: u32,
-    pub end_time: u32,
-    pub label_keys: Vec<String>,
-    pub label_values: Vec<String>,
-    pub agent_version: String,
-    pub kernel_release: String,
-    pub samples: u64,
-    pub source_events: Vec<String>,
-    pub source_descriptions: Vec<String>,
-    pub source_periods: Vec<u64>,
-    pub source_dropped: Vec<u64>,
+pub(super) struct FrameWriteRow<'a> {
+    pub frame_id: u64,
+    pub kind: u8,
+    pub module: &'a str,
+    pub build_id: &'a str,
+    pub file_offset: u64,
+    pub elf_address: u64,
+    pub address: u64,
+    pub function: &'a str,
+    pub last_seen: u16,
+}
+
+#[derive(Row, Deserialize)]
+pub(super) struct FrameRow {
+    pub frame_id: u64,
+    pub kind: u8,
+    pub module: String,
+    pub build_id: String,
+    pub file_offset: u64,
+    pub elf_address: u64,
+    pub address: u64,
+    pub function: String,
+}
+
+#[derive(Row, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ProcessRow {
+    pub process_id: u64,
+    pub comm: String,
+    pub executable: String,
+    pub container_id: String,
+    pub container_runtime: String,
+    pub pod_uid: String,
+    pub systemd_unit: String,
+    pub pod_name: String,
+    pub pod_namespace: String,
+    pub container_name: String,
+    pub last_seen: u16,
+}
+
+#[derive(Row, Serialize, Deserialize)]
+pub(super) struct FunctionRow {
+    pub function_id: u64,
+    pub name: String,
+    pub module: String,
+    pub last_seen: u16,
+}
+
+#[derive(Row, Serialize)]
+pub(super) struct NodeWriteRow<'a> {
+    pub node: &'a str,
+    pub first_seen: u32,
+    pub last_seen: u32,
+    pub label_keys: &'a [String],
+    pub label_values: &'a [String],
+    pub agent_version: &'a str,
+    pub facts: &'a [u8],
+    pub version: u64,
 }
 
 #[derive(Row, Deserialize)]
 pub(super) struct NodeRow {
     pub node: String,
-    pub last_label_keys: Vec<String>,
-    pub last_label_values: Vec<String>,
+    pub first_seen: u32,
+    pub last_seen: u32,
+    pub label_keys: Vec<String>,
+    pub label_values: Vec<String>,
+    pub agent_version: String,
+    pub facts: Vec<u8>,
+}
+
+#[derive(Row, Serialize)]
+pub(super) struct NodeFactsRow<'a> {
+    pub node: &'a str,
+    pub facts_hash: u64,
+    pub first_seen: u32,
+    pub last_seen: u32,
+    pub kernel_release: &'a str,
+    pub cpu_vendor: &'a str,
+    pub cpu_model_name: &'a str,
+    pub online_cpus: u32,
+    pub numa_nodes: u32,
+    pub facts: &'a [u8],
+}
+
+#[derive(Row, Serialize, Deserialize)]
+pub(super) struct EventSourceRow {
+    pub event: String,
+    pub source: String,
+    pub unit: String,
+    pub description: String,
     pub last_seen: u32,
 }
 
+/// One aggregated stack of a flame graph.
 #[derive(Row, Deserialize)]
 pub(super) struct FlameRow {
+    pub source: String,
     pub stack_id: u64,
-    pub comm: String,
-    pub samples: u64,
-    pub total: u64,
-}
-
-#[derive(Row, Serialize)]
-pub(super) struct NodeFactsRow {
-    pub received: u32,
-    pub node: String,
-    pub kernel_release: String,
-    pub cpu_vendor: String,
-    pub cpu_model_name: String,
-    pub cpu_family: u32,
-    pub cpu_model: u32,
-    pub online_cpus: u32,
-    pub sockets: u32,
-    pub numa_nodes: u32,
-    pub numa_balancing: String,
-    pub hardware_pmu: String,
-    pub facts: Vec<u8>,
-}
-
-#[derive(Row, Deserialize)]
-pub(super) struct FactsBlobRow {
-    pub node: String,
-    pub facts: Vec<u8>,
-}
-
-#[derive(Row, Serialize)]
-pub(super) struct CounterRow {
-    pub time: u32,
-    pub node: String,
-    pub name: String,
+    pub process_id: u64,
+    pub count: u64,
     pub value: u64,
-    pub batch_id: [u8; 16],
 }
 
-/// One mapping of one process in one placement snapshot; written by ingest, read by the API.
-#[derive(Row, Serialize, Deserialize)]
+/// One mapping of one process in one placement snapshot, as read back.
+#[derive(Row, Deserialize)]
 pub(super) struct PlacementRow {
     pub time: u32,
-    pub node: String,
     pub pid: u32,
     pub comm: String,
     pub executable: String,
@@ -120,25 +234,6 @@ pub(super) struct PlacementRow {
     pub page_nodes: Vec<u32>,
     pub page_counts: Vec<u64>,
     pub page_size: u64,
-    pub batch_id: [u8; 16],
-}
-
-#[derive(Row, Serialize)]
-pub(super) struct DataSampleRow {
-    pub time: u32,
-    pub node: String,
-    pub event: String,
-    pub pid: u32,
-    pub tid: u32,
-    pub comm: String,
-    pub stack_id: u64,
-    pub mapping_kind: String,
-    pub mapping_path: String,
-    pub symbol: String,
-    pub cache_line: u64,
-    pub count: u64,
-    pub value: u64,
-    pub batch_id: [u8; 16],
 }
 
 #[derive(Row, Deserialize)]
@@ -146,4 +241,22 @@ pub(super) struct CounterPointRow {
     pub time: u32,
     pub name: String,
     pub value: u64,
+}
+
+#[derive(Row, Deserialize)]
+pub(super) struct NodeTotalRow {
+    pub node: String,
+    pub source: String,
+    pub count: u64,
+    pub value: u64,
+}
+
+#[derive(Row, Deserialize)]
+pub(super) struct NodeFunctionRow {
+    pub node: String,
+    pub function_id: u64,
+    pub self_count: u64,
+    pub self_value: u64,
+    pub total_count: u64,
+    pub total_value: u64,
 }

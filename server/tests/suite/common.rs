@@ -7,16 +7,23 @@ use std::time::Duration;
 use bimodal_agent::bpf::{MapSizes, UnwindMode};
 use bimodal_agent::events::{EventKind, Rates};
 use bimodal_agent::ship::{RunOptions, Symbolize};
+use bimodal_server::storage::writer::WriterConfig;
 use bimodal_server::{Config, Server};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
+
+/// `selector=<the selector, URL-encoded>`, for API paths.
+pub fn selector(s: &str) -> String {
+    let encoded: String = form_urlencoded::byte_serialize(s.as_bytes()).collect();
+    format!("selector={encoded}")
+}
 
 /// A running server with its own managed ClickHouse in a temporary directory.
 pub struct TestServer {
     pub addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
-    _dir: tempfile::TempDir,
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl TestServer {
@@ -27,18 +34,14 @@ impl TestServer {
     /// A server listening on `listen`.
     pub async fn start_on(listen: SocketAddr) -> TestServer {
         let dir = tempfile::tempdir().unwrap();
-        let config = Config {
-            listen,
-            clickhouse_url: None,
-            clickhouse_database: "bimodal".into(),
-            data_dir: dir.path().to_owned(),
-            retention_days: 30,
-            debuginfo_dir: dir.path().join("debuginfo"),
-            debuginfo_max_bytes: 1 << 30,
-        };
-        let server = Server::bind(&config)
-            .await
-            .expect("server starts with a managed ClickHouse");
+        let config = test_config(listen, dir.path());
+        Self::with_config(config, Some(dir)).await
+    }
+
+    /// A server with these settings; `dir` (holding its files) lives as long as it.
+    pub async fn with_config(config: Config, dir: Option<tempfile::TempDir>) -> TestServer {
+        log_if_asked();
+        let server = Server::bind(&config).await.expect("server starts");
         let addr = server.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(server.serve(async {
@@ -96,6 +99,39 @@ impl TestServer {
         if let Some(t) = self.task.take() {
             t.await.unwrap().unwrap();
         }
+    }
+}
+
+/// With RUST_LOG set (e.g. `RUST_LOG=bimodal_server=debug`), the server's log goes to the
+/// failing test's output.
+pub fn log_if_asked() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
+}
+
+/// Settings of a test server with a managed ClickHouse under `dir`: flushes every 100 ms so
+/// tests do not wait a second per batch.
+pub fn test_config(listen: SocketAddr, dir: &std::path::Path) -> Config {
+    Config {
+        listen,
+        clickhouse_url: None,
+        clickhouse_database: "bimodal".into(),
+        clickhouse_user: None,
+        clickhouse_password: None,
+        clickhouse_cluster: None,
+        data_dir: dir.to_owned(),
+        retention_days: 30,
+        debuginfo_max_bytes: 1 << 30,
+        symbol_cache_bytes: 64 << 20,
+        cache_entries: 1 << 16,
+        writer: WriterConfig {
+            flush_interval: Duration::from_millis(100),
+            ..WriterConfig::default()
+        },
     }
 }
 

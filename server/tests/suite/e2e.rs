@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use bimodal_agent::events::EventKind;
 use bimodal_agent::ship::{self, RunOptions};
 
-use super::common::{agent_options, TestServer};
+use super::common::{agent_options, selector, TestServer};
 use crate::fixture;
 
 /// A real agent streams page-fault and cpu samples of a fixture to a real server; the API's
@@ -37,7 +37,10 @@ async fn agent_samples_reach_the_flame_graph_in_the_browser() {
     let deadline = Instant::now() + Duration::from_secs(60);
     let folded = loop {
         let (status, body) = server
-            .get("/api/v1/flamegraph?event=page_fault&node=e2e-node&format=folded")
+            .get(&format!(
+                "/api/v1/flamegraph?event=page_fault&{}&format=folded",
+                selector(r#"{node="e2e-node"}"#)
+            ))
             .await;
         assert_eq!(status, 200, "{body}");
         if body.lines().any(|l| l.starts_with(chain)) {
@@ -69,10 +72,17 @@ async fn agent_samples_reach_the_flame_graph_in_the_browser() {
     assert_eq!(nodes["nodes"][0]["node"], "e2e-node");
     assert_eq!(nodes["nodes"][0]["labels"]["zone"], "test");
 
-    let (status, json) = server.get("/api/v1/flamegraph?event=page_fault&node=e2e-node").await;
+    let (status, json) = server
+        .get(&format!(
+            "/api/v1/flamegraph?event=page_fault&{}",
+            selector(r#"{node="e2e-node"}"#)
+        ))
+        .await;
     assert_eq!(status, 200);
     let json: serde_json::Value = serde_json::from_str(&json).unwrap();
-    assert_eq!(json["unit"], "count");
+    // One source per flame graph, named with its unit.
+    assert_eq!(json["source"], "page-faults");
+    assert_eq!(json["unit"], "faults");
     assert_eq!(json["root"]["children"][0]["name"], "workload");
     assert_eq!(json["root"]["children"][0]["kind"], "process");
 
@@ -118,7 +128,10 @@ async fn agent_samples_reach_the_flame_graph_in_the_browser() {
 
     // The pprof export decodes and names the fixture's function.
     let (status, pprof) = server
-        .get_bytes("/api/v1/flamegraph?event=page_fault&node=e2e-node&format=pprof")
+        .get_bytes(&format!(
+            "/api/v1/flamegraph?event=page_fault&{}&format=pprof",
+            selector(r#"{node="e2e-node"}"#)
+        ))
         .await;
     assert_eq!(status, 200);
     let mut raw = Vec::new();

@@ -14,7 +14,7 @@ use bimodal_agent::events::EventKind;
 use bimodal_agent::kubernetes::ApiConfig;
 use bimodal_agent::ship::{self, RunOptions};
 
-use super::common::{agent_options, TestServer};
+use super::common::{agent_options, selector, TestServer};
 use crate::fixture;
 
 const POD: &str = "0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d";
@@ -78,7 +78,8 @@ async fn samples_carry_the_container_and_pod_of_their_cgroup() {
     loop {
         let (status, body) = server
             .get(&format!(
-                "/api/v1/flamegraph?event=page_fault&container={CONTAINER}&format=folded"
+                "/api/v1/flamegraph?event=page_fault&{}&format=folded",
+                selector(&format!(r#"{{container_id="{CONTAINER}"}}"#))
             ))
             .await;
         assert_eq!(status, 200, "{body}");
@@ -89,13 +90,17 @@ async fn samples_carry_the_container_and_pod_of_their_cgroup() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let (_, by_pod) = server
-        .get(&format!("/api/v1/flamegraph?event=page_fault&pod={POD}&format=folded"))
+        .get(&format!(
+            "/api/v1/flamegraph?event=page_fault&{}&format=folded",
+            selector(&format!(r#"{{pod_uid="{POD}"}}"#))
+        ))
         .await;
     assert!(by_pod.contains("touch_fresh_pages"), "{by_pod}");
     let other = "f".repeat(64);
     let (_, none) = server
         .get(&format!(
-            "/api/v1/flamegraph?event=page_fault&container={other}&format=folded"
+            "/api/v1/flamegraph?event=page_fault&{}&format=folded",
+            selector(&format!(r#"{{container_id="{other}"}}"#))
         ))
         .await;
     assert_eq!(none, "", "another container's selection must be empty");
@@ -252,7 +257,10 @@ async fn samples_carry_the_namespace_and_pod_name_the_kubernetes_api_gives_their
         agent_stopped,
     ));
     let flame = |selection: &str| {
-        let path = format!("/api/v1/flamegraph?event=page_fault&{selection}&format=folded");
+        let path = format!(
+            "/api/v1/flamegraph?event=page_fault&{}&format=folded",
+            selector(selection)
+        );
         let server = &server;
         async move {
             let (status, body) = server.get(&path).await;
@@ -260,7 +268,7 @@ async fn samples_carry_the_namespace_and_pod_name_the_kubernetes_api_gives_their
             body
         }
     };
-    let pod = "namespace=shop&pod_name=checkout-7d9f8b6c5-x2k4p";
+    let pod = r#"{namespace="shop",pod="checkout-7d9f8b6c5-x2k4p"}"#;
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let body = flame(pod).await;
@@ -275,13 +283,13 @@ async fn samples_carry_the_namespace_and_pod_name_the_kubernetes_api_gives_their
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     // The names are stored beside the UID they came from.
-    assert!(flame(&format!("pod={POD}&namespace=shop"))
+    assert!(flame(&format!(r#"{{pod_uid="{POD}",namespace="shop"}}"#))
         .await
         .contains("touch_fresh_pages"));
     for other in [
-        "namespace=default&pod_name=checkout-7d9f8b6c5-x2k4p",
-        "namespace=kube-system",
-        "pod_name=coredns-5d78c9869d-abcde",
+        r#"{namespace="default",pod="checkout-7d9f8b6c5-x2k4p"}"#,
+        r#"{namespace="kube-system"}"#,
+        r#"{pod="coredns-5d78c9869d-abcde"}"#,
     ] {
         assert_eq!(flame(other).await, "", "{other} must select nothing");
     }

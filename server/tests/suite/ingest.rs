@@ -1,75 +1,17 @@
 //! The ingest protocol's promises: a resent batch is stored once, a malformed batch is refused
 //! with a reason while the stream goes on, and a stream must start with a hello.
 
-use bimodal_proto::v1::{self, ack::Status, ingest_client::IngestClient, ingest_request::Message};
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
+use bimodal_proto::v1::{self, ack::Status};
 
-use super::common::TestServer;
+use super::common::{selector, TestServer};
+use super::wire::{self, exchange, req};
 
 fn hello() -> v1::IngestRequest {
-    v1::IngestRequest {
-        message: Some(Message::Hello(v1::Hello {
-            node: "ingest-node".into(),
-            ..Default::default()
-        })),
-    }
+    wire::hello("ingest-node")
 }
 
 fn batch(id: u8, resend: bool) -> v1::Batch {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as i64;
-    v1::Batch {
-        batch_id: vec![id; 16],
-        resend,
-        start_unix_nanos: now - 1_000_000_000,
-        end_unix_nanos: now,
-        frames: vec![v1::Frame {
-            kind: v1::FrameKind::User as i32,
-            function: "ingest_test_leaf".into(),
-            ..Default::default()
-        }],
-        stacks: vec![v1::Stack { frame_indices: vec![0] }],
-        samples: vec![v1::Sample {
-            event: v1::EventKind::PageFault as i32,
-            stack_index: 0,
-            pid: 1,
-            tid: 1,
-            comm: "ingest".into(),
-            count: 3,
-            value: 300,
-        }],
-        ..Default::default()
-    }
-}
-
-/// Sends messages on one stream and collects the acks (or the stream's error).
-async fn exchange(server: &TestServer, messages: Vec<v1::IngestRequest>) -> Result<Vec<v1::Ack>, tonic::Status> {
-    let mut client = IngestClient::connect(server.url()).await.unwrap();
-    let (tx, rx) = mpsc::channel(16);
-    let n = messages.len();
-    for m in messages {
-        tx.send(m).await.unwrap();
-    }
-    let mut acks = client.stream(ReceiverStream::new(rx)).await?.into_inner();
-    let mut out = Vec::new();
-    while out.len() + 1 < n {
-        match acks.message().await? {
-            Some(v1::IngestResponse {
-                message: Some(v1::ingest_response::Message::Ack(a)),
-            }) => out.push(a),
-            _ => break,
-        }
-    }
-    Ok(out)
-}
-
-fn req(b: v1::Batch) -> v1::IngestRequest {
-    v1::IngestRequest {
-        message: Some(Message::Batch(b)),
-    }
+    wire::batch([id; 16], resend, "ingest_test_leaf", 3)
 }
 
 /// A batch resent after a lost ack is acknowledged as a duplicate and its samples are counted
@@ -94,7 +36,10 @@ async fn resent_batches_are_stored_once_and_malformed_ones_refused() {
     assert_eq!(Status::try_from(acks[0].status).unwrap(), Status::Duplicate);
 
     let (status, folded) = server
-        .get("/api/v1/flamegraph?event=page_fault&node=ingest-node&format=folded")
+        .get(&format!(
+            "/api/v1/flamegraph?event=page_fault&{}&format=folded",
+            selector(r#"{node="ingest-node"}"#)
+        ))
         .await;
     assert_eq!(status, 200);
     assert_eq!(folded, "ingest;ingest_test_leaf 600\n", "batches 1 and 3 once each");

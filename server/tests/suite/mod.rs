@@ -1,7 +1,10 @@
 mod cli;
+mod clickhouse_cluster;
 mod common;
 mod e2e;
 mod identity;
 mod ingest;
 mod outage;
+mod storage;
 mod symbolize;
+mod wire;

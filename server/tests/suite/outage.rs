@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use bimodal_agent::events::EventKind;
 use bimodal_agent::ship;
 
-use super::common::{agent_options, TestServer};
+use super::common::{agent_options, selector, TestServer};
 use crate::fixture;
 
 /// An agent started before its server keeps its batches and ships them after the server starts;
@@ -40,7 +40,8 @@ async fn batches_taken_while_the_server_is_down_arrive_later() {
     loop {
         let (status, body) = server
             .get(&format!(
-                "/api/v1/flamegraph?event=page_fault&node=outage-node&format=folded&from={from}&to={to}"
+                "/api/v1/flamegraph?event=page_fault&{}&format=folded&from={from}&to={to}",
+                selector(r#"{node="outage-node"}"#)
             ))
             .await;
         assert_eq!(status, 200, "{body}");

@@ -10,7 +10,7 @@ use bimodal_agent::events::EventKind;
 use bimodal_agent::ship;
 use bimodal_proto::v1::{self, debuginfo_client::DebuginfoClient};
 
-use super::common::{agent_options, TestServer};
+use super::common::{agent_options, selector, TestServer};
 use crate::fixture;
 use crate::golden::{assert_matches_expected, functions_of, parse_folded};
 
@@ -42,7 +42,10 @@ async fn a_stripped_binary_is_named_by_the_server_from_its_uploaded_debug_file()
     ));
 
     // Stored without names: the binary has none, and nothing named it yet.
-    let path = "/api/v1/flamegraph?event=cpu&node=strip-node&format=folded";
+    let path = &format!(
+        "/api/v1/flamegraph?event=cpu&{}&format=folded",
+        selector(r#"{node="strip-node"}"#)
+    );
     let deadline = Instant::now() + Duration::from_secs(60);
     let unnamed = loop {
         let (status, body) = server.get(path).await;

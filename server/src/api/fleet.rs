@@ -1,0 +1,195 @@
+//! What the fleet looks like: `GET /api/v1/nodes?selector=&from=&to=` (nodes with labels and
+//! facts), `GET /api/v1/totals?event=&selector=&source=&from=&to=` (per node and source),
+//! `GET /api/v1/functions?event=&source=&selector=&from=&to=&limit=` (per node and function),
+//! `GET /api/v1/sources` (what each source measures, in which unit).
+
+use std::collections::{BTreeMap, HashMap};
+
+use axum::extract::{RawQuery, State};
+use axum::Json;
+use bimodal_proto::v1::EventKind;
+
+use super::params::{now, rfc3339, Params};
+use super::{AppError, AppState};
+use crate::storage::Scope;
+
+/// Nodes listed when no range is given: those seen in the last day.
+const DEFAULT_NODES_RANGE_SECS: u32 = 24 * 3600;
+
+pub(super) async fn nodes(
+    State(state): State<AppState>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<serde_json::Value>, AppError> {
+    let p = Params::parse(raw.as_deref(), &["selector", "from", "to"])?;
+    let selector = p.selector()?;
+    let now = now();
+    let (from, to) = match (p.one("from"), p.one("to")) {
+        (None, None) => (now.saturating_sub(DEFAULT_NODES_RANGE_SECS), now.saturating_add(1)),
+        _ => p.time_range(now)?,
+    };
+    let nodes: Vec<_> = state
+        .store
+        .nodes(&selector, from, to)
+        .await?
+        .into_iter()
+        .map(|n| {
+            serde_json::json!({
+                "node": n.node,
+                "labels": n.labels,
+                "first_seen": rfc3339(n.first_seen),
+                "last_seen": rfc3339(n.last_seen),
+                "agent_version": n.agent_version,
+                "facts": n.facts.as_ref().map(facts_json),
+            })
+        })
+        .collect();
+    Ok(Json(
+        serde_json::json!({ "selector": selector.to_string(), "nodes": nodes }),
+    ))
+}
+
+fn scope(p: &Params, source_required: bool) -> Result<Scope, AppError> {
+    let event = p.event()?;
+    let (from, to) = p.time_range(now())?;
+    let source = p.one("source").filter(|s| !s.is_empty()).map(str::to_owned);
+    if source_required && source.is_none() {
+        return Err(AppError::BadRequest(
+            "`source` is required: values of different sources are never added (see /api/v1/sources)".into(),
+        ));
+    }
+    Ok(Scope {
+        event: event.name(),
+        source,
+        selector: p.selector()?,
+        from,
+        to,
+    })
+}
+
+pub(super) async fn totals(
+    State(state): State<AppState>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<serde_json::Value>, AppError> {
+    let p = Params::parse(raw.as_deref(), &["event", "selector", "source", "from", "to"])?;
+    let scope = scope(&p, false)?;
+    let units: HashMap<String, String> = state
+        .store
+        .sources()
+        .await?
+        .into_iter()
+        .filter(|s| s.event == scope.event)
+        .map(|s| (s.source, s.unit))
+        .collect();
+    let mut by_source: BTreeMap<String, Vec<serde_json::Value>> = BTreeMap::new();
+    for t in state.store.node_totals(&scope).await? {
+        by_source.entry(t.source).or_default().push(serde_json::json!({
+            "node": t.node, "samples": t.samples, "value": t.value,
+        }));
+    }
+    let sources: Vec<_> = by_source
+        .into_iter()
+        .map(|(source, nodes)| {
+            serde_json::json!({
+                "source": source,
+                "unit": units.get(&source).cloned().unwrap_or_default(),
+                "nodes": nodes,
+            })
+        })
+        .collect();
+    Ok(Json(serde_json::json!({
+        "event": scope.event,
+        "selector": scope.selector.to_string(),
+        "from": rfc3339(scope.from),
+        "to": rfc3339(scope.to),
+        "sources": sources,
+    })))
+}
+
+/// Functions listed per node at most by default and when asked.
+const DEFAULT_FUNCTIONS: u32 = 1000;
+const MAX_FUNCTIONS: u32 = 100_000;
+
+pub(super) async fn functions(
+    State(state): State<AppState>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<serde_json::Value>, AppError> {
+    let p = Params::parse(raw.as_deref(), &["event", "selector", "source", "from", "to", "limit"])?;
+    let scope = scope(&p, true)?;
+    let limit = p.bounded("limit", DEFAULT_FUNCTIONS, MAX_FUNCTIONS)? as usize;
+    let rows = state.store.node_functions(&scope).await?;
+    // The functions with the largest total value over the selected nodes, then each node's
+    // values of them.
+    let mut totals: HashMap<(&str, &str), u64> = HashMap::new();
+    for r in &rows {
+        *totals.entry((&r.function.name, &r.function.module)).or_default() += r.total_value;
+    }
+    let mut top: Vec<((&str, &str), u64)> = totals.into_iter().collect();
+    top.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    top.truncate(limit);
+    let index: HashMap<(&str, &str), usize> = top.iter().enumerate().map(|(i, (k, _))| (*k, i)).collect();
+    let mut per_function: Vec<Vec<serde_json::Value>> = vec![Vec::new(); top.len()];
+    for r in &rows {
+        if let Some(&i) = index.get(&(r.function.name.as_str(), r.function.module.as_str())) {
+            per_function[i].push(serde_json::json!({
+                "node": r.node,
+                "self_samples": r.self_samples, "self_value": r.self_value,
+                "total_samples": r.total_samples, "total_value": r.total_value,
+            }));
+        }
+    }
+    let functions: Vec<_> = top
+        .iter()
+        .zip(per_function)
+        .map(|(((name, module), total), nodes)| {
+            serde_json::json!({"function": name, "module": module, "total_value": total, "nodes": nodes})
+        })
+        .collect();
+    Ok(Json(serde_json::json!({
+        "event": scope.event,
+        "source": scope.source,
+        "selector": scope.selector.to_string(),
+        "from": rfc3339(scope.from),
+        "to": rfc3339(scope.to),
+        "functions": functions,
+    })))
+}
+
+pub(super) async fn sources(State(state): State<AppState>) -> Result<Json<serde_json::Value>, AppError> {
+    Ok(Json(serde_json::json!({ "sources": state.store.sources().await? })))
+}
+
+/// The node facts the UI and fleet comparisons need, as JSON.
+fn facts_json(f: &bimodal_proto::v1::NodeFacts) -> serde_json::Value {
+    let sources: serde_json::Map<String, serde_json::Value> = f
+        .event_sources
+        .iter()
+        .map(|s| {
+            let event = EventKind::try_from(s.event).unwrap_or_default().name().to_owned();
+            let value = serde_json::json!({
+                "source": s.source,
+                "encoding": s.encoding,
+                "attach": s.attach,
+                "data_address": s.data_address,
+                "rejected": s.rejected,
+            });
+            (event, value)
+        })
+        .collect();
+    serde_json::json!({
+        "kernel_release": f.kernel_release,
+        "cpu": {"vendor": f.cpu_vendor, "model_name": f.cpu_model_name, "family": f.cpu_family, "model": f.cpu_model},
+        "online_cpus": f.online_cpus.len(),
+        "sockets": f.sockets,
+        "cores": f.cores,
+        "threads_per_core": f.threads_per_core,
+        "numa_nodes": f.numa_nodes.iter().map(|n| serde_json::json!({
+            "id": n.id, "cpus": n.cpus, "memory_bytes": n.memory_bytes, "distances": n.distances,
+        })).collect::<Vec<_>>(),
+        "l3_domains": f.l3_domains.iter().map(|d| d.cpus.clone()).collect::<Vec<_>>(),
+        "nics": f.nics.iter().map(|n| serde_json::json!({"name": n.name, "numa_node": n.numa_node})).collect::<Vec<_>>(),
+        "numa_balancing": f.numa_balancing,
+        "transparent_hugepages": f.transparent_hugepages,
+        "hardware_pmu": f.hardware_pmu,
+        "event_sources": sources,
+    })
+}

@@ -1,0 +1,163 @@
+//! Names for frames agents sent as (build id, address): function tables loaded from the shared
+//! store in ClickHouse on first use and kept in a cache bounded in bytes.
+//!
+//! Every server reads the same tables, so a debug file uploaded to one names frames on all of
+//! them: a build id with nothing stored is asked again after [`RECHECK_MISSING`], one named only
+//! by its executable's symbols after [`RECHECK_EXECUTABLE`] (a debug file may have come since).
+//! Names are looked up when frames are read, never written with stacks, so an upload names
+//! frames stored before it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bimodal_proto::v1;
+
+use super::symtab::SymbolTable;
+use crate::ingest::rows::FrameNamer;
+use crate::storage::{StorageError, Store};
+
+/// How soon a build id with no symbols stored is looked up again.
+pub const RECHECK_MISSING: Duration = Duration::from_secs(30);
+/// How soon a build id named by its executable's symbols is checked for a debug file.
+pub const RECHECK_EXECUTABLE: Duration = Duration::from_secs(300);
+
+/// A build id's best table (the debug file's, else the executable's), or none.
+struct Entry {
+    kind: u8,
+    table: Option<Arc<SymbolTable>>,
+    loaded: Instant,
+}
+
+impl Entry {
+    fn fresh(&self) -> bool {
+        let age = self.loaded.elapsed();
+        match (self.kind, &self.table) {
+            (_, None) => age < RECHECK_MISSING,
+            (1, Some(_)) => age < RECHECK_EXECUTABLE,
+            _ => true,
+        }
+    }
+
+    fn bytes(&self) -> u64 {
+        self.table.as_ref().map_or(64, |t| {
+            t.functions.iter().map(|f| f.name.len() as u64 + 48).sum::<u64>() + 64
+        })
+    }
+}
+
+#[derive(Clone)]
+struct ByBytes;
+
+impl quick_cache::Weighter<String, Arc<Entry>> for ByBytes {
+    fn weight(&self, key: &String, value: &Arc<Entry>) -> u64 {
+        key.len() as u64 + value.bytes()
+    }
+}
+
+/// The function tables of build ids, loaded on demand.
+pub struct Names {
+    store: Arc<Store>,
+    cache: quick_cache::sync::Cache<String, Arc<Entry>, ByBytes>,
+}
+
+impl std::fmt::Debug for Names {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Names").field("cached", &self.cache.len()).finish()
+    }
+}
+
+impl Names {
+    /// A cache holding at most `max_bytes` of function tables.
+    pub fn new(store: Arc<Store>, max_bytes: u64) -> Names {
+        Names {
+            store,
+            cache: quick_cache::sync::Cache::with_weighter(1024, max_bytes.max(1 << 20), ByBytes),
+        }
+    }
+
+    /// Loads the tables of build ids (hex) that are not cached or are due a recheck.
+    pub async fn load(&self, build_ids: &[String]) -> Result<(), StorageError> {
+        let mut due: Vec<String> = build_ids
+            .iter()
+            .filter(|b| !self.cache.get(*b).is_some_and(|e| e.fresh()))
+            .cloned()
+            .collect();
+        due.sort_unstable();
+        due.dedup();
+        if due.is_empty() {
+            return Ok(());
+        }
+        let files = self.store.debuginfo_files(&due).await?;
+        for build_id in due {
+            // The debug file names more (local functions) than the executable's symbols.
+            let best = files
+                .get(&build_id)
+                .and_then(|f| f.iter().map(|f| f.kind).max_by_key(|&k| (k == 2, k)));
+            let cached = self.cache.get(&build_id);
+            let entry = match best {
+                Some(kind) if cached.as_ref().is_some_and(|e| e.kind == kind && e.table.is_some()) => Entry {
+                    kind,
+                    table: cached.and_then(|e| e.table.clone()),
+                    loaded: Instant::now(),
+                },
+                Some(kind) => Entry {
+                    kind,
+                    table: Some(Arc::new(self.store.debuginfo_table(&build_id, kind).await?)),
+                    loaded: Instant::now(),
+                },
+                None => Entry {
+                    kind: 0,
+                    table: None,
+                    loaded: Instant::now(),
+                },
+            };
+            self.cache.insert(build_id, Arc::new(entry));
+        }
+        Ok(())
+    }
+
+    /// Loads the tables the unnamed frames of a wire batch need.
+    pub async fn load_for(&self, frames: &[v1::Frame]) -> Result<(), StorageError> {
+        let ids: Vec<String> = frames
+            .iter()
+            .filter(|f| !f.build_id.is_empty())
+            .map(|f| bimodal_profile::hex(&f.build_id))
+            .collect();
+        self.load(&ids).await
+    }
+
+    /// Names the frames of a profile read from storage that have a build id; a frame no table
+    /// names keeps the name its agent gave it, if any.
+    pub async fn name_profile(&self, profile: &mut bimodal_profile::Profile) -> Result<(), StorageError> {
+        let ids: Vec<String> = profile
+            .frames
+            .iter()
+            .filter(|f| !f.build_id.is_empty())
+            .map(|f| f.build_id.clone())
+            .collect();
+        self.load(&ids).await?;
+        for f in profile.frames.iter_mut().filter(|f| !f.build_id.is_empty()) {
+            if let Some(name) = self.name(&f.build_id, f.elf_address, f.file_offset) {
+                f.function = name;
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets a build id's table (a file was uploaded for it here).
+    pub fn invalidate(&self, build_id: &str) {
+        self.cache.remove(build_id);
+    }
+}
+
+impl FrameNamer for Names {
+    fn name(&self, build_id: &str, elf_address: u64, file_offset: u64) -> Option<String> {
+        let entry = self.cache.get(build_id)?;
+        let table = entry.table.as_ref()?;
+        let address = match elf_address {
+            0 => table.address_of_file_offset(file_offset)?,
+            a => a,
+        };
+        table.name_at(address).map(str::to_owned)
+    }
+}

@@ -1,0 +1,268 @@
+//! `bimodal.v1.Debuginfo`: agents ask whether the server has symbols for a build id and upload
+//! the image when it has none; operators upload separate debug files. An upload is streamed to a
+//! temporary file (bounded in size, never held in memory), checked (ELF, the build id it claims,
+//! symbols), read into a function table and stored in ClickHouse for every server. A build id's
+//! stored file is never replaced by different content: the same file again is accepted, another
+//! one is refused.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bimodal_profile::hex;
+use bimodal_proto::v1::{self, debuginfo_server::Debuginfo, DebuginfoKind};
+use sha2::Digest;
+use tokio_stream::StreamExt;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::names::Names;
+use super::symtab;
+use crate::storage::{StorageError, Store};
+
+/// Why a file was not stored.
+#[derive(Debug, thiserror::Error)]
+pub enum UploadError {
+    #[error("not an ELF file: {0}")]
+    NotElf(String),
+    #[error("the file carries build id {actual}, not the {declared} it was uploaded for")]
+    BuildIdMismatch { declared: String, actual: String },
+    #[error("the file carries no build id")]
+    NoBuildId,
+    #[error("the file has no symbols (.symtab or exported functions) to name frames with")]
+    NoSymbols,
+    #[error("a build id is 1 to 64 bytes, not {0}")]
+    BadBuildId(usize),
+    #[error("the upload stated {declared} bytes but carried {received}")]
+    Truncated { declared: u64, received: u64 },
+    #[error("the file is larger than the {0} bytes this server accepts")]
+    TooLarge(u64),
+    #[error("build id {build_id} already has a different {kind} stored; the symbols of a build id are never replaced")]
+    Conflict { build_id: String, kind: &'static str },
+    #[error("reading the file's symbols failed: {0}")]
+    Symbols(#[from] symtab::SymtabError),
+    #[error("storing the file failed: {0}")]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+impl From<UploadError> for Status {
+    fn from(e: UploadError) -> Status {
+        match e {
+            UploadError::Conflict { .. } => Status::already_exists(e.to_string()),
+            UploadError::Storage(_) => Status::unavailable(e.to_string()),
+            UploadError::Io(_) => Status::internal(e.to_string()),
+            _ => Status::invalid_argument(e.to_string()),
+        }
+    }
+}
+
+fn kind_name(kind: DebuginfoKind) -> &'static str {
+    match kind {
+        DebuginfoKind::Debuginfo => "debug file",
+        _ => "executable",
+    }
+}
+
+/// Serves `bimodal.v1.Debuginfo` into the shared store.
+#[derive(Debug, Clone)]
+pub struct DebuginfoService {
+    store: Arc<Store>,
+    names: Arc<Names>,
+    /// Where uploads are written while they arrive.
+    incoming: PathBuf,
+    /// Largest file accepted, in bytes.
+    max_bytes: u64,
+}
+
+impl DebuginfoService {
+    pub fn new(store: Arc<Store>, names: Arc<Names>, incoming: PathBuf, max_bytes: u64) -> std::io::Result<Self> {
+        std::fs::create_dir_all(&incoming)?;
+        Ok(DebuginfoService {
+            store,
+            names,
+            incoming,
+            max_bytes,
+        })
+    }
+
+    async fn status(&self, build_id: Vec<u8>) -> Result<v1::DebuginfoStatus, Status> {
+        let id = hex(&build_id);
+        let files = self
+            .store
+            .debuginfo_files(std::slice::from_ref(&id))
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        let stored: Vec<i32> = files
+            .get(&id)
+            .map(|f| f.iter().map(|f| i32::from(f.kind)).collect())
+            .unwrap_or_default();
+        Ok(v1::DebuginfoStatus {
+            build_id,
+            wanted: stored.is_empty(),
+            stored,
+        })
+    }
+
+    /// Checks an uploaded file and stores its function table.
+    async fn commit(
+        &self,
+        build_id: &[u8],
+        kind: DebuginfoKind,
+        path: &Path,
+        file_name: &str,
+    ) -> Result<(), UploadError> {
+        if build_id.is_empty() || build_id.len() > 64 {
+            return Err(UploadError::BadBuildId(build_id.len()));
+        }
+        let (sha256, size, table) = {
+            let path = path.to_owned();
+            let declared = build_id.to_vec();
+            tokio::task::spawn_blocking(move || read_checked(&path, &declared))
+                .await
+                .map_err(|e| UploadError::Io(std::io::Error::other(e.to_string())))??
+        };
+        let id = hex(build_id);
+        let kind_code = kind as u8;
+        let stored = self.store.debuginfo_files(std::slice::from_ref(&id)).await?;
+        if let Some(existing) = stored.get(&id).and_then(|f| f.iter().find(|f| f.kind == kind_code)) {
+            if existing.sha256 == sha256 {
+                return Ok(());
+            }
+            return Err(UploadError::Conflict {
+                build_id: id,
+                kind: kind_name(kind),
+            });
+        }
+        self.store
+            .store_debuginfo(&id, kind_code, sha256, size, file_name, &table)
+            .await?;
+        self.names.invalidate(&id);
+        tracing::info!(build_id = %id, kind = kind_name(kind), file = %file_name, bytes = size, functions = table.functions.len(), "debug info stored");
+        Ok(())
+    }
+}
+
+/// Hashes the file, checks it is an ELF file of `declared` with symbols, reads its table.
+fn read_checked(path: &Path, declared: &[u8]) -> Result<([u8; 32], u64, symtab::SymbolTable), UploadError> {
+    let mut hasher = sha2::Sha256::new();
+    let mut file = std::fs::File::open(path)?;
+    let size = std::io::copy(&mut file, &mut hasher)?;
+    let sha256: [u8; 32] = hasher.finalize().into();
+    let file = std::fs::File::open(path)?;
+    // SAFETY: the file is this server's private temporary copy of the upload; nothing else
+    // writes it while it is mapped.
+    let map = unsafe { memmap2::Mmap::map(&file)? };
+    let info = bimodal_proto::inspect_debuginfo(&map).map_err(UploadError::NotElf)?;
+    let actual = info.build_id.ok_or(UploadError::NoBuildId)?;
+    if actual != declared {
+        return Err(UploadError::BuildIdMismatch {
+            declared: hex(declared),
+            actual: hex(&actual),
+        });
+    }
+    let table = symtab::read(path)?;
+    if !info.has_symbols || table.functions.is_empty() {
+        return Err(UploadError::NoSymbols);
+    }
+    Ok((sha256, size, table))
+}
+
+#[tonic::async_trait]
+impl Debuginfo for DebuginfoService {
+    async fn check(&self, request: Request<v1::DebuginfoCheck>) -> Result<Response<v1::DebuginfoStatus>, Status> {
+        let build_id = request.into_inner().build_id;
+        if build_id.is_empty() || build_id.len() > 64 {
+            return Err(UploadError::BadBuildId(build_id.len()).into());
+        }
+        Ok(Response::new(self.status(build_id).await?))
+    }
+
+    async fn upload(
+        &self,
+        request: Request<Streaming<v1::DebuginfoChunk>>,
+    ) -> Result<Response<v1::DebuginfoStatus>, Status> {
+        let mut chunks = request.into_inner();
+        let first = chunks
+            .next()
+            .await
+            .ok_or_else(|| Status::invalid_argument("an upload needs at least one message"))??;
+        let kind = DebuginfoKind::try_from(first.kind).unwrap_or(DebuginfoKind::Unspecified);
+        if kind == DebuginfoKind::Unspecified {
+            return Err(Status::invalid_argument("the first message must give the kind"));
+        }
+        if first.size > self.max_bytes {
+            return Err(UploadError::TooLarge(self.max_bytes).into());
+        }
+        let incoming = self.incoming.join(format!(".incoming-{}", uuid::Uuid::new_v4()));
+        let result = async {
+            let mut file = std::fs::File::create(&incoming)?;
+            let mut received = 0u64;
+            let mut write = |data: &[u8], received: &mut u64| -> Result<(), Status> {
+                *received += data.len() as u64;
+                if *received > first.size {
+                    return Err(Status::invalid_argument(format!(
+                        "the upload carried more than the {} bytes it stated",
+                        first.size
+                    )));
+                }
+                file.write_all(data).map_err(|e| Status::internal(e.to_string()))
+            };
+            write(&first.data, &mut received)?;
+            while let Some(chunk) = chunks.next().await {
+                write(&chunk?.data, &mut received)?;
+            }
+            if received != first.size {
+                return Err(UploadError::Truncated {
+                    declared: first.size,
+                    received,
+                }
+                .into());
+            }
+            drop(file);
+            self.commit(&first.build_id, kind, &incoming, &first.file_name)
+                .await
+                .map_err(Status::from)
+        }
+        .await;
+        let _ = std::fs::remove_file(&incoming);
+        result?;
+        Ok(Response::new(self.status(first.build_id).await?))
+    }
+}
+
+/// Uploads `path` to the server at `server_url` (`bimodal-server debuginfo upload`), streaming
+/// it in chunks; returns what the server stores for its build id afterwards, in words.
+pub async fn upload_file(path: &Path, server_url: &str) -> anyhow::Result<String> {
+    use anyhow::Context;
+    let file = std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    // SAFETY: read-only mapping of a file the user names; a file changed while it is uploaded is
+    // refused by the server's checks, not undefined behaviour here.
+    let data = unsafe { memmap2::Mmap::map(&file) }.with_context(|| format!("cannot map {}", path.display()))?;
+    let info = bimodal_proto::inspect_debuginfo(&data)
+        .map_err(|e| anyhow::anyhow!("{} is not an ELF file: {e}", path.display()))?;
+    let kind = info.kind;
+    let build_id = info
+        .build_id
+        .with_context(|| format!("{} has no build id (link with --build-id)", path.display()))?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let chunks = bimodal_proto::debuginfo_chunks(&build_id, kind, &name, &data);
+    let mut client = v1::debuginfo_client::DebuginfoClient::connect(server_url.to_owned())
+        .await
+        .with_context(|| format!("cannot reach the server at {server_url}"))?;
+    let status = client
+        .upload(tokio_stream::iter(chunks))
+        .await
+        .map_err(|s| anyhow::anyhow!("the server refused {}: {}", path.display(), s.message()))?
+        .into_inner();
+    Ok(format!(
+        "stored {} ({} bytes) as {} for build id {}",
+        path.display(),
+        data.len(),
+        kind_name(kind),
+        hex(&status.build_id)
+    ))
+}

@@ -1,0 +1,710 @@
+//! A validated wire batch turned into what storage writes: samples aggregated per (event,
+//! process, stack) with thread ids dropped, per-function values, and the dimension rows
+//! (stacks, frames, processes, functions) keyed by ids that depend only on what the agent
+//! observed.
+//!
+//! Ids are xxHash64 of length-prefixed fields, so every server computes the same ones:
+//! - a frame of an image with a build id is (kind, build id, file offset): the same in every
+//!   process and on every node, named or not;
+//! - a kernel frame is (module, function) when the agent named it (addresses move with KASLR),
+//!   a JIT frame its function (addresses differ per process), anything else (module, file offset)
+//!   or its address;
+//! - a stack is its frame ids in order, leaf first;
+//! - a process is who it is (comm, executable, container, pod, unit), never its pid.
+
+use std::collections::HashMap;
+use std::hash::Hasher;
+use std::sync::Arc;
+
+use bimodal_proto::v1;
+use twox_hash::XxHash64;
+
+use crate::storage::rows::ProcessRow;
+
+/// Who sent a batch: the stream's Hello, checked.
+#[derive(Clone, Debug)]
+pub struct Sender {
+    pub node: Arc<str>,
+    /// The operator's labels, sorted, with names that clash with facts renamed `exported_…`.
+    pub labels: Vec<(String, String)>,
+    pub agent_version: Arc<str>,
+    pub facts: Option<v1::NodeFacts>,
+}
+
+/// One aggregated row of `samples_input`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SampleAgg {
+    /// 0: a stack's samples; 1: a function's.
+    pub kind: u8,
+    pub event: &'static str,
+    pub source: Arc<str>,
+    pub process_id: u64,
+    pub stack_id: u64,
+    pub function_id: u64,
+    pub count: u64,
+    pub value: u64,
+    pub self_count: u64,
+    pub self_value: u64,
+}
+
+/// A data sample by the object and cache line it touched.
+#[derive(Clone, Debug)]
+pub struct DataAgg {
+    pub event: &'static str,
+    pub source: Arc<str>,
+    pub process_id: u64,
+    pub stack_id: u64,
+    pub mapping_kind: String,
+    pub mapping_path: String,
+    pub symbol: String,
+    pub cache_line: u64,
+    pub count: u64,
+    pub value: u64,
+}
+
+/// A frame as stored in `frames`.
+#[derive(Clone, Debug)]
+pub struct FrameDim {
+    pub id: u64,
+    pub kind: u8,
+    pub module: String,
+    pub build_id: String,
+    pub file_offset: u64,
+    pub elf_address: u64,
+    pub address: u64,
+    /// The name the agent sent (empty for frames it left to the server).
+    pub function: String,
+}
+
+/// A function: the name a person reads and the file name of its module.
+#[derive(Clone, Debug)]
+pub struct FunctionDim {
+    pub id: u64,
+    pub name: String,
+    pub module: String,
+}
+
+/// A source of one event kind in this batch.
+#[derive(Clone, Debug)]
+pub struct SourceDim {
+    pub event: &'static str,
+    pub name: Arc<str>,
+    pub unit: String,
+    pub description: String,
+    pub dropped: u64,
+}
+
+/// One placement row (a mapping of a process).
+#[derive(Clone, Debug)]
+pub struct PlacementDim {
+    pub pid: u32,
+    pub comm: String,
+    pub executable: String,
+    pub thread_nodes: Vec<u32>,
+    pub thread_counts: Vec<u32>,
+    pub kind: String,
+    pub path: String,
+    pub start: u64,
+    pub end: u64,
+    pub permissions: String,
+    pub page_nodes: Vec<u32>,
+    pub page_counts: Vec<u64>,
+    pub page_size: u64,
+}
+
+/// Everything storage writes for one batch.
+#[derive(Clone, Debug)]
+pub struct BatchRows {
+    pub batch_id: [u8; 16],
+    pub resend: bool,
+    pub node: Arc<str>,
+    pub agent_version: Arc<str>,
+    /// Unix seconds.
+    pub start_time: u32,
+    pub end_time: u32,
+    pub samples: Vec<SampleAgg>,
+    pub data_samples: Vec<DataAgg>,
+    pub counters: Vec<(String, u64)>,
+    pub placements: Vec<PlacementDim>,
+    pub stacks: Vec<(u64, Arc<[u64]>)>,
+    pub frames: Vec<FrameDim>,
+    pub processes: Vec<ProcessRow>,
+    pub functions: Vec<FunctionDim>,
+    pub sources: Vec<SourceDim>,
+    /// Samples taken, all events.
+    pub sample_count: u64,
+}
+
+impl BatchRows {
+    /// Rows this batch adds to the write buffer (its weight for backpressure).
+    pub fn weight(&self) -> usize {
+        self.samples.len() + self.data_samples.len() + self.counters.len() + self.placements.len() + self.frames.len()
+    }
+}
+
+/// A data sample's group: (event, process, stack, mapping kind, mapping path, symbol, cache line).
+type DataKey<'a> = (i32, u64, u64, &'a str, &'a str, &'a str, u64);
+
+/// Names frames of images with a build id from uploaded symbols.
+pub trait FrameNamer {
+    /// The function at a frame of image `build_id` (hex), by ELF address (0: unknown) or else
+    /// by file offset.
+    fn name(&self, build_id: &str, elf_address: u64, file_offset: u64) -> Option<String>;
+}
+
+/// A namer that knows nothing (tests, and frames no upload covers).
+#[derive(Debug, Default)]
+pub struct NoNames;
+
+impl FrameNamer for NoNames {
+    fn name(&self, _: &str, _: u64, _: u64) -> Option<String> {
+        None
+    }
+}
+
+struct IdHasher(XxHash64);
+
+impl IdHasher {
+    fn new(tag: u8) -> IdHasher {
+        let mut h = XxHash64::with_seed(0);
+        h.write_u8(tag);
+        IdHasher(h)
+    }
+    fn bytes(mut self, b: &[u8]) -> Self {
+        self.0.write_u32(b.len() as u32);
+        self.0.write(b);
+        self
+    }
+    fn u64(mut self, v: u64) -> Self {
+        self.0.write_u64(v);
+        self
+    }
+    fn finish(&self) -> u64 {
+        self.0.finish()
+    }
+}
+
+/// The module a frame belongs to as functions are keyed: the file name (paths differ between
+/// containers and nodes), `[jit]` for JIT code (its perf map is per process).
+fn module_name(frame: &v1::Frame) -> String {
+    if frame.kind == v1::FrameKind::Jit as i32 {
+        return "[jit]".into();
+    }
+    frame.module.rsplit('/').next().unwrap_or_default().to_owned()
+}
+
+/// The id of a frame from what the agent observed (see the module doc).
+pub fn frame_id(f: &v1::Frame) -> u64 {
+    let kind = f.kind.clamp(0, 255) as u8;
+    let h = if !f.build_id.is_empty() {
+        IdHasher::new(b'b')
+            .u64(kind.into())
+            .bytes(&f.build_id)
+            .u64(f.file_offset)
+    } else if f.kind == v1::FrameKind::Kernel as i32 && !f.function.is_empty() {
+        IdHasher::new(b'k')
+            .bytes(f.module.as_bytes())
+            .bytes(f.function.as_bytes())
+    } else if f.kind == v1::FrameKind::Jit as i32 && !f.function.is_empty() {
+        IdHasher::new(b'j').bytes(f.function.as_bytes())
+    } else if !f.module.is_empty() && f.file_offset != 0 {
+        IdHasher::new(b'm')
+            .u64(kind.into())
+            .bytes(f.module.as_bytes())
+            .u64(f.file_offset)
+    } else {
+        IdHasher::new(b'a')
+            .u64(kind.into())
+            .bytes(f.module.as_bytes())
+            .bytes(f.function.as_bytes())
+            .u64(f.address)
+    };
+    h.finish()
+}
+
+/// The id of a stack of frame ids, leaf first.
+pub fn stack_id(frame_ids: &[u64]) -> u64 {
+    frame_ids.iter().fold(IdHasher::new(b's'), |h, &f| h.u64(f)).finish()
+}
+
+/// The id of a function by its name and module file name.
+pub fn function_id(name: &str, module: &str) -> u64 {
+    IdHasher::new(b'f')
+        .bytes(name.as_bytes())
+        .bytes(module.as_bytes())
+        .finish()
+}
+
+/// The id of a process identity (`process_id` and `last_seen` are ignored).
+pub fn process_id(p: &ProcessRow) -> u64 {
+    [
+        &p.comm,
+        &p.executable,
+        &p.container_id,
+        &p.container_runtime,
+        &p.pod_uid,
+        &p.systemd_unit,
+        &p.pod_name,
+        &p.pod_namespace,
+        &p.container_name,
+    ]
+    .into_iter()
+    .fold(IdHasher::new(b'p'), |h, s| h.bytes(s.as_bytes()))
+    .finish()
+}
+
+/// The name a person reads for a frame nobody named: `[module+0xoffset]`, or `[unknown]`.
+pub fn unnamed(module: &str, file_offset: u64, address: u64) -> String {
+    let module = module.rsplit('/').next().unwrap_or_default();
+    match (module.is_empty(), file_offset) {
+        (true, _) => "[unknown]".into(),
+        (false, 0) => format!("[{module}+{address:#x}]"),
+        (false, off) => format!("[{module}+{off:#x}]"),
+    }
+}
+
+/// Turns a validated batch into rows. `namer` names frames the agent left to the server.
+pub fn build(sender: &Sender, batch: &v1::Batch, namer: &dyn FrameNamer) -> BatchRows {
+    let batch_id: [u8; 16] = batch.batch_id.as_slice().try_into().unwrap_or([0; 16]);
+    let start_time = unix_secs(batch.start_unix_nanos);
+    let end_time = unix_secs(batch.end_unix_nanos);
+
+    let sources: Vec<SourceDim> = batch
+        .sources
+        .iter()
+        .map(|s| {
+            let event = event_kind(s.event);
+            SourceDim {
+                event: event.name(),
+                // Agents before source names sent only a description.
+                name: Arc::from(if s.name.is_empty() {
+                    s.description.as_str()
+                } else {
+                    s.name.as_str()
+                }),
+                unit: if s.unit.is_empty() {
+                    event.unit().to_owned()
+                } else {
+                    s.unit.clone()
+                },
+                description: s.description.clone(),
+                dropped: s.dropped,
+            }
+        })
+        .collect();
+    let source_of = |event: i32| -> Arc<str> {
+        let name = event_kind(event).name();
+        sources
+            .iter()
+            .find(|s| s.event == name)
+            .map(|s| s.name.clone())
+            .unwrap_or_else(|| Arc::from(""))
+    };
+
+    // Frames: ids, and the function each one is in.
+    let mut frames = Vec::with_capacity(batch.frames.len());
+    let mut frame_functions = Vec::with_capacity(batch.frames.len());
+    let mut functions: HashMap<u64, FunctionDim> = HashMap::new();
+    for f in &batch.frames {
+        let id = frame_id(f);
+        let build_id = bimodal_profile::hex(&f.build_id);
+        let named = if f.build_id.is_empty() {
+            None
+        } else {
+            namer.name(&build_id, f.elf_address, f.file_offset)
+        };
+        let module = module_name(f);
+        let name = named
+            .or_else(|| (!f.function.is_empty()).then(|| f.function.clone()))
+            .unwrap_or_else(|| unnamed(&f.module, f.file_offset, f.address));
+        let fid = function_id(&name, &module);
+        functions
+            .entry(fid)
+            .or_insert_with(|| FunctionDim { id: fid, name, module });
+        frame_functions.push(fid);
+        frames.push(FrameDim {
+            id,
+            kind: f.kind.clamp(0, 255) as u8,
+            module: f.module.clone(),
+            build_id,
+            file_offset: f.file_offset,
+            elf_address: f.elf_address,
+            address: f.address,
+            function: f.function.clone(),
+        });
+    }
+
+    // Stacks: ids, and per stack its leaf function and its distinct functions.
+    let mut stacks = Vec::with_capacity(batch.stacks.len());
+    let mut stack_ids = Vec::with_capacity(batch.stacks.len());
+    let mut stack_functions: Vec<(Option<u64>, Vec<u64>)> = Vec::with_capacity(batch.stacks.len());
+    for s in &batch.stacks {
+        let ids: Arc<[u64]> = s.frame_indices.iter().map(|&i| frames[i as usize].id).collect();
+        let id = stack_id(&ids);
+        let mut fns: Vec<u64> = s.frame_indices.iter().map(|&i| frame_functions[i as usize]).collect();
+        let leaf = fns.first().copied();
+        fns.sort_unstable();
+        fns.dedup();
+        stack_functions.push((leaf, fns));
+        stack_ids.push(id);
+        stacks.push((id, ids));
+    }
+
+    // Processes by pid, then their ids.
+    let mut processes: HashMap<u64, ProcessRow> = HashMap::new();
+    let by_pid: HashMap<u32, &v1::Process> = batch.processes.iter().map(|p| (p.pid, p)).collect();
+    let mut process_of = |pid: u32, comm: &str| -> u64 {
+        let p = by_pid.get(&pid);
+        let field = |f: fn(&v1::Process) -> &String| p.map(|p| f(p).clone()).unwrap_or_default();
+        let mut row = ProcessRow {
+            process_id: 0,
+            comm: comm.to_owned(),
+            executable: field(|p| &p.executable),
+            container_id: field(|p| &p.container_id),
+            container_runtime: field(|p| &p.container_runtime),
+            pod_uid: field(|p| &p.pod_uid),
+            systemd_unit: field(|p| &p.systemd_unit),
+            pod_name: field(|p| &p.pod_name),
+            pod_namespace: field(|p| &p.pod_namespace),
+            container_name: field(|p| &p.container_name),
+            last_seen: 0,
+        };
+        row.process_id = process_id(&row);
+        let id = row.process_id;
+        processes.entry(id).or_insert(row);
+        id
+    };
+
+    // Samples without thread ids: one row per (event, process, stack).
+    let mut by_stack: HashMap<(i32, u64, usize), (u64, u64)> = HashMap::new();
+    let mut process_cache: HashMap<(u32, &str), u64> = HashMap::new();
+    let mut sample_count = 0;
+    for s in &batch.samples {
+        let pid = *process_cache
+            .entry((s.pid, s.comm.as_str()))
+            .or_insert_with(|| process_of(s.pid, &s.comm));
+        let e = by_stack.entry((s.event, pid, s.stack_index as usize)).or_default();
+        e.0 += s.count;
+        e.1 += s.value;
+        sample_count += s.count;
+    }
+    let mut samples = Vec::with_capacity(by_stack.len() * 2);
+    let mut by_function: HashMap<(i32, u64), [u64; 4]> = HashMap::new();
+    for (&(event, process_id, stack), &(count, value)) in &by_stack {
+        samples.push(SampleAgg {
+            kind: 0,
+            event: event_kind(event).name(),
+            source: source_of(event),
+            process_id,
+            stack_id: stack_ids[stack],
+            function_id: 0,
+            count,
+            value,
+            self_count: 0,
+            self_value: 0,
+        });
+        let (leaf, fns) = &stack_functions[stack];
+        for &f in fns {
+            let v = by_function.entry((event, f)).or_default();
+            v[0] += count;
+            v[1] += value;
+            if Some(f) == *leaf {
+                v[2] += count;
+                v[3] += value;
+            }
+        }
+    }
+    for (&(event, function_id), v) in &by_function {
+        samples.push(SampleAgg {
+            kind: 1,
+            event: event_kind(event).name(),
+            source: source_of(event),
+            process_id: 0,
+            stack_id: 0,
+            function_id,
+            count: v[0],
+            value: v[1],
+            self_count: v[2],
+            self_value: v[3],
+        });
+    }
+
+    // Data samples by object and line, without thread ids.
+    let mut by_object: HashMap<DataKey, (u64, u64)> = HashMap::new();
+    for d in &batch.data_samples {
+        let pid = *process_cache
+            .entry((d.pid, d.comm.as_str()))
+            .or_insert_with(|| process_of(d.pid, &d.comm));
+        let key = (
+            d.event,
+            pid,
+            stack_ids[d.stack_index as usize],
+            d.mapping_kind.as_str(),
+            d.mapping_path.as_str(),
+            d.symbol.as_str(),
+            d.cache_line,
+        );
+        let e = by_object.entry(key).or_default();
+        e.0 += d.count;
+        e.1 += d.value;
+    }
+    let data_samples = by_object
+        .into_iter()
+        .map(
+            |((event, process_id, stack_id, kind, path, symbol, cache_line), (count, value))| DataAgg {
+                event: event_kind(event).name(),
+                source: source_of(event),
+                process_id,
+                stack_id,
+                mapping_kind: kind.to_owned(),
+                mapping_path: path.to_owned(),
+                symbol: symbol.to_owned(),
+                cache_line,
+                count,
+                value,
+            },
+        )
+        .collect();
+
+    let placements = batch
+        .placements
+        .iter()
+        .flat_map(|p| {
+            let mut threads: Vec<(u32, u32)> = p.threads_per_node.iter().map(|(&n, &c)| (n, c)).collect();
+            threads.sort_unstable();
+            p.mappings.iter().map(move |m| {
+                let mut pages: Vec<(u32, u64)> = m.pages_per_node.iter().map(|(&n, &c)| (n, c)).collect();
+                pages.sort_unstable();
+                PlacementDim {
+                    pid: p.pid,
+                    comm: p.comm.clone(),
+                    executable: p.executable.clone(),
+                    thread_nodes: threads.iter().map(|t| t.0).collect(),
+                    thread_counts: threads.iter().map(|t| t.1).collect(),
+                    kind: m.kind.clone(),
+                    path: m.path.clone(),
+                    start: m.start,
+                    end: m.end,
+                    permissions: m.permissions.clone(),
+                    page_nodes: pages.iter().map(|p| p.0).collect(),
+                    page_counts: pages.iter().map(|p| p.1).collect(),
+                    page_size: m.page_size,
+                }
+            })
+        })
+        .collect();
+
+    // Only the stacks samples use (data samples' user-only stacks included).
+    let mut used = vec![false; stacks.len()];
+    for (_, _, stack) in by_stack.keys() {
+        used[*stack] = true;
+    }
+    for d in &batch.data_samples {
+        used[d.stack_index as usize] = true;
+    }
+    let stacks = stacks
+        .into_iter()
+        .zip(used)
+        .filter_map(|(s, u)| u.then_some(s))
+        .collect();
+
+    BatchRows {
+        batch_id,
+        resend: batch.resend,
+        node: sender.node.clone(),
+        agent_version: sender.agent_version.clone(),
+        start_time,
+        end_time,
+        samples,
+        data_samples,
+        counters: batch.counters.iter().map(|c| (c.name.clone(), c.value)).collect(),
+        placements,
+        stacks,
+        frames,
+        processes: processes.into_values().collect(),
+        functions: functions.into_values().collect(),
+        sources,
+        sample_count,
+    }
+}
+
+fn event_kind(event: i32) -> v1::EventKind {
+    v1::EventKind::try_from(event).unwrap_or_default()
+}
+
+/// Unix seconds of Unix nanoseconds (validation keeps them in range).
+pub fn unix_secs(nanos: i64) -> u32 {
+    (nanos / 1_000_000_000).clamp(0, i64::from(u32::MAX)) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(
+        kind: v1::FrameKind,
+        module: &str,
+        build_id: &[u8],
+        offset: u64,
+        address: u64,
+        function: &str,
+    ) -> v1::Frame {
+        v1::Frame {
+            kind: kind as i32,
+            module: module.into(),
+            build_id: build_id.to_vec(),
+            file_offset: offset,
+            address,
+            function: function.into(),
+            ..Default::default()
+        }
+    }
+
+    /// A frame of an image with a build id has one id wherever it was loaded and whatever it was
+    /// named; kernel frames ignore KASLR; JIT frames ignore their per-process module.
+    #[test]
+    fn frame_ids_depend_on_what_was_observed() {
+        let a = frame(
+            v1::FrameKind::User,
+            "/usr/lib/libc.so.6",
+            b"\x01\x02",
+            0x1234,
+            0x7f00_0000_1234,
+            "",
+        );
+        let b = frame(
+            v1::FrameKind::User,
+            "/other/libc.so.6",
+            b"\x01\x02",
+            0x1234,
+            0x5500_0000_1234,
+            "memset",
+        );
+        assert_eq!(frame_id(&a), frame_id(&b));
+        let c = frame(
+            v1::FrameKind::User,
+            "/usr/lib/libc.so.6",
+            b"\x01\x02",
+            0x1238,
+            0x7f00_0000_1238,
+            "",
+        );
+        assert_ne!(frame_id(&a), frame_id(&c));
+        let k1 = frame(
+            v1::FrameKind::Kernel,
+            "vmlinux",
+            b"",
+            0,
+            0xffff_ffff_8100_0000,
+            "do_page_fault",
+        );
+        let k2 = frame(
+            v1::FrameKind::Kernel,
+            "vmlinux",
+            b"",
+            0,
+            0xffff_ffff_a100_0000,
+            "do_page_fault",
+        );
+        assert_eq!(frame_id(&k1), frame_id(&k2));
+        let j1 = frame(v1::FrameKind::Jit, "/tmp/perf-1.map", b"", 0, 0x1000, "Lfoo;bar");
+        let j2 = frame(v1::FrameKind::Jit, "/tmp/perf-2.map", b"", 0, 0x2000, "Lfoo;bar");
+        assert_eq!(frame_id(&j1), frame_id(&j2));
+        assert_ne!(
+            stack_id(&[frame_id(&a), frame_id(&k1)]),
+            stack_id(&[frame_id(&k1), frame_id(&a)])
+        );
+    }
+
+    fn batch() -> v1::Batch {
+        v1::Batch {
+            batch_id: vec![7; 16],
+            start_unix_nanos: 1_795_000_000_000_000_000,
+            end_unix_nanos: 1_795_000_010_000_000_000,
+            frames: vec![
+                frame(v1::FrameKind::User, "/bin/w", b"\xaa", 0x10, 0x5000_0010, ""),
+                frame(v1::FrameKind::User, "/bin/w", b"\xaa", 0x20, 0x5000_0020, ""),
+                frame(v1::FrameKind::Kernel, "vmlinux", b"", 0, 0xffff_0000, "clear_page"),
+            ],
+            stacks: vec![
+                v1::Stack {
+                    frame_indices: vec![0, 1],
+                },
+                v1::Stack {
+                    frame_indices: vec![2, 0, 1],
+                },
+                v1::Stack { frame_indices: vec![1] },
+            ],
+            samples: vec![sample(1, 0, 10, 3), sample(1, 0, 11, 2), sample(1, 1, 10, 5)],
+            sources: vec![v1::EventSource {
+                event: v1::EventKind::PageFault as i32,
+                description: "software page-faults, 1 in 100".into(),
+                name: "page-faults".into(),
+                unit: "faults".into(),
+                period: 100,
+                dropped: 0,
+            }],
+            processes: vec![v1::Process {
+                pid: 1,
+                executable: "/bin/w".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn sample(pid: u32, stack: u32, tid: u32, count: u64) -> v1::Sample {
+        v1::Sample {
+            event: v1::EventKind::PageFault as i32,
+            stack_index: stack,
+            pid,
+            tid,
+            comm: "w".into(),
+            count,
+            value: count * 100,
+        }
+    }
+
+    struct Named;
+    impl FrameNamer for Named {
+        fn name(&self, _: &str, _: u64, offset: u64) -> Option<String> {
+            Some(if offset == 0x10 { "leaf".into() } else { "main".into() })
+        }
+    }
+
+    /// Threads merge; self values go to the leaf's function, totals to every function once per
+    /// stack; only used stacks are kept; the source is on every row.
+    #[test]
+    fn samples_aggregate_per_stack_and_function() {
+        let sender = Sender {
+            node: "n".into(),
+            labels: vec![],
+            agent_version: "t".into(),
+            facts: None,
+        };
+        let rows = build(&sender, &batch(), &Named);
+        let stacks: Vec<_> = rows.samples.iter().filter(|s| s.kind == 0).collect();
+        assert_eq!(stacks.len(), 2, "threads 10 and 11 merge");
+        assert_eq!(stacks.iter().map(|s| s.count).sum::<u64>(), 10);
+        assert!(rows
+            .samples
+            .iter()
+            .all(|s| &*s.source == "page-faults" && s.event == "page_fault"));
+        let function = |name: &str| {
+            let f = rows.functions.iter().find(|f| f.name == name).unwrap();
+            rows.samples
+                .iter()
+                .find(|s| s.kind == 1 && s.function_id == f.id)
+                .unwrap()
+        };
+        let leaf = function("leaf");
+        assert_eq!((leaf.count, leaf.self_count), (10, 5));
+        let main = function("main");
+        assert_eq!((main.count, main.self_count), (10, 0));
+        let kernel = function("clear_page");
+        assert_eq!((kernel.count, kernel.self_count), (5, 5));
+        assert_eq!(rows.stacks.len(), 2, "the third stack has no samples");
+        assert_eq!(rows.sample_count, 10);
+        assert_eq!(rows.processes.len(), 1);
+    }
+}

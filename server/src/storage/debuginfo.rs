@@ -1,0 +1,170 @@
+//! The debug-info store in ClickHouse, shared by every server: which files were uploaded for a
+//! build id (`debuginfo`) and the functions they name (`debuginfo_symbols`).
+
+use std::collections::HashMap;
+
+use super::{now_secs, queries, StorageError, Store};
+use crate::debuginfo::symtab::{Function, Segment, SymbolTable};
+
+/// A stored file of a build id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredFile {
+    /// 1 executable, 2 separate debug file (bimodal.v1.DebuginfoKind).
+    pub kind: u8,
+    pub sha256: [u8; 32],
+    pub functions: u64,
+}
+
+#[derive(clickhouse::Row, serde::Deserialize)]
+struct FileRow {
+    build_id: String,
+    kind: u8,
+    sha256: [u8; 32],
+    functions: u64,
+}
+
+#[derive(clickhouse::Row, serde::Serialize)]
+struct FileWriteRow<'a> {
+    build_id: &'a str,
+    kind: u8,
+    sha256: [u8; 32],
+    size: u64,
+    file_name: &'a str,
+    functions: u64,
+    segment_offsets: Vec<u64>,
+    segment_addresses: Vec<u64>,
+    segment_sizes: Vec<u64>,
+    uploaded: u32,
+}
+
+#[derive(clickhouse::Row, serde::Serialize, serde::Deserialize)]
+struct SymbolRow {
+    build_id: String,
+    kind: u8,
+    address: u64,
+    size: u64,
+    name: String,
+}
+
+#[derive(clickhouse::Row, serde::Deserialize)]
+struct SegmentsRow {
+    segment_offsets: Vec<u64>,
+    segment_addresses: Vec<u64>,
+    segment_sizes: Vec<u64>,
+}
+
+#[derive(clickhouse::Row, serde::Deserialize)]
+struct FunctionRow {
+    address: u64,
+    size: u64,
+    name: String,
+}
+
+impl Store {
+    /// The files stored for each of `build_ids` (hex).
+    pub async fn debuginfo_files(
+        &self,
+        build_ids: &[String],
+    ) -> Result<HashMap<String, Vec<StoredFile>>, StorageError> {
+        let mut out: HashMap<String, Vec<StoredFile>> = HashMap::new();
+        for chunk in build_ids.chunks(5000) {
+            let rows = queries::debuginfo_files(chunk)
+                .query(&self.client)
+                .fetch_all::<FileRow>()
+                .await
+                .map_err(StorageError::query("look up stored debug info"))?;
+            for r in rows {
+                out.entry(r.build_id).or_default().push(StoredFile {
+                    kind: r.kind,
+                    sha256: r.sha256,
+                    functions: r.functions,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// The function table of one stored file.
+    pub async fn debuginfo_table(&self, build_id: &str, kind: u8) -> Result<SymbolTable, StorageError> {
+        let segments = queries::debuginfo_segments(build_id, kind)
+            .query(&self.client)
+            .fetch_optional::<SegmentsRow>()
+            .await
+            .map_err(StorageError::query("read stored segments"))?;
+        let functions = queries::debuginfo_functions(build_id, kind)
+            .query(&self.client)
+            .fetch_all::<FunctionRow>()
+            .await
+            .map_err(StorageError::query("read stored symbols"))?;
+        let segments = segments
+            .map(|s| {
+                (0..s.segment_offsets.len())
+                    .map(|i| Segment {
+                        offset: s.segment_offsets[i],
+                        address: s.segment_addresses.get(i).copied().unwrap_or(0),
+                        file_size: s.segment_sizes.get(i).copied().unwrap_or(0),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(SymbolTable::from_parts(
+            functions
+                .into_iter()
+                .map(|f| Function {
+                    address: f.address,
+                    size: f.size,
+                    name: f.name,
+                })
+                .collect(),
+            segments,
+        ))
+    }
+
+    /// Stores a file's function table: the symbols first, the file's row last, so a file that
+    /// is listed has all its symbols.
+    pub async fn store_debuginfo(
+        &self,
+        build_id: &str,
+        kind: u8,
+        sha256: [u8; 32],
+        size: u64,
+        file_name: &str,
+        table: &SymbolTable,
+    ) -> Result<(), StorageError> {
+        let client = self.writer_client();
+        let err = |table: &'static str| move |source| StorageError::Insert { table, source };
+        let mut insert = client
+            .insert::<SymbolRow>("debuginfo_symbols")
+            .await
+            .map_err(err("debuginfo_symbols"))?;
+        for f in &table.functions {
+            let row = SymbolRow {
+                build_id: build_id.to_owned(),
+                kind,
+                address: f.address,
+                size: f.size,
+                name: f.name.clone(),
+            };
+            insert.write(&row).await.map_err(err("debuginfo_symbols"))?;
+        }
+        insert.end().await.map_err(err("debuginfo_symbols"))?;
+        let mut insert = client
+            .insert::<FileWriteRow<'static>>("debuginfo")
+            .await
+            .map_err(err("debuginfo"))?;
+        let row = FileWriteRow {
+            build_id,
+            kind,
+            sha256,
+            size,
+            file_name,
+            functions: table.functions.len() as u64,
+            segment_offsets: table.segments.iter().map(|s| s.offset).collect(),
+            segment_addresses: table.segments.iter().map(|s| s.address).collect(),
+            segment_sizes: table.segments.iter().map(|s| s.file_size).collect(),
+            uploaded: now_secs(),
+        };
+        insert.write(&row).await.map_err(err("debuginfo"))?;
+        insert.end().await.map_err(err("debuginfo"))
+    }
+}

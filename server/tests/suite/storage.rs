@@ -1,0 +1,719 @@
+//! Storage built for a fleet, against real ClickHouse servers: several servers on one
+//! ClickHouse store each batch once and answer alike, a full write buffer answers "retry" and
+//! loses nothing, a half-written batch is completed without duplicates, old partitions expire
+//! where ClickHouse has no TTL, and a database of schema v1 is carried over.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use bimodal_proto::v1::{self, ack::Status};
+use bimodal_server::storage::managed::ManagedClickHouse;
+use bimodal_server::storage::writer::WriterConfig;
+use bimodal_server::storage::{Dialect, Store, StoreConfig};
+use bimodal_server::Config;
+
+use super::clickhouse_cluster::ClickHouseCluster;
+use super::common::{log_if_asked, selector, test_config, TestServer};
+use super::wire::{self, exchange, exchange_with, req};
+use crate::fixture;
+
+/// A ClickHouse for several servers, in its own temporary directory.
+struct SharedClickHouse {
+    clickhouse: Option<ManagedClickHouse>,
+    dir: tempfile::TempDir,
+}
+
+impl SharedClickHouse {
+    async fn start() -> SharedClickHouse {
+        log_if_asked();
+        let dir = tempfile::tempdir().unwrap();
+        let clickhouse = ManagedClickHouse::start(&dir.path().join("clickhouse"))
+            .await
+            .expect("managed ClickHouse starts");
+        SharedClickHouse {
+            clickhouse: Some(clickhouse),
+            dir,
+        }
+    }
+
+    fn url(&self) -> String {
+        self.clickhouse.as_ref().unwrap().url.clone()
+    }
+
+    /// Settings of a server using this ClickHouse, with its own data directory.
+    fn server_config(&self, name: &str) -> Config {
+        let data = self.dir.path().join(name);
+        Config {
+            clickhouse_url: Some(self.url()),
+            ..test_config("127.0.0.1:0".parse().unwrap(), &data)
+        }
+    }
+
+    async fn store(&self) -> Store {
+        Store::open(&StoreConfig {
+            url: self.url(),
+            database: "bimodal".into(),
+            user: None,
+            password: None,
+            retention_days: 30,
+            cluster: None,
+            cache_entries: 1024,
+        })
+        .await
+        .expect("store opens")
+    }
+
+    /// Runs one statement in the `bimodal` database.
+    async fn execute(&self, sql: &str) {
+        clickhouse::Client::default()
+            .with_url(self.url())
+            .with_database("bimodal")
+            .query(sql)
+            .execute()
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    async fn count(&self, sql: &str) -> u64 {
+        #[derive(clickhouse::Row, serde::Deserialize)]
+        struct N {
+            n: u64,
+        }
+        clickhouse::Client::default()
+            .with_url(self.url())
+            .with_database("bimodal")
+            .with_validation(false)
+            .query(sql)
+            .fetch_one::<N>()
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            .n
+    }
+
+    /// The pid of the clickhouse-server this test started.
+    fn pid(&self) -> i32 {
+        let needle = self.dir.path().to_string_lossy().into_owned();
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .find(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .map(|c| {
+                        String::from_utf8_lossy(&c).contains(&needle)
+                            && String::from_utf8_lossy(&c).contains("clickhouse")
+                    })
+                    .unwrap_or(false)
+            })
+            .expect("the test's clickhouse-server runs")
+    }
+
+    async fn stop(mut self) {
+        if let Some(c) = self.clickhouse.take() {
+            c.shutdown().await;
+        }
+    }
+}
+
+/// The folded flame graph of every `cluster-*` node.
+async fn fleet_flame(server: &TestServer) -> String {
+    let path = format!(
+        "/api/v1/flamegraph?event=page_fault&{}&format=folded",
+        selector(r#"{node=~"cluster-.*"}"#)
+    );
+    let (status, body) = server.get(&path).await;
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+/// The names of the nodes a server lists.
+async fn node_names(s: &TestServer) -> Vec<String> {
+    let (status, body) = s.get("/api/v1/nodes").await;
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let mut names: Vec<String> = v["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["node"].as_str().unwrap().to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The sum of a folded profile's values.
+fn folded_total(folded: &str) -> u64 {
+    folded
+        .lines()
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+        .sum()
+}
+
+async fn flame(server: &TestServer, node: &str) -> String {
+    let (status, body) = server
+        .get(&format!(
+            "/api/v1/flamegraph?event=page_fault&{}&format=folded",
+            selector(&format!(r#"{{node="{node}"}}"#))
+        ))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+/// Two servers starting together on one ClickHouse apply the schema once; the same batch sent
+/// to both at once is stored once (the other answers duplicate, or retry and then duplicate);
+/// both answer the same flame graphs and node lists; symbols uploaded to one name frames on the
+/// other; and a second, different file for a stored build id is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_on_one_clickhouse_store_each_batch_once_and_answer_alike() {
+    let ch = SharedClickHouse::start().await;
+    let (a, b) = tokio::join!(
+        TestServer::with_config(ch.server_config("a"), None),
+        TestServer::with_config(ch.server_config("b"), None)
+    );
+    assert_eq!(
+        ch.count("SELECT count() AS n FROM schema_migrations WHERE version = 7")
+            .await,
+        1,
+        "the schema is applied by one server"
+    );
+
+    // The same batches to both servers at once, five times over.
+    for round in 0..5u8 {
+        let id = [round + 1; 16];
+        let batch = wire::batch(id, false, "shared_leaf", 2);
+        let (to_a, to_b) = tokio::join!(
+            exchange(&a, vec![wire::hello("shared-node"), req(batch.clone())]),
+            exchange(&b, vec![wire::hello("shared-node"), req(batch.clone())])
+        );
+        let mut statuses = [to_a.unwrap()[0].clone(), to_b.unwrap()[0].clone()];
+        // A server told to retry (the other holds the batch) gets a duplicate when it resends.
+        for (ack, server) in statuses.iter_mut().zip([&a, &b]) {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while Status::try_from(ack.status).unwrap() == Status::Retry {
+                assert!(Instant::now() < deadline, "still told to retry: {ack:?}");
+                tokio::time::sleep(Duration::from_millis(u64::from(ack.retry_after_millis))).await;
+                let mut resent = batch.clone();
+                resent.resend = true;
+                *ack = exchange(server, vec![wire::hello("shared-node"), req(resent)])
+                    .await
+                    .unwrap()[0]
+                    .clone();
+            }
+        }
+        let mut got: Vec<Status> = statuses.iter().map(|a| Status::try_from(a.status).unwrap()).collect();
+        got.sort_by_key(|s| *s as i32);
+        assert_eq!(got, [Status::Stored, Status::Duplicate], "round {round}: {statuses:?}");
+    }
+    let from_a = flame(&a, "shared-node").await;
+    assert_eq!(folded_total(&from_a), 5 * 200, "each batch once: {from_a}");
+    assert_eq!(flame(&b, "shared-node").await, from_a);
+
+    // Another node through b only; both list both nodes alike.
+    let acks = exchange(
+        &b,
+        vec![wire::hello("b-only"), req(wire::batch([77; 16], false, "b_leaf", 1))],
+    )
+    .await
+    .unwrap();
+    assert_eq!(Status::try_from(acks[0].status).unwrap(), Status::Stored);
+    assert_eq!(node_names(&a).await, ["b-only", "shared-node"]);
+    assert_eq!(node_names(&a).await, node_names(&b).await);
+
+    // A debug file uploaded to a names, on b, a frame sent by build id and address only.
+    let build = fixture::stripped_workload();
+    let upload = upload_file(&a, &build.debug_file);
+    assert!(upload.status.success(), "{}", String::from_utf8_lossy(&upload.stderr));
+    let build_id = elf_build_id(&build.binary);
+    let address = symbol_address(&build.unstripped, "touch_fresh_pages");
+    let mut by_address = wire::batch([88; 16], false, "", 4);
+    by_address.frames[0] = v1::Frame {
+        kind: v1::FrameKind::User as i32,
+        module: build.binary.to_string_lossy().into_owned(),
+        build_id,
+        elf_address: address + 4,
+        file_offset: address + 4,
+        ..Default::default()
+    };
+    let acks = exchange(&b, vec![wire::hello("named-node"), req(by_address)])
+        .await
+        .unwrap();
+    assert_eq!(Status::try_from(acks[0].status).unwrap(), Status::Stored);
+    let named = flame(&b, "named-node").await;
+    assert!(
+        named.contains(";touch_fresh_pages 400"),
+        "named from a's upload: {named}"
+    );
+
+    // A different file claiming a stored build id and kind is refused; the same file again is not.
+    let again = upload_file(&b, &build.debug_file);
+    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
+    let dir = tempfile::tempdir().unwrap();
+    let twins: Vec<_> = ["one", "two"]
+        .iter()
+        .map(|name| {
+            let src = dir.path().join(format!("{name}.c"));
+            std::fs::write(
+                &src,
+                format!("int {name}(void) {{ return 1; }}\nint main(void) {{ return {name}(); }}\n"),
+            )
+            .unwrap();
+            let out = dir.path().join(name);
+            let cc = std::process::Command::new("cc")
+                .args(["-g", "-o"])
+                .arg(&out)
+                .arg(&src)
+                .arg("-Wl,--build-id=0x0123456789abcdef0123456789abcdef01234567")
+                .status()
+                .unwrap();
+            assert!(cc.success());
+            out
+        })
+        .collect();
+    assert!(upload_file(&a, &twins[0]).status.success());
+    let refused = upload_file(&b, &twins[1]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("never replaced"), "{stderr}");
+
+    a.stop().await;
+    b.stop().await;
+    ch.stop().await;
+}
+
+fn upload_file(server: &TestServer, file: &Path) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_bimodal-server"))
+        .args(["debuginfo", "upload"])
+        .arg(file)
+        .args(["--server-url", &server.url()])
+        .output()
+        .expect("run bimodal-server debuginfo upload")
+}
+
+fn elf_build_id(path: &Path) -> Vec<u8> {
+    bimodal_proto::inspect_debuginfo(&std::fs::read(path).unwrap())
+        .unwrap()
+        .build_id
+        .expect("a build id")
+}
+
+/// A function's ELF address, from `nm`.
+fn symbol_address(binary: &Path, name: &str) -> u64 {
+    let out = std::process::Command::new("nm")
+        .arg(binary)
+        .output()
+        .expect("nm (binutils)");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| {
+            let mut parts = l.split_whitespace();
+            let addr = parts.next()?;
+            let _kind = parts.next()?;
+            (parts.next()? == name).then(|| u64::from_str_radix(addr, 16).ok())?
+        })
+        .unwrap_or_else(|| panic!("{name} in {}", binary.display()))
+}
+
+/// With ClickHouse frozen (SIGSTOP) and a write buffer of a few rows, batches are answered
+/// "retry" with a delay instead of piling up; once ClickHouse runs again, resent batches are all
+/// stored, each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_write_buffer_answers_retry_and_nothing_acknowledged_is_lost() {
+    let ch = SharedClickHouse::start().await;
+    let server = TestServer::with_config(
+        Config {
+            writer: WriterConfig {
+                flush_interval: Duration::from_millis(100),
+                max_buffered_rows: 12,
+                wait_for_room: Duration::from_millis(300),
+                retry_for: Duration::from_secs(2),
+                attempt_timeout: Duration::from_secs(1),
+                ..WriterConfig::default()
+            },
+            ..ch.server_config("s")
+        },
+        None,
+    )
+    .await;
+    let pid = ch.pid();
+    // SAFETY: kill(2) with SIGSTOP/SIGCONT on the ClickHouse child this test started.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let batches: Vec<v1::Batch> = (0..12u8)
+        .map(|i| wire::batch([100 + i; 16], false, "buffered_leaf", 1))
+        .collect();
+    let mut messages = vec![wire::hello("pressure-node")];
+    messages.extend(batches.iter().cloned().map(req));
+    let started = Instant::now();
+    let acks = exchange(&server, messages).await.unwrap();
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    assert_eq!(acks.len(), batches.len());
+    for ack in &acks {
+        assert_eq!(Status::try_from(ack.status).unwrap(), Status::Retry, "{ack:?}");
+        assert!(ack.retry_after_millis >= 1000, "{ack:?}");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "answered while ClickHouse is frozen"
+    );
+
+    // The agent resends after the delay: every batch stored once.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut pending = batches;
+    while !pending.is_empty() {
+        assert!(Instant::now() < deadline, "{} batches never stored", pending.len());
+        let mut messages = vec![wire::hello("pressure-node")];
+        messages.extend(pending.iter().cloned().map(|mut b| {
+            b.resend = true;
+            req(b)
+        }));
+        let acks = exchange(&server, messages).await.unwrap();
+        let done: Vec<Vec<u8>> = acks
+            .iter()
+            .filter(|a| matches!(Status::try_from(a.status), Ok(Status::Stored | Status::Duplicate)))
+            .map(|a| a.batch_id.clone())
+            .collect();
+        pending.retain(|b| !done.contains(&b.batch_id));
+        if !pending.is_empty() {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+    assert_eq!(folded_total(&flame(&server, "pressure-node").await), 12 * 100);
+    server.stop().await;
+    ch.stop().await;
+}
+
+/// A batch whose samples reached ClickHouse but whose counters and ledger entry did not (a
+/// server killed mid-flush) is completed when resent: the counters are written, the samples
+/// are not written again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_written_batch_is_completed_without_duplicates() {
+    let ch = SharedClickHouse::start().await;
+    let server = TestServer::with_config(ch.server_config("s"), None).await;
+    let id = [42u8; 16];
+    let mut batch = wire::batch(id, false, "half_leaf", 5);
+    batch.counters = vec![v1::Counter {
+        name: "pgfault".into(),
+        value: 1234,
+    }];
+    let acks = exchange(&server, vec![wire::hello("half-node"), req(batch.clone())])
+        .await
+        .unwrap();
+    assert_eq!(Status::try_from(acks[0].status).unwrap(), Status::Stored);
+
+    // Undo what a crash after the samples' INSERT would not have done.
+    let hex = bimodal_profile::hex(&id);
+    for sql in [
+        format!("ALTER TABLE batches DELETE WHERE batch_id = unhex('{hex}')"),
+        format!("ALTER TABLE batch_progress DELETE WHERE batch_id = unhex('{hex}') AND part = 'counters'"),
+        "ALTER TABLE counters DELETE WHERE node = 'half-node'".to_owned(),
+    ] {
+        ch.execute(&sql).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ch
+        .count("SELECT count() AS n FROM system.mutations WHERE is_done = 0")
+        .await
+        > 0
+    {
+        assert!(Instant::now() < deadline, "mutations never finished");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        ch.count("SELECT count() AS n FROM counters WHERE node = 'half-node'")
+            .await,
+        0
+    );
+
+    batch.resend = true;
+    let acks = exchange(&server, vec![wire::hello("half-node"), req(batch)])
+        .await
+        .unwrap();
+    assert_eq!(Status::try_from(acks[0].status).unwrap(), Status::Stored);
+    assert_eq!(folded_total(&flame(&server, "half-node").await), 500, "samples once");
+    assert_eq!(
+        ch.count("SELECT sum(value) AS n FROM counters WHERE node = 'half-node' AND name = 'pgfault'")
+            .await,
+        1234,
+        "counters written now, once"
+    );
+    server.stop().await;
+    ch.stop().await;
+}
+
+/// A message the server cannot decode ends the stream with INVALID_ARGUMENT and the trailer
+/// naming its position among the stream's batches, so the agent can drop it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undecodable_batch_is_named_by_its_position() {
+    let server = TestServer::start().await;
+    let good = wire::batch([5; 16], false, "fine", 1);
+    let mut bad = prost::Message::encode_to_vec(&req(wire::batch([6; 16], false, "XXXXbroken", 1)));
+    // Turn the function name's bytes into invalid UTF-8.
+    let at = bad.windows(4).position(|w| w == b"XXXX").unwrap();
+    bad[at..at + 4].copy_from_slice(&[0xff, 0xfe, 0xff, 0xfe]);
+    let messages = vec![
+        prost::Message::encode_to_vec(&wire::hello("decode-node")),
+        prost::Message::encode_to_vec(&req(good)),
+        bad,
+    ];
+    let status = raw::stream(&server.url(), messages).await;
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert_eq!(
+        status
+            .metadata()
+            .get("bimodal-batch-index")
+            .and_then(|v| v.to_str().ok()),
+        Some("1"),
+        "{status:?}"
+    );
+    server.stop().await;
+}
+
+/// A gRPC client that sends already-encoded messages, to send what a real client never would.
+mod raw {
+    use bimodal_proto::v1;
+    use bytes::{Buf, BufMut};
+    use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+
+    #[derive(Default)]
+    struct RawCodec;
+    struct RawEncoder;
+    struct AckDecoder;
+
+    impl Encoder for RawEncoder {
+        type Item = Vec<u8>;
+        type Error = tonic::Status;
+        fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
+            dst.put_slice(&item);
+            Ok(())
+        }
+    }
+
+    impl Decoder for AckDecoder {
+        type Item = v1::IngestResponse;
+        type Error = tonic::Status;
+        fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<v1::IngestResponse>, tonic::Status> {
+            let bytes = src.copy_to_bytes(src.remaining());
+            prost::Message::decode(bytes)
+                .map(Some)
+                .map_err(|e| tonic::Status::internal(e.to_string()))
+        }
+    }
+
+    impl Codec for RawCodec {
+        type Encode = Vec<u8>;
+        type Decode = v1::IngestResponse;
+        type Encoder = RawEncoder;
+        type Decoder = AckDecoder;
+        fn encoder(&mut self) -> RawEncoder {
+            RawEncoder
+        }
+        fn decoder(&mut self) -> AckDecoder {
+            AckDecoder
+        }
+    }
+
+    /// Streams `messages` to Ingest/Stream and returns the status the stream ends with.
+    pub async fn stream(url: &str, messages: Vec<Vec<u8>>) -> tonic::Status {
+        let channel = tonic::transport::Endpoint::from_shared(url.to_owned())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut grpc = tonic::client::Grpc::new(channel);
+        grpc.ready().await.unwrap();
+        let path = tonic::codegen::http::uri::PathAndQuery::from_static("/bimodal.v1.Ingest/Stream");
+        let request = tonic::Request::new(tokio_stream::iter(messages));
+        let mut acks = match grpc.streaming(request, path, RawCodec).await {
+            Ok(r) => r.into_inner(),
+            Err(status) => return status,
+        };
+        loop {
+            match acks.message().await {
+                Ok(Some(_)) => continue,
+                Ok(None) => return tonic::Status::ok("the stream ended without an error"),
+                Err(status) => return status,
+            }
+        }
+    }
+}
+
+/// Where ClickHouse has no TTL (18.16), partitions past retention are dropped by the server;
+/// younger ones stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_partitions_are_dropped_where_there_is_no_ttl() {
+    let ch = SharedClickHouse::start().await;
+    let store = ch.store().await;
+    if store.dialect.modern {
+        return; // TTL clauses expire rows there.
+    }
+    for days_ago in [40, 45, 2] {
+        ch.execute(&format!(
+            "INSERT INTO samples SELECT now() - {days_ago} * 86400, 'old-node', 'cpu', 'cpu-clock', 1, 2, 3, 4"
+        ))
+        .await;
+        ch.execute(&format!(
+            "INSERT INTO stacks SELECT {days_ago}, [1, 2], today() - {days_ago}"
+        ))
+        .await;
+    }
+    let dropped = store.expire_partitions().await.unwrap();
+    assert!(dropped >= 3, "dropped {dropped}");
+    assert_eq!(
+        ch.count("SELECT count() AS n FROM samples").await,
+        1,
+        "the young row stays"
+    );
+    assert_eq!(ch.count("SELECT count() AS n FROM stacks").await, 1);
+    assert_eq!(store.expire_partitions().await.unwrap(), 0, "nothing left to drop");
+    ch.stop().await;
+}
+
+/// A ClickHouse holding schema v1 (tables of migrations 1–5 with rows) is carried over: the
+/// server sets v1 aside, creates v2, copies the rows in, drops the v1 tables, and the API
+/// shows the old samples.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schema_v1_rows_are_carried_over() {
+    let ch = SharedClickHouse::start().await;
+    clickhouse::Client::default()
+        .with_url(ch.url())
+        .query("CREATE DATABASE bimodal")
+        .execute()
+        .await
+        .unwrap();
+    let legacy = Dialect::for_version("18.16.1", 30);
+    ch.execute("CREATE TABLE schema_migrations (version UInt32, name String, applied DateTime) ENGINE = MergeTree ORDER BY version").await;
+    for (version, sql) in [
+        (1, include_str!("../../migrations/001_init.sql")),
+        (
+            2,
+            include_str!("../../migrations/002_node_facts_counters_placement.sql"),
+        ),
+        (3, include_str!("../../migrations/003_process_identity.sql")),
+        (4, include_str!("../../migrations/004_elf_addresses.sql")),
+        (5, include_str!("../../migrations/005_kubernetes_names.sql")),
+    ] {
+        for statement in legacy.render(sql) {
+            ch.execute(&statement).await;
+        }
+        ch.execute(&format!(
+            "INSERT INTO schema_migrations VALUES ({version}, 'v1', now())"
+        ))
+        .await;
+    }
+    let batch = "unhex('11111111111111111111111111111111')";
+    for sql in [
+        "INSERT INTO stacks VALUES (12345, [1, 1], ['v1_leaf', 'v1_main'], ['/bin/v1', '/bin/v1'], ['', ''], [4096, 8192], [0, 0], [0, 0])".to_owned(),
+        format!(
+            "INSERT INTO samples (time, node, event, pid, tid, comm, stack_id, count, value, batch_id, executable) \
+             VALUES (now() - 60, 'v1-node', 'page_fault', 7, 7, 'v1comm', 12345, 3, 300, {batch}, '/bin/v1')"
+        ),
+        format!(
+            "INSERT INTO batches VALUES (now(), 'v1-node', {batch}, now() - 60, now() - 50, ['zone'], ['old'], '0.1', \
+             '6.1', 3, ['page_fault'], ['software page-faults, 1 in 100'], [100], [0])"
+        ),
+        format!("INSERT INTO counters VALUES (now() - 60, 'v1-node', 'pgfault', 99, {batch})"),
+    ] {
+        ch.execute(&sql).await;
+    }
+
+    let server = TestServer::with_config(ch.server_config("s"), None).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let folded = flame(&server, "v1-node").await;
+        if folded.contains("v1comm;v1_main;v1_leaf 300") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "v1 samples never appeared: {folded:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ch
+        .count("SELECT count() AS n FROM system.tables WHERE database = 'bimodal' AND name LIKE 'v1_%'")
+        .await
+        > 0
+    {
+        assert!(Instant::now() < deadline, "v1 tables were not dropped");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (status, counters) = server.get("/api/v1/counters?node=v1-node&name=pgfault&from=0").await;
+    assert_eq!(status, 200, "{counters}");
+    assert!(counters.contains("\"value\":99"), "{counters}");
+    // A resend of the v1 batch is a duplicate: the ledger came along.
+    let mut resent = wire::batch([0x11; 16], true, "v1_leaf", 3);
+    resent.start_unix_nanos = wire::now_nanos() - 60_000_000_000;
+    let acks = exchange_with(server.url(), vec![wire::hello("v1-node"), req(resent)])
+        .await
+        .unwrap();
+    assert_eq!(Status::try_from(acks[0].status).unwrap(), Status::Duplicate);
+    server.stop().await;
+    ch.stop().await;
+}
+
+/// With `--clickhouse-cluster`, a server creates Replicated tables on every shard of a real
+/// two-shard cluster with Distributed tables over them; a fleet's batches land on both shards and
+/// are all counted, even two batches whose rows aggregate alike (Replicated tables would drop the
+/// second as a duplicate block); a resend is a duplicate; a second server connected to the other
+/// shard answers the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_two_shard_cluster_holds_the_fleet() {
+    log_if_asked();
+    let cluster = ClickHouseCluster::start(2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = |shard: usize| Config {
+        clickhouse_url: Some(cluster.urls[shard].clone()),
+        clickhouse_cluster: Some(cluster.name.clone()),
+        ..test_config("127.0.0.1:0".parse().unwrap(), &dir.path().join(format!("s{shard}")))
+    };
+    let (a, b) = tokio::join!(
+        TestServer::with_config(config(0), None),
+        TestServer::with_config(config(1), None)
+    );
+    let nodes = 8u8;
+    for n in 0..nodes {
+        let node = format!("cluster-{n}");
+        // Two batches of one node in one minute with equal rows: both count.
+        let first = wire::batch(
+            [n, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1],
+            false,
+            "cluster_leaf",
+            3,
+        );
+        let second = wire::batch(
+            [n, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2],
+            false,
+            "cluster_leaf",
+            3,
+        );
+        let server = if n % 2 == 0 { &a } else { &b };
+        let acks = exchange(server, vec![wire::hello(&node), req(first.clone()), req(second)])
+            .await
+            .unwrap();
+        let statuses: Vec<Status> = acks.iter().map(|a| Status::try_from(a.status).unwrap()).collect();
+        assert_eq!(statuses, [Status::Stored, Status::Stored], "{node}: {acks:?}");
+        if n == 0 {
+            let mut resent = first;
+            resent.resend = true;
+            let acks = exchange(&b, vec![wire::hello(&node), req(resent)]).await.unwrap();
+            assert_eq!(Status::try_from(acks[0].status).unwrap(), Status::Duplicate);
+        }
+    }
+    let from_a = fleet_flame(&a).await;
+    assert_eq!(folded_total(&from_a), u64::from(nodes) * 2 * 300, "{from_a}");
+    assert_eq!(fleet_flame(&b).await, from_a, "both servers answer alike");
+    for shard in 0..2 {
+        #[derive(clickhouse::Row, serde::Deserialize)]
+        struct N {
+            n: u64,
+        }
+        let rows = cluster
+            .client(shard)
+            .query("SELECT count() AS n FROM bimodal.samples_local")
+            .fetch_one::<N>()
+            .await
+            .unwrap()
+            .n;
+        assert!(rows > 0, "shard {shard} holds no samples: nodes are not spread");
+    }
+    a.stop().await;
+    b.stop().await;
+}

@@ -1,0 +1,95 @@
+//! Ingest messages built by hand, and one stream's exchange with a server: for tests that need
+//! exact control of batch ids, resends and timing, which a real agent does not give.
+
+use bimodal_proto::v1::{self, ingest_client::IngestClient, ingest_request::Message};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+/// A Hello for `node`.
+pub fn hello(node: &str) -> v1::IngestRequest {
+    v1::IngestRequest {
+        message: Some(Message::Hello(v1::Hello {
+            node: node.into(),
+            agent_version: "test".into(),
+            ..Default::default()
+        })),
+    }
+}
+
+/// Now, in Unix nanoseconds.
+pub fn now_nanos() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64
+}
+
+/// A batch of `count` page faults (value 100 each) on a one-frame stack named `leaf`.
+pub fn batch(id: [u8; 16], resend: bool, leaf: &str, count: u64) -> v1::Batch {
+    let now = now_nanos();
+    v1::Batch {
+        batch_id: id.to_vec(),
+        resend,
+        start_unix_nanos: now - 1_000_000_000,
+        end_unix_nanos: now,
+        frames: vec![v1::Frame {
+            kind: v1::FrameKind::User as i32,
+            function: leaf.into(),
+            ..Default::default()
+        }],
+        stacks: vec![v1::Stack { frame_indices: vec![0] }],
+        samples: vec![v1::Sample {
+            event: v1::EventKind::PageFault as i32,
+            stack_index: 0,
+            pid: 1,
+            tid: 1,
+            comm: "ingest".into(),
+            count,
+            value: count * 100,
+        }],
+        sources: vec![v1::EventSource {
+            event: v1::EventKind::PageFault as i32,
+            description: "software page-faults, 1 in 100".into(),
+            name: "page-faults".into(),
+            unit: "faults".into(),
+            period: 100,
+            dropped: 0,
+        }],
+        ..Default::default()
+    }
+}
+
+pub fn req(b: v1::Batch) -> v1::IngestRequest {
+    v1::IngestRequest {
+        message: Some(Message::Batch(b)),
+    }
+}
+
+/// Sends messages on one stream to `url` and collects the acks (or the stream's error).
+pub async fn exchange_with(url: String, messages: Vec<v1::IngestRequest>) -> Result<Vec<v1::Ack>, tonic::Status> {
+    let mut client = IngestClient::connect(url).await.unwrap();
+    let (tx, rx) = mpsc::channel(messages.len().max(1));
+    let n = messages.len();
+    for m in messages {
+        tx.send(m).await.unwrap();
+    }
+    let mut acks = client.stream(ReceiverStream::new(rx)).await?.into_inner();
+    let mut out = Vec::new();
+    while out.len() + 1 < n {
+        match acks.message().await? {
+            Some(v1::IngestResponse {
+                message: Some(v1::ingest_response::Message::Ack(a)),
+            }) => out.push(a),
+            _ => break,
+        }
+    }
+    Ok(out)
+}
+
+/// [`exchange_with`] a test server.
+pub async fn exchange(
+    server: &super::common::TestServer,
+    messages: Vec<v1::IngestRequest>,
+) -> Result<Vec<v1::Ack>, tonic::Status> {
+    exchange_with(server.url(), messages).await
+}
