@@ -216,16 +216,8 @@ FROM {{local:samples_input}} WHERE kind = 0
 GROUP BY time, node, event, source, process_id, stack_id;
 
 -- The same per 10 minutes: flame graphs over hours read a tenth of the rows.
-CREATE TABLE IF NOT EXISTS {{local:samples_10m}} {{on_cluster}} (
-    time DateTime {{time_codec}},
-    node {{low_cardinality_string}},
-    event {{low_cardinality_string}},
-    source {{low_cardinality_string}},
-    process_id UInt64 {{id_codec}},
-    stack_id UInt64 {{id_codec}},
-    count UInt64 {{codec}},
-    value UInt64 {{codec}}
-) ENGINE = {{engine SummingMergeTree (count, value)}}
+CREATE TABLE IF NOT EXISTS {{local:samples_10m}} {{on_cluster}} AS {{local:samples}}
+ENGINE = {{engine SummingMergeTree (count, value)}}
 PARTITION BY toYYYYMMDD(time)
 ORDER BY (event, source, node, toStartOfHour(time), stack_id, process_id, time)
 {{ttl time retention}};
@@ -280,17 +272,8 @@ FROM {{local:samples_input}} WHERE kind = 1
 GROUP BY time, node, event, source, function_id;
 
 -- The same per 10 minutes: per-node × per-function values of a fleet over hours.
-CREATE TABLE IF NOT EXISTS {{local:function_samples_10m}} {{on_cluster}} (
-    time DateTime {{time_codec}},
-    node {{low_cardinality_string}},
-    event {{low_cardinality_string}},
-    source {{low_cardinality_string}},
-    function_id UInt64 {{id_codec}},
-    self_count UInt64 {{codec}},
-    self_value UInt64 {{codec}},
-    total_count UInt64 {{codec}},
-    total_value UInt64 {{codec}}
-) ENGINE = {{engine SummingMergeTree (self_count, self_value, total_count, total_value)}}
+CREATE TABLE IF NOT EXISTS {{local:function_samples_10m}} {{on_cluster}} AS {{local:function_samples}}
+ENGINE = {{engine SummingMergeTree (self_count, self_value, total_count, total_value)}}
 PARTITION BY toYYYYMMDD(time)
 ORDER BY (event, source, node, toStartOfHour(time), function_id, time)
 {{ttl time retention}};

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use bimodal_proto::v1;
 use twox_hash::XxHash64;
 
-use crate::storage::rows::ProcessRow;
+use crate::storage::rows::{PlacementRow, ProcessRow};
 
 /// Who sent a batch: the stream's Hello, checked.
 #[derive(Clone, Debug)]
@@ -94,24 +94,6 @@ pub struct SourceDim {
     pub dropped: u64,
 }
 
-/// One placement row (a mapping of a process).
-#[derive(Clone, Debug)]
-pub struct PlacementDim {
-    pub pid: u32,
-    pub comm: String,
-    pub executable: String,
-    pub thread_nodes: Vec<u32>,
-    pub thread_counts: Vec<u32>,
-    pub kind: String,
-    pub path: String,
-    pub start: u64,
-    pub end: u64,
-    pub permissions: String,
-    pub page_nodes: Vec<u32>,
-    pub page_counts: Vec<u64>,
-    pub page_size: u64,
-}
-
 /// Everything storage writes for one batch.
 #[derive(Clone, Debug)]
 pub struct BatchRows {
@@ -125,7 +107,7 @@ pub struct BatchRows {
     pub samples: Vec<SampleAgg>,
     pub data_samples: Vec<DataAgg>,
     pub counters: Vec<(String, u64)>,
-    pub placements: Vec<PlacementDim>,
+    pub placements: Vec<PlacementRow>,
     pub stacks: Vec<(u64, Arc<[u64]>)>,
     pub frames: Vec<FrameDim>,
     pub processes: Vec<ProcessRow>,
@@ -475,7 +457,8 @@ pub fn build(sender: &Sender, batch: &v1::Batch, namer: &dyn FrameNamer) -> Batc
             p.mappings.iter().map(move |m| {
                 let mut pages: Vec<(u32, u64)> = m.pages_per_node.iter().map(|(&n, &c)| (n, c)).collect();
                 pages.sort_unstable();
-                PlacementDim {
+                PlacementRow {
+                    time: start_time,
                     pid: p.pid,
                     comm: p.comm.clone(),
                     executable: p.executable.clone(),

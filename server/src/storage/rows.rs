@@ -217,9 +217,9 @@ pub(super) struct FlameRow {
     pub value: u64,
 }
 
-/// One mapping of one process in one placement snapshot, as read back.
-#[derive(Row, Deserialize)]
-pub(super) struct PlacementRow {
+/// One mapping of one process in one placement snapshot.
+#[derive(Row, Deserialize, Clone, Debug)]
+pub struct PlacementRow {
     pub time: u32,
     pub pid: u32,
     pub comm: String,

@@ -333,7 +333,6 @@ fn clickhouse_config(
     zk_port: u16,
     all_tcp: &[u16],
 ) -> String {
-    let d = dir.display();
     let [http, tcp, interserver] = ports;
     let shards: String = all_tcp
         .iter()
@@ -344,44 +343,10 @@ fn clickhouse_config(
             )
         })
         .collect();
-    format!(
-        r#"<?xml version="1.0"?>
-<yandex>
-  <logger>
-    <level>warning</level>
-    <log>{d}/log/clickhouse-server.log</log>
-    <errorlog>{d}/log/clickhouse-server.err.log</errorlog>
-    <size>50M</size>
-    <count>3</count>
-  </logger>
-  <http_port>{http}</http_port>
-  <tcp_port>{tcp}</tcp_port>
-  <!-- replicas fetch parts from each other here; the host must be an address they can reach -->
+    let extra = format!(
+        r#"  <!-- replicas fetch parts from each other here; the host must be an address they can reach -->
   <interserver_http_port>{interserver}</interserver_http_port>
   <interserver_http_host>127.0.0.1</interserver_http_host>
-  <listen_host>127.0.0.1</listen_host>
-  <path>{d}/data/</path>
-  <tmp_path>{d}/tmp/</tmp_path>
-  <user_files_path>{d}/user_files/</user_files_path>
-  <format_schema_path>{d}/format_schemas/</format_schema_path>
-  <mark_cache_size>268435456</mark_cache_size>
-  <uncompressed_cache_size>268435456</uncompressed_cache_size>
-  <max_concurrent_queries>100</max_concurrent_queries>
-  <keep_alive_timeout>60</keep_alive_timeout>
-  <default_profile>default</default_profile>
-  <default_database>default</default_database>
-  <timezone>UTC</timezone>
-  <mlock_executable>false</mlock_executable>
-  <users>
-    <default>
-      <password></password>
-      <networks><ip>127.0.0.1</ip><ip>::1</ip></networks>
-      <profile>default</profile>
-      <quota>default</quota>
-    </default>
-  </users>
-  <profiles><default><max_memory_usage>4000000000</max_memory_usage></default></profiles>
-  <quotas><default></default></quotas>
   <zookeeper>
     <node><host>127.0.0.1</host><port>{zk_port}</port></node>
     <session_timeout_ms>10000</session_timeout_ms>
@@ -391,11 +356,9 @@ fn clickhouse_config(
     <{cluster}>{shards}
     </{cluster}>
   </remote_servers>
-  <distributed_ddl><path>/clickhouse/task_queue/ddl</path></distributed_ddl>
-  <compression><case><method>zstd</method></case></compression>
-</yandex>
-"#
-    )
+  <distributed_ddl><path>/clickhouse/task_queue/ddl</path></distributed_ddl>"#
+    );
+    bimodal_server::storage::managed::config_xml(dir, http, tcp, &extra)
 }
 
 fn spawn_clickhouse(binary: &Path, server: &Server) -> Result<Child, StartError> {

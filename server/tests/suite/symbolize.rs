@@ -83,7 +83,8 @@ async fn a_stripped_binary_is_named_by_the_server_from_its_uploaded_debug_file()
         &functions_of(&[&build.unstripped]),
     );
 
-    // The agent uploaded the images with symbols it saw, such as libc (which exports names).
+    // The agent uploaded the images it saw: libc's debug file where the standard location
+    // (/usr/lib/debug/.build-id) has one, else libc itself (which exports names).
     let libc = ["/usr/lib/x86_64-linux-gnu/libc.so.6", "/lib/x86_64-linux-gnu/libc.so.6"]
         .into_iter()
         .find(|p| std::path::Path::new(p).exists())
@@ -98,7 +99,16 @@ async fn a_stripped_binary_is_named_by_the_server_from_its_uploaded_debug_file()
             .await
             .unwrap()
             .into_inner();
-        if status.stored.contains(&(v1::DebuginfoKind::Executable as i32)) {
+        let debug_file = format!("/usr/lib/debug/.build-id/{}.debug", {
+            let hex = bimodal_profile::hex(&build_id(libc));
+            format!("{}/{}", &hex[..2], &hex[2..])
+        });
+        let expected = if std::path::Path::new(&debug_file).exists() {
+            v1::DebuginfoKind::Debuginfo
+        } else {
+            v1::DebuginfoKind::Executable
+        };
+        if status.stored.contains(&(expected as i32)) {
             break;
         }
         assert!(Instant::now() < deadline, "the agent never uploaded libc: {status:?}");
