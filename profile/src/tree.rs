@@ -1,6 +1,6 @@
 //! The flame-graph tree the web UI renders: inclusive values, children sorted by name.
 
-use std::collections::BTreeMap;
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 use crate::{FrameKind, Profile};
 
@@ -42,48 +42,100 @@ impl From<FrameKind> for TreeKind {
     }
 }
 
-#[derive(Default)]
-struct Building {
-    kind: Option<TreeKind>,
-    module: String,
-    value: u64,
-    children: BTreeMap<String, Building>,
+/// A tree under construction: nodes in an arena, each child found by (parent, name) in one map,
+/// names interned once per distinct frame rather than once per sample.
+struct Building<'a> {
+    names: Vec<String>,
+    name_ids: HashMap<String, u32>,
+    nodes: Vec<Built<'a>>,
+    children: HashMap<(u32, u32), u32>,
 }
 
-impl Building {
-    fn child(&mut self, name: String, kind: TreeKind, module: &str) -> &mut Building {
-        let c = self.children.entry(name).or_default();
-        if c.kind.is_none() {
-            c.kind = Some(kind);
-            c.module = module.to_owned();
+struct Built<'a> {
+    name: u32,
+    kind: TreeKind,
+    module: &'a str,
+    value: u64,
+}
+
+impl<'a> Building<'a> {
+    fn name(&mut self, name: &str) -> u32 {
+        if let Some(&id) = self.name_ids.get(name) {
+            return id;
         }
-        c
+        let id = self.names.len() as u32;
+        self.names.push(name.to_owned());
+        self.name_ids.insert(name.to_owned(), id);
+        id
     }
 
-    fn finish(self, name: String) -> TreeNode {
+    fn child(&mut self, parent: u32, name: u32, kind: TreeKind, module: &'a str) -> u32 {
+        let next = self.nodes.len() as u32;
+        let id = *self.children.entry((parent, name)).or_insert(next);
+        if id == next {
+            self.nodes.push(Built {
+                name,
+                kind,
+                module,
+                value: 0,
+            });
+        }
+        id
+    }
+
+    fn finish(self) -> TreeNode {
+        let mut kids: Vec<Vec<u32>> = vec![Vec::new(); self.nodes.len()];
+        for (&(parent, _), &child) in &self.children {
+            kids[parent as usize].push(child);
+        }
+        for k in &mut kids {
+            k.sort_unstable_by(|a, b| {
+                self.names[self.nodes[*a as usize].name as usize]
+                    .cmp(&self.names[self.nodes[*b as usize].name as usize])
+            });
+        }
+        self.node(0, &kids)
+    }
+
+    fn node(&self, id: u32, kids: &[Vec<u32>]) -> TreeNode {
+        let n = &self.nodes[id as usize];
         TreeNode {
-            name,
-            kind: self.kind.unwrap_or(TreeKind::Root),
-            module: self.module,
-            value: self.value,
-            children: self.children.into_iter().map(|(n, c)| c.finish(n)).collect(),
+            name: self.names[n.name as usize].clone(),
+            kind: n.kind,
+            module: n.module.to_owned(),
+            value: n.value,
+            children: kids[id as usize].iter().map(|&c| self.node(c, kids)).collect(),
         }
     }
 }
 
 pub(crate) fn build(p: &Profile) -> TreeNode {
-    let mut root = Building::default();
+    let mut b = Building {
+        names: Vec::new(),
+        name_ids: HashMap::default(),
+        nodes: Vec::new(),
+        children: HashMap::default(),
+    };
+    let all = b.name("all");
+    b.nodes.push(Built {
+        name: all,
+        kind: TreeKind::Root,
+        module: "",
+        value: 0,
+    });
+    let frame_names: Vec<u32> = p.frames.iter().map(|f| b.name(&f.display_name())).collect();
     for s in &p.samples {
-        root.value += s.value;
-        let mut node = root.child(s.comm.clone(), TreeKind::Process, "");
-        node.value += s.value;
+        b.nodes[0].value += s.value;
+        let comm = b.name(&s.comm);
+        let mut node = b.child(0, comm, TreeKind::Process, "");
+        b.nodes[node as usize].value += s.value;
         for &i in s.stack.iter().rev() {
             let f = &p.frames[i as usize];
-            node = node.child(f.display_name(), f.kind.into(), &f.module);
-            node.value += s.value;
+            node = b.child(node, frame_names[i as usize], f.kind.into(), &f.module);
+            b.nodes[node as usize].value += s.value;
         }
     }
-    root.finish("all".to_owned())
+    b.finish()
 }
 
 #[cfg(test)]

@@ -53,10 +53,10 @@ struct Cli {
     #[arg(long, env = "BIMODAL_CACHE_ENTRIES", default_value_t = 1 << 20)]
     cache_entries: usize,
     /// Write buffered batches once this many rows wait...
-    #[arg(long, env = "BIMODAL_FLUSH_ROWS", default_value_t = 200_000)]
+    #[arg(long, env = "BIMODAL_FLUSH_ROWS", default_value_t = 500_000)]
     flush_rows: usize,
     /// ...or once the oldest has waited this long.
-    #[arg(long, env = "BIMODAL_FLUSH_INTERVAL", value_parser = humantime::parse_duration, default_value = "1s")]
+    #[arg(long, env = "BIMODAL_FLUSH_INTERVAL", value_parser = humantime::parse_duration, default_value = "2s")]
     flush_interval: std::time::Duration,
     /// Most rows buffered for writing; beyond it agents are told to retry later.
     #[arg(long, env = "BIMODAL_MAX_BUFFERED_ROWS", default_value_t = 2_000_000)]
@@ -73,6 +73,28 @@ enum Command {
         /// The ClickHouse version to render for, e.g. 18.16.1 or 26.9.
         #[arg(long, default_value = "26.9")]
         clickhouse_version: String,
+        /// Print only the reads of one scope (flame graph, per-node totals, per-node functions)
+        /// for this event, as the API would send them: for timing them elsewhere.
+        #[arg(long)]
+        event: Option<String>,
+        /// The scope's source.
+        #[arg(long, requires = "event")]
+        source: Option<String>,
+        /// The scope's selector.
+        #[arg(long, requires = "event", default_value = "{}")]
+        selector: String,
+        /// The scope's range, Unix seconds.
+        #[arg(long, requires = "event")]
+        from: Option<u32>,
+        #[arg(long, requires = "event")]
+        to: Option<u32>,
+        /// How the reads sum their nodes (the server picks it from the nodes a selector
+        /// matches): fleet, every-node, matching (--nodes) or fleet-minus (all but --nodes).
+        #[arg(long, requires = "event", default_value = "every-node")]
+        reach: String,
+        /// The nodes of `--reach matching`, or those left out by `--reach fleet-minus`.
+        #[arg(long, requires = "event", value_delimiter = ',')]
+        nodes: Vec<String>,
     },
     /// The debug-info store of a running server.
     Debuginfo {
@@ -112,10 +134,60 @@ async fn main() -> std::process::ExitCode {
             }
         };
     }
-    if let Some(Command::Sql { clickhouse_version }) = &cli.command {
+    if let Some(Command::Sql {
+        clickhouse_version,
+        event,
+        source,
+        selector,
+        from,
+        to,
+        reach,
+        nodes,
+    }) = &cli.command
+    {
         let dialect = Dialect::for_version(clickhouse_version, cli.retention_days)
             .on_cluster(cli.clickhouse_cluster.clone(), &cli.clickhouse_database);
         let client = clickhouse::Client::default().with_database(cli.clickhouse_database.clone());
+        if let Some(event) = event {
+            let scope = (|| {
+                let event = bimodal_proto::v1::EventKind::from_name(event).ok_or(format!("unknown event `{event}`"))?;
+                let selector = selector.parse().map_err(|e| format!("{e}"))?;
+                let (from, to) = (from.ok_or("--from is required")?, to.ok_or("--to is required")?);
+                let reach = match reach.as_str() {
+                    "fleet" => queries::Reach::Fleet,
+                    "every-node" => queries::Reach::EveryNode,
+                    "matching" => queries::Reach::Matching(nodes.clone()),
+                    "fleet-minus" => queries::Reach::FleetMinus(nodes.clone()),
+                    other => {
+                        return Err(format!(
+                            "unknown --reach `{other}`: fleet, every-node, matching or fleet-minus"
+                        ))
+                    }
+                };
+                Ok::<_, String>((
+                    queries::Scope {
+                        event: event.name(),
+                        source: source.clone(),
+                        selector,
+                        from,
+                        to,
+                    },
+                    reach,
+                ))
+            })();
+            return match scope {
+                Ok((scope, reach)) => {
+                    for statement in queries::reads(&client, &scope, &reach) {
+                        println!("{statement};");
+                    }
+                    std::process::ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("bimodal-server: error: {e}");
+                    std::process::ExitCode::FAILURE
+                }
+            };
+        }
         for statement in migrations::all_statements(&dialect)
             .into_iter()
             .chain(queries::examples(&client))

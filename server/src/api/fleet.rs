@@ -1,6 +1,7 @@
 //! What the fleet looks like: `GET /api/v1/nodes?selector=&from=&to=` (nodes with labels and
 //! facts), `GET /api/v1/totals?event=&selector=&source=&from=&to=` (per node and source),
-//! `GET /api/v1/functions?event=&source=&selector=&from=&to=&limit=` (per node and function),
+//! `GET /api/v1/functions?event=&source=&selector=&from=&to=&limit=` (the largest functions,
+//! each with its values per node),
 //! `GET /api/v1/sources` (what each source measures, in which unit).
 
 use std::collections::{BTreeMap, HashMap};
@@ -115,33 +116,19 @@ pub(super) async fn functions(
 ) -> Result<Json<serde_json::Value>, AppError> {
     let p = Params::parse(raw.as_deref(), &["event", "selector", "source", "from", "to", "limit"])?;
     let scope = scope(&p, true)?;
-    let limit = p.bounded("limit", DEFAULT_FUNCTIONS, MAX_FUNCTIONS)? as usize;
-    let rows = state.store.node_functions(&scope).await?;
-    // The functions with the largest total value over the selected nodes, then each node's
-    // values of them.
-    let mut totals: HashMap<(&str, &str), u64> = HashMap::new();
-    for r in &rows {
-        *totals.entry((&r.function.name, &r.function.module)).or_default() += r.total_value;
-    }
-    let mut top: Vec<((&str, &str), u64)> = totals.into_iter().collect();
-    top.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    top.truncate(limit);
-    let index: HashMap<(&str, &str), usize> = top.iter().enumerate().map(|(i, (k, _))| (*k, i)).collect();
-    let mut per_function: Vec<Vec<serde_json::Value>> = vec![Vec::new(); top.len()];
-    for r in &rows {
-        if let Some(&i) = index.get(&(r.function.name.as_str(), r.function.module.as_str())) {
-            per_function[i].push(serde_json::json!({
-                "node": r.node,
-                "self_samples": r.self_samples, "self_value": r.self_value,
-                "total_samples": r.total_samples, "total_value": r.total_value,
-            }));
-        }
-    }
-    let functions: Vec<_> = top
+    let limit = p.bounded("limit", DEFAULT_FUNCTIONS, MAX_FUNCTIONS)?;
+    let found = state.store.node_functions(&scope, limit).await?;
+    let functions: Vec<FunctionAnswer> = found
+        .functions
         .iter()
-        .zip(per_function)
-        .map(|(((name, module), total), nodes)| {
-            serde_json::json!({"function": name, "module": module, "total_value": total, "nodes": nodes})
+        .map(|f| FunctionAnswer {
+            function: &f.function.name,
+            module: &f.function.module,
+            total_value: f.total_value,
+            self_samples: &f.self_samples,
+            self_values: &f.self_values,
+            total_samples: &f.total_samples,
+            total_values: &f.total_values,
         })
         .collect();
     Ok(Json(serde_json::json!({
@@ -150,8 +137,21 @@ pub(super) async fn functions(
         "selector": scope.selector.to_string(),
         "from": rfc3339(scope.from),
         "to": rfc3339(scope.to),
+        "nodes": found.nodes,
         "functions": functions,
     })))
+}
+
+/// One function of `/api/v1/functions`: its values per node, aligned with the answer's `nodes`.
+#[derive(serde::Serialize)]
+struct FunctionAnswer<'a> {
+    function: &'a str,
+    module: &'a str,
+    total_value: u64,
+    self_samples: &'a [u64],
+    self_values: &'a [u64],
+    total_samples: &'a [u64],
+    total_values: &'a [u64],
 }
 
 pub(super) async fn sources(State(state): State<AppState>) -> Result<Json<serde_json::Value>, AppError> {

@@ -31,16 +31,26 @@ pub const MAX_IN_FLIGHT: usize = 32;
 /// The trailer naming the batch a stream could not decode, by its 0-based position.
 pub const BATCH_INDEX_TRAILER: &str = "bimodal-batch-index";
 
+/// Mebibytes of decoded batches the server holds while it checks, converts and buffers them,
+/// over all streams: with thousands of agents catching up at once, memory stays bounded and the
+/// batches beyond it are answered "retry later".
+pub const MAX_IN_FLIGHT_MIB: u32 = 128;
+
 /// Serves `bimodal.v1.Ingest` into the write path.
 #[derive(Debug, Clone)]
 pub struct IngestService {
     writer: Writer,
     names: Arc<Names>,
+    in_flight: Arc<tokio::sync::Semaphore>,
 }
 
 impl IngestService {
     pub fn new(writer: Writer, names: Arc<Names>) -> Self {
-        IngestService { writer, names }
+        IngestService {
+            writer,
+            names,
+            in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT_MIB as usize)),
+        }
     }
 }
 
@@ -102,14 +112,15 @@ impl Ingest for IngestService {
         let (tx, rx) = mpsc::channel(MAX_IN_FLIGHT);
         let writer = self.writer.clone();
         let names = self.names.clone();
+        let in_flight = self.in_flight.clone();
         tokio::spawn(async move {
             // Acks go out in the order batches came, whatever order they are stored in.
-            let mut in_flight = FuturesOrdered::new();
+            let mut pending = FuturesOrdered::new();
             let mut read = 0usize;
             let mut open = true;
             loop {
                 tokio::select! {
-                    message = inbound.message(), if open && in_flight.len() < MAX_IN_FLIGHT => {
+                    message = inbound.message(), if open && pending.len() < MAX_IN_FLIGHT => {
                         let batch = match message {
                             Ok(Some(v1::IngestRequest { message: Some(ingest_request::Message::Batch(b)) })) => b,
                             Ok(Some(_)) => {
@@ -135,10 +146,10 @@ impl Ingest for IngestService {
                             }
                         };
                         read += 1;
-                        let (writer, names, sender) = (writer.clone(), names.clone(), sender.clone());
-                        in_flight.push_back(async move { store(&writer, &names, &sender, batch).await });
+                        let (writer, names, sender, room) = (writer.clone(), names.clone(), sender.clone(), in_flight.clone());
+                        pending.push_back(async move { store(&writer, &names, &sender, &room, batch).await });
                     }
-                    Some(reply) = in_flight.next(), if !in_flight.is_empty() => {
+                    Some(reply) = pending.next(), if !pending.is_empty() => {
                         if tx.send(Ok(reply)).await.is_err() {
                             return;
                         }
@@ -152,7 +163,24 @@ impl Ingest for IngestService {
 }
 
 /// Checks, names, converts and stores one batch; the ack to send.
-async fn store(writer: &Writer, names: &Names, sender: &Sender, batch: v1::Batch) -> v1::IngestResponse {
+async fn store(
+    writer: &Writer,
+    names: &Names,
+    sender: &Sender,
+    room: &Arc<tokio::sync::Semaphore>,
+    mut batch: v1::Batch,
+) -> v1::IngestResponse {
+    let mib = (prost::Message::encoded_len(&batch) >> 20).clamp(1, MAX_IN_FLIGHT_MIB as usize) as u32;
+    let Ok(Ok(held)) =
+        tokio::time::timeout(std::time::Duration::from_secs(5), room.clone().acquire_many_owned(mib)).await
+    else {
+        return ack(
+            batch.batch_id,
+            v1::ack::Status::Retry,
+            "the server holds as many batches as it may: retry later".into(),
+            5000,
+        );
+    };
     if let Err(invalid) = validate::batch(&batch, unix_now()) {
         tracing::warn!(node = %sender.node, error = %invalid, "rejected a malformed batch");
         return ack(batch.batch_id, v1::ack::Status::Rejected, invalid.to_string(), 0);
@@ -161,12 +189,17 @@ async fn store(writer: &Writer, names: &Names, sender: &Sender, batch: v1::Batch
     if let Err(e) = names.load_for(&batch.frames).await {
         tracing::warn!(error = %e, "symbol tables unavailable; functions of this batch stay unnamed");
     }
-    let rows = rows::build(sender, &batch, names);
+    let rows = rows::build(sender, &batch, names, writer.known());
+    // The decoded batch is several times its rows: it is not kept while they wait to be written
+    // (the write path bounds those).
+    let batch_id = std::mem::take(&mut batch.batch_id);
+    drop(batch);
+    drop(held);
     match writer.submit(rows).await {
-        Outcome::Stored => ack(batch.batch_id, v1::ack::Status::Stored, String::new(), 0),
-        Outcome::Duplicate => ack(batch.batch_id, v1::ack::Status::Duplicate, String::new(), 0),
+        Outcome::Stored => ack(batch_id, v1::ack::Status::Stored, String::new(), 0),
+        Outcome::Duplicate => ack(batch_id, v1::ack::Status::Duplicate, String::new(), 0),
         Outcome::Retry { after, reason } => ack(
-            batch.batch_id,
+            batch_id,
             v1::ack::Status::Retry,
             reason,
             after.as_millis().min(u128::from(u32::MAX)) as u32,

@@ -68,7 +68,7 @@ pub struct FrameDim {
     pub id: u64,
     pub kind: u8,
     pub module: String,
-    pub build_id: String,
+    pub build_id: Arc<str>,
     pub file_offset: u64,
     pub elf_address: u64,
     pub address: u64,
@@ -112,6 +112,8 @@ pub struct BatchRows {
     pub frames: Vec<FrameDim>,
     pub processes: Vec<ProcessRow>,
     pub functions: Vec<FunctionDim>,
+    /// (frame, function) of frames named here, remembered once the functions are written.
+    pub frame_functions: Vec<(u64, u64)>,
     pub sources: Vec<SourceDim>,
     /// Samples taken, all events.
     pub sample_count: u64,
@@ -134,6 +136,35 @@ pub trait FrameNamer {
     fn name(&self, build_id: &str, elf_address: u64, file_offset: u64) -> Option<String>;
 }
 
+/// What storage wrote already (today): dimension rows not worth building again, and the
+/// function of frames named before. Only ids whose rows are written are known.
+pub trait Known {
+    fn frame(&self, id: u64) -> bool;
+    fn stack(&self, id: u64) -> bool;
+    fn process(&self, id: u64) -> bool;
+    /// The function of a frame, when its row is written.
+    fn function_of(&self, frame_id: u64) -> Option<u64>;
+}
+
+/// Nothing written yet (tests).
+#[derive(Debug, Default)]
+pub struct NothingKnown;
+
+impl Known for NothingKnown {
+    fn frame(&self, _: u64) -> bool {
+        false
+    }
+    fn stack(&self, _: u64) -> bool {
+        false
+    }
+    fn process(&self, _: u64) -> bool {
+        false
+    }
+    fn function_of(&self, _: u64) -> Option<u64> {
+        None
+    }
+}
+
 /// A namer that knows nothing (tests, and frames no upload covers).
 #[derive(Debug, Default)]
 pub struct NoNames;
@@ -143,6 +174,10 @@ impl FrameNamer for NoNames {
         None
     }
 }
+
+/// Hash maps of this hot path: ids and small keys need no DoS-resistant hashing (SipHash cost
+/// a tenth of ingest's CPU).
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 struct IdHasher(XxHash64);
 
@@ -245,8 +280,9 @@ pub fn unnamed(module: &str, file_offset: u64, address: u64) -> String {
     }
 }
 
-/// Turns a validated batch into rows. `namer` names frames the agent left to the server.
-pub fn build(sender: &Sender, batch: &v1::Batch, namer: &dyn FrameNamer) -> BatchRows {
+/// Turns a validated batch into rows. `namer` names frames the agent left to the server;
+/// dimension rows `known` to be written are left out.
+pub fn build(sender: &Sender, batch: &v1::Batch, namer: &dyn FrameNamer, known: &dyn Known) -> BatchRows {
     let batch_id: [u8; 16] = batch.batch_id.as_slice().try_into().unwrap_or([0; 16]);
     let start_time = unix_secs(batch.start_unix_nanos);
     let end_time = unix_secs(batch.end_unix_nanos);
@@ -283,37 +319,60 @@ pub fn build(sender: &Sender, batch: &v1::Batch, namer: &dyn FrameNamer) -> Batc
             .unwrap_or_else(|| Arc::from(""))
     };
 
-    // Frames: ids, and the function each one is in.
-    let mut frames = Vec::with_capacity(batch.frames.len());
+    // Frames: ids, and the function each one is in. A batch has thousands of frames of a few
+    // images: each build id is hexed once, and frames known before are not named again.
+    let mut hexed: FastMap<&[u8], Arc<str>> = FastMap::default();
+    let mut frame_ids = Vec::with_capacity(batch.frames.len());
     let mut frame_functions = Vec::with_capacity(batch.frames.len());
-    let mut functions: HashMap<u64, FunctionDim> = HashMap::new();
+    let mut frames = Vec::new();
+    let mut functions: FastMap<u64, FunctionDim> = FastMap::default();
+    let mut named_here = Vec::new();
     for f in &batch.frames {
         let id = frame_id(f);
-        let build_id = bimodal_profile::hex(&f.build_id);
-        let named = if f.build_id.is_empty() {
-            None
-        } else {
-            namer.name(&build_id, f.elf_address, f.file_offset)
+        frame_ids.push(id);
+        let mut build_id = || -> Arc<str> {
+            hexed
+                .entry(f.build_id.as_slice())
+                .or_insert_with(|| bimodal_profile::hex(&f.build_id).into())
+                .clone()
         };
-        let module = module_name(f);
-        let name = named
-            .or_else(|| (!f.function.is_empty()).then(|| f.function.clone()))
-            .unwrap_or_else(|| unnamed(&f.module, f.file_offset, f.address));
-        let fid = function_id(&name, &module);
-        functions
-            .entry(fid)
-            .or_insert_with(|| FunctionDim { id: fid, name, module });
+        let fid = match known.function_of(id) {
+            Some(fid) => fid,
+            None => {
+                let named = if f.build_id.is_empty() {
+                    None
+                } else {
+                    namer.name(&build_id(), f.elf_address, f.file_offset)
+                };
+                let module = module_name(f);
+                let agent_named = !f.function.is_empty();
+                let name = named
+                    .or_else(|| agent_named.then(|| f.function.clone()))
+                    .unwrap_or_else(|| unnamed(&f.module, f.file_offset, f.address));
+                let fid = function_id(&name, &module);
+                // A frame nobody named may be named by a later upload: not remembered.
+                if !name.starts_with('[') || agent_named {
+                    named_here.push((id, fid));
+                }
+                functions
+                    .entry(fid)
+                    .or_insert_with(|| FunctionDim { id: fid, name, module });
+                fid
+            }
+        };
         frame_functions.push(fid);
-        frames.push(FrameDim {
-            id,
-            kind: f.kind.clamp(0, 255) as u8,
-            module: f.module.clone(),
-            build_id,
-            file_offset: f.file_offset,
-            elf_address: f.elf_address,
-            address: f.address,
-            function: f.function.clone(),
-        });
+        if !known.frame(id) {
+            frames.push(FrameDim {
+                id,
+                kind: f.kind.clamp(0, 255) as u8,
+                module: f.module.clone(),
+                build_id: build_id(),
+                file_offset: f.file_offset,
+                elf_address: f.elf_address,
+                address: f.address,
+                function: f.function.clone(),
+            });
+        }
     }
 
     // Stacks: ids, and per stack its leaf function and its distinct functions.
@@ -321,7 +380,7 @@ pub fn build(sender: &Sender, batch: &v1::Batch, namer: &dyn FrameNamer) -> Batc
     let mut stack_ids = Vec::with_capacity(batch.stacks.len());
     let mut stack_functions: Vec<(Option<u64>, Vec<u64>)> = Vec::with_capacity(batch.stacks.len());
     for s in &batch.stacks {
-        let ids: Arc<[u64]> = s.frame_indices.iter().map(|&i| frames[i as usize].id).collect();
+        let ids: Arc<[u64]> = s.frame_indices.iter().map(|&i| frame_ids[i as usize]).collect();
         let id = stack_id(&ids);
         let mut fns: Vec<u64> = s.frame_indices.iter().map(|&i| frame_functions[i as usize]).collect();
         let leaf = fns.first().copied();
@@ -333,8 +392,8 @@ pub fn build(sender: &Sender, batch: &v1::Batch, namer: &dyn FrameNamer) -> Batc
     }
 
     // Processes by pid, then their ids.
-    let mut processes: HashMap<u64, ProcessRow> = HashMap::new();
-    let by_pid: HashMap<u32, &v1::Process> = batch.processes.iter().map(|p| (p.pid, p)).collect();
+    let mut processes: FastMap<u64, ProcessRow> = FastMap::default();
+    let by_pid: FastMap<u32, &v1::Process> = batch.processes.iter().map(|p| (p.pid, p)).collect();
     let mut process_of = |pid: u32, comm: &str| -> u64 {
         let p = by_pid.get(&pid);
         let field = |f: fn(&v1::Process) -> &String| p.map(|p| f(p).clone()).unwrap_or_default();
@@ -358,8 +417,8 @@ pub fn build(sender: &Sender, batch: &v1::Batch, namer: &dyn FrameNamer) -> Batc
     };
 
     // Samples without thread ids: one row per (event, process, stack).
-    let mut by_stack: HashMap<(i32, u64, usize), (u64, u64)> = HashMap::new();
-    let mut process_cache: HashMap<(u32, &str), u64> = HashMap::new();
+    let mut by_stack: FastMap<(i32, u64, usize), (u64, u64)> = FastMap::default();
+    let mut process_cache: FastMap<(u32, &str), u64> = FastMap::default();
     let mut sample_count = 0;
     for s in &batch.samples {
         let pid = *process_cache
@@ -371,7 +430,7 @@ pub fn build(sender: &Sender, batch: &v1::Batch, namer: &dyn FrameNamer) -> Batc
         sample_count += s.count;
     }
     let mut samples = Vec::with_capacity(by_stack.len() * 2);
-    let mut by_function: HashMap<(i32, u64), [u64; 4]> = HashMap::new();
+    let mut by_function: FastMap<(i32, u64), [u64; 4]> = FastMap::default();
     for (&(event, process_id, stack), &(count, value)) in &by_stack {
         samples.push(SampleAgg {
             kind: 0,
@@ -412,8 +471,15 @@ pub fn build(sender: &Sender, batch: &v1::Batch, namer: &dyn FrameNamer) -> Batc
     }
 
     // Data samples by object and line, without thread ids.
-    let mut by_object: HashMap<DataKey, (u64, u64)> = HashMap::new();
+    let mut by_object: FastMap<DataKey, (u64, u64)> = FastMap::default();
     for d in &batch.data_samples {
+        // A page fault touches its page once (the fault maps it): its address says which object,
+        // never a hot line, and keeping lines would store one row per fault.
+        let cache_line = if d.event == v1::EventKind::PageFault as i32 {
+            0
+        } else {
+            d.cache_line
+        };
         let pid = *process_cache
             .entry((d.pid, d.comm.as_str()))
             .or_insert_with(|| process_of(d.pid, &d.comm));
@@ -424,7 +490,7 @@ pub fn build(sender: &Sender, batch: &v1::Batch, namer: &dyn FrameNamer) -> Batc
             d.mapping_kind.as_str(),
             d.mapping_path.as_str(),
             d.symbol.as_str(),
-            d.cache_line,
+            cache_line,
         );
         let e = by_object.entry(key).or_default();
         e.0 += d.count;
@@ -488,7 +554,7 @@ pub fn build(sender: &Sender, batch: &v1::Batch, namer: &dyn FrameNamer) -> Batc
     let stacks = stacks
         .into_iter()
         .zip(used)
-        .filter_map(|(s, u)| u.then_some(s))
+        .filter_map(|(s, u)| (u && !known.stack(s.0)).then_some(s))
         .collect();
 
     BatchRows {
@@ -504,8 +570,12 @@ pub fn build(sender: &Sender, batch: &v1::Batch, namer: &dyn FrameNamer) -> Batc
         placements,
         stacks,
         frames,
-        processes: processes.into_values().collect(),
+        processes: processes
+            .into_values()
+            .filter(|p| !known.process(p.process_id))
+            .collect(),
         functions: functions.into_values().collect(),
+        frame_functions: named_here,
         sources,
         sample_count,
     }
@@ -665,7 +735,7 @@ mod tests {
             agent_version: "t".into(),
             facts: None,
         };
-        let rows = build(&sender, &batch(), &Named);
+        let rows = build(&sender, &batch(), &Named, &NothingKnown);
         let stacks: Vec<_> = rows.samples.iter().filter(|s| s.kind == 0).collect();
         assert_eq!(stacks.len(), 2, "threads 10 and 11 merge");
         assert_eq!(stacks.iter().map(|s| s.count).sum::<u64>(), 10);

@@ -24,7 +24,7 @@ use bimodal_proto::v1;
 use clickhouse::Client;
 
 pub use migrations::Dialect;
-pub use queries::Scope;
+pub use queries::{Reach, Scope};
 use rows::{FlameRow, FrameRow, FunctionRow, NodeFunctionRow, NodeRow, NodeTotalRow, ProcessRow, StackRow};
 
 use crate::selector::Selector;
@@ -113,6 +113,8 @@ pub struct FlameGraph {
     pub sources: Vec<SourceShare>,
     /// Stacks left out beyond the limit (the smallest), and their value.
     pub truncated_stacks: u64,
+    /// How the nodes were read ([`Reach::name`]).
+    pub reach: &'static str,
 }
 
 /// Per-node totals of one event (per source).
@@ -124,15 +126,26 @@ pub struct NodeTotal {
     pub value: u64,
 }
 
-/// A function's values on one node.
+/// The largest functions of a read and their values on each node, as columns aligned with
+/// `nodes` (zero where a node did not run the function).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeFunctions {
+    /// Nodes with samples of any of the functions, sorted.
+    pub nodes: Vec<String>,
+    /// Largest total value first.
+    pub functions: Vec<FunctionValues>,
+}
+
+/// One function's values per node.
 #[derive(Clone, Debug, PartialEq)]
-pub struct NodeFunction {
-    pub node: String,
+pub struct FunctionValues {
     pub function: Arc<FunctionName>,
-    pub self_samples: u64,
-    pub self_value: u64,
-    pub total_samples: u64,
+    /// Over every node read.
     pub total_value: u64,
+    pub self_samples: Vec<u64>,
+    pub self_values: Vec<u64>,
+    pub total_samples: Vec<u64>,
+    pub total_values: Vec<u64>,
 }
 
 /// A function as stored: its name and module file name.
@@ -154,6 +167,8 @@ pub struct Store {
     frames: quick_cache::sync::Cache<u64, Arc<Frame>>,
     processes: quick_cache::sync::Cache<u64, Arc<ProcessRow>>,
     functions: quick_cache::sync::Cache<u64, Arc<FunctionName>>,
+    /// Sample time from which the fleet rollups hold every sample; `u32::MAX` until read.
+    rollups_from: std::sync::atomic::AtomicU32,
 }
 
 impl std::fmt::Debug for Store {
@@ -248,6 +263,7 @@ impl Store {
             frames: quick_cache::sync::Cache::new(entries),
             processes: quick_cache::sync::Cache::new(entries),
             functions: quick_cache::sync::Cache::new(entries),
+            rollups_from: std::sync::atomic::AtomicU32::new(u32::MAX),
         })
     }
 
@@ -322,7 +338,11 @@ impl Store {
 
     /// Per-node totals of `scope`, per source.
     pub async fn node_totals(&self, scope: &Scope) -> Result<Vec<NodeTotal>, StorageError> {
-        Ok(queries::node_totals(scope)
+        let reach = self.reach(scope).await?;
+        if reach == Reach::Nothing {
+            return Ok(Vec::new());
+        }
+        Ok(queries::node_totals(scope, &reach)
             .query(&self.client)
             .fetch_all::<NodeTotalRow>()
             .await
@@ -337,46 +357,124 @@ impl Store {
             .collect())
     }
 
-    /// Self and total values per node and function over `scope` (its source must be set).
-    /// Functions are kept per node, not per process: process labels in the selector are ignored.
-    pub async fn node_functions(&self, scope: &Scope) -> Result<Vec<NodeFunction>, StorageError> {
+    /// Sample time from which the fleet rollups are complete (`u32::MAX`: not known yet, as
+    /// right after a cluster's migration, whose row reaches the shards shortly after).
+    async fn rollups_from(&self) -> Result<u32, StorageError> {
+        use std::sync::atomic::Ordering;
+        let known = self.rollups_from.load(Ordering::Relaxed);
+        if known != u32::MAX {
+            return Ok(known);
+        }
+        #[derive(clickhouse::Row, serde::Deserialize)]
+        struct Row {
+            from: u32,
+            rows: u64,
+        }
+        let row = self
+            .client
+            .query("SELECT toUInt32(max(complete_from)) AS from, count() AS rows FROM rollups WHERE name = 'fleet'")
+            .fetch_one::<Row>()
+            .await
+            .map_err(StorageError::query("read when the fleet rollups start"))?;
+        if row.rows == 0 {
+            return Ok(u32::MAX);
+        }
+        self.rollups_from.store(row.from, Ordering::Relaxed);
+        Ok(row.from)
+    }
+
+    /// How a read of `scope` sums its nodes: the fleet rollups when it covers every node,
+    /// the rollups minus the others when it covers most, else the nodes it matches.
+    pub async fn reach(&self, scope: &Scope) -> Result<Reach, StorageError> {
+        let held = scope.from >= self.rollups_from().await?;
+        if scope.selector.node_matchers().next().is_none() {
+            return Ok(Reach::choose(None, held));
+        }
+        #[derive(clickhouse::Row, serde::Deserialize)]
+        struct Row {
+            node: String,
+            matches: u8,
+        }
+        let nodes = queries::matching_nodes(&scope.selector)
+            .query(&self.client)
+            .fetch_all::<Row>()
+            .await
+            .map_err(StorageError::query("match nodes to a selector"))?;
+        Ok(Reach::choose(
+            Some(nodes.into_iter().map(|r| (r.node, r.matches != 0)).collect()),
+            held,
+        ))
+    }
+
+    /// Self and total values per node of the `limit` functions with the largest total value
+    /// over `scope` (its source must be set). Functions are kept per node, not per process:
+    /// process labels in the selector are ignored.
+    pub async fn node_functions(&self, scope: &Scope, limit: u32) -> Result<NodeFunctions, StorageError> {
         let mut scope = scope.clone();
         scope
             .selector
             .matchers
             .retain(|m| m.scope() == crate::selector::LabelScope::Node);
-        let rows = queries::node_functions(&scope)
+        let reach = self.reach(&scope).await?;
+        if reach == Reach::Nothing {
+            return Ok(NodeFunctions::default());
+        }
+        let rows = queries::node_functions(&scope, &reach, limit)
             .query(&self.client)
             .fetch_all::<NodeFunctionRow>()
             .await
             .map_err(StorageError::query("sum samples per node and function"))?;
-        let mut ids: Vec<u64> = rows.iter().map(|r| r.function_id).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        let names = self.functions(&ids).await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| NodeFunction {
-                function: names.get(&r.function_id).cloned().unwrap_or_else(|| {
+        // Largest total over the nodes read first (what the ranking in ClickHouse used).
+        let mut totals: HashMap<u64, u64> = HashMap::new();
+        for r in &rows {
+            *totals.entry(r.function_id).or_default() += r.total_value;
+        }
+        let mut top: Vec<(u64, u64)> = totals.into_iter().collect();
+        top.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let ids: Vec<u64> = top.iter().map(|t| t.0).collect();
+        let mut sorted = ids.clone();
+        sorted.sort_unstable();
+        let names = self.functions(&sorted).await?;
+        let mut nodes: Vec<String> = rows.iter().map(|r| r.node.clone()).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        let node_index: HashMap<&str, usize> = nodes.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect();
+        let function_index: HashMap<u64, usize> = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
+        let mut functions: Vec<FunctionValues> = top
+            .iter()
+            .map(|t| FunctionValues {
+                function: names.get(&t.0).cloned().unwrap_or_else(|| {
                     Arc::new(FunctionName {
                         name: "[function not stored]".into(),
                         module: String::new(),
                     })
                 }),
-                node: r.node,
-                self_samples: r.self_count,
-                self_value: r.self_value,
-                total_samples: r.total_count,
-                total_value: r.total_value,
+                total_value: t.1,
+                self_samples: vec![0; nodes.len()],
+                self_values: vec![0; nodes.len()],
+                total_samples: vec![0; nodes.len()],
+                total_values: vec![0; nodes.len()],
             })
-            .collect())
+            .collect();
+        for r in &rows {
+            let (Some(&f), Some(&n)) = (function_index.get(&r.function_id), node_index.get(r.node.as_str())) else {
+                continue;
+            };
+            let f = &mut functions[f];
+            f.self_samples[n] = r.self_count;
+            f.self_values[n] = r.self_value;
+            f.total_samples[n] = r.total_count;
+            f.total_values[n] = r.total_value;
+        }
+        Ok(NodeFunctions { nodes, functions })
     }
 
     /// The profile of `scope`'s event, of its source or else the source with most samples, at
     /// most `max_stacks` stacks (the largest). Frames of images with a build id are returned
     /// as stored: the caller names them from the debug-info store.
     pub async fn flame_graph(&self, scope: &Scope, max_stacks: u32) -> Result<FlameGraph, StorageError> {
-        let rows = queries::flame(scope, max_stacks.saturating_add(1).max(1))
+        let reach = self.reach(scope).await?;
+        let rows = queries::flame(scope, &reach, max_stacks.saturating_add(1).max(1))
             .query(&self.client)
             .fetch_all::<FlameRow>()
             .await
@@ -474,6 +572,7 @@ impl Store {
             source,
             sources,
             truncated_stacks,
+            reach: reach.name(),
         })
     }
 

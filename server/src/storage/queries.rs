@@ -106,36 +106,136 @@ fn condition(expr: &str, m: &Matcher) -> Sql {
     sql
 }
 
-/// ` AND …` conditions on a fact table's `node` and `process_id` columns for `selector`.
-pub(super) fn selector_filter(selector: &Selector) -> Sql {
+/// The nodes' newest labels: `node`, keys `k`, values `v`.
+const NEWEST_LABELS: &str = "(SELECT node, argMax(label_keys, version) AS k, \
+     argMax(label_values, version) AS v FROM nodes GROUP BY node)";
+
+/// The selector's node matchers as one condition on [`NEWEST_LABELS`]; `None` when it has none.
+fn node_condition(selector: &Selector) -> Option<Sql> {
     let mut sql = Sql::default();
-    let mut labels = Vec::new();
-    for m in selector.node_matchers() {
-        if m.name == "node" {
-            sql.push(" AND ").append(condition("node", m));
-        } else {
-            labels.push(m);
+    for (i, m) in selector.node_matchers().enumerate() {
+        if i > 0 {
+            sql.push(" AND ");
         }
-    }
-    if !labels.is_empty() {
-        sql.push(
-            " AND node IN (SELECT node FROM (SELECT node, argMax(label_keys, version) AS k, \
-             argMax(label_values, version) AS v FROM nodes GROUP BY node) WHERE 1",
-        );
-        for m in labels {
+        if m.name == "node" {
+            sql.append(condition("node", m));
+        } else {
             let mut expr = Sql::new("v[indexOf(k, ");
             expr.bind(Value::Str(m.name.clone())).push(")]");
             // The label's expression carries a bound value of its own: splice it in order.
             let cond = condition("\u{0}", m);
             let (before, after) = cond.text.split_once('\u{0}').expect("placeholder");
-            sql.push(" AND ").push(before).append(expr.clone()).push(after);
+            sql.push(before).append(expr).push(after);
             sql.values.extend(cond.values);
         }
+    }
+    (!sql.text.is_empty()).then_some(sql)
+}
+
+/// Which nodes' samples a read sums, and from which tables. Node lists are sent as literal
+/// lists: ClickHouse 18.16 uses the primary key for `node IN (…)` but not for `IN (SELECT …)`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// Every node, from the fleet rollups.
+    Fleet,
+    /// Every node, from the per-node tables (a range the rollups do not wholly hold).
+    EveryNode,
+    /// These nodes (those the selector matches), from the per-node tables.
+    Matching(Vec<String>),
+    /// The fleet rollups minus these nodes (those the selector does not match): cheaper than
+    /// [`Reach::Matching`] when the selector matches most of the fleet.
+    FleetMinus(Vec<String>),
+    /// No node matches.
+    Nothing,
+}
+
+impl Reach {
+    /// The cheapest way to read the nodes a selector matches, given every known node with
+    /// whether it matches (`None`: the selector has no node matchers) and whether the fleet
+    /// rollups hold the whole range.
+    pub fn choose(nodes: Option<Vec<(String, bool)>>, rollups_hold_range: bool) -> Reach {
+        let Some(nodes) = nodes else {
+            return match rollups_hold_range {
+                true => Reach::Fleet,
+                false => Reach::EveryNode,
+            };
+        };
+        let (matching, rest): (Vec<_>, Vec<_>) = nodes.into_iter().partition(|(_, m)| *m);
+        let names = |v: Vec<(String, bool)>| v.into_iter().map(|(n, _)| n).collect::<Vec<_>>();
+        match (matching.len(), rest.len(), rollups_hold_range) {
+            (0, _, _) => Reach::Nothing,
+            (_, 0, true) => Reach::Fleet,
+            (_, 0, false) => Reach::EveryNode,
+            (m, r, true) if r < m => Reach::FleetMinus(names(rest)),
+            _ => Reach::Matching(names(matching)),
+        }
+    }
+
+    /// How answers name it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Reach::Fleet => "fleet",
+            Reach::EveryNode => "every-node",
+            Reach::Matching(_) => "matching",
+            Reach::FleetMinus(_) => "fleet-minus",
+            Reach::Nothing => "nothing",
+        }
+    }
+
+    /// How a per-node table is filtered for this reach.
+    fn per_node(&self) -> Nodes<'_> {
+        match self {
+            Reach::Fleet | Reach::EveryNode => Nodes::Any,
+            Reach::Matching(nodes) => Nodes::In(nodes),
+            Reach::FleetMinus(left_out) => Nodes::NotIn(left_out),
+            Reach::Nothing => Nodes::In(&[]),
+        }
+    }
+}
+
+/// Every node known, with whether the selector's node matchers match it.
+pub(super) fn matching_nodes(selector: &Selector) -> Sql {
+    let mut sql = Sql::new("SELECT node, toUInt8(");
+    sql.append(node_condition(selector).unwrap_or_else(|| Sql::new("1")))
+        .push(&format!(") AS matches FROM {NEWEST_LABELS} ORDER BY node"));
+    sql
+}
+
+/// A node filter on a per-node table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Nodes<'a> {
+    /// No filter.
+    Any,
+    In(&'a [String]),
+    NotIn(&'a [String]),
+}
+
+/// ` AND …` conditions on a fact table's `node` (as `nodes` says) and `process_id` columns.
+/// Process matchers go through `processes`; `GLOBAL IN` evaluates the set once, also over a
+/// cluster's Distributed tables.
+fn selector_filter(selector: &Selector, nodes: Nodes) -> Sql {
+    let mut sql = Sql::default();
+    let list = |sql: &mut Sql, op: &str, nodes: &[String]| {
+        sql.push(&format!(" AND node {op} ("));
+        if nodes.is_empty() {
+            sql.push("''");
+        }
+        for (i, n) in nodes.iter().enumerate() {
+            if i > 0 {
+                sql.push(",");
+            }
+            sql.bind(Value::Str(n.clone()));
+        }
         sql.push(")");
+    };
+    match nodes {
+        Nodes::Any => {}
+        Nodes::In(n) => list(&mut sql, "IN", n),
+        Nodes::NotIn(n) => list(&mut sql, "NOT IN", n),
     }
     let process: Vec<&Matcher> = selector.process_matchers().collect();
     if !process.is_empty() {
-        sql.push(" AND process_id IN (SELECT process_id FROM processes WHERE 1");
+        sql.push(" AND process_id GLOBAL IN (SELECT process_id FROM processes WHERE 1");
         for m in process {
             sql.push(" AND ").append(condition(process_column(&m.name), m));
         }
@@ -193,7 +293,7 @@ pub struct Scope {
 }
 
 /// `SELECT columns FROM table[_10m] WHERE … UNION ALL …` over the pieces of the range.
-fn union(table: &str, columns: &str, scope: &Scope) -> Sql {
+fn union(table: &str, columns: &str, scope: &Scope, nodes: Nodes, extra: &Sql) -> Sql {
     let mut sql = Sql::default();
     for (i, (suffix, from, to)) in pieces(scope.from, scope.to).into_iter().enumerate() {
         if i > 0 {
@@ -201,30 +301,86 @@ fn union(table: &str, columns: &str, scope: &Scope) -> Sql {
         }
         sql.push(&format!("SELECT {columns} FROM {table}{suffix} WHERE "))
             .append(range_filter(scope.event, scope.source.as_deref(), from, to))
-            .append(selector_filter(&scope.selector));
+            .append(selector_filter(&scope.selector, nodes))
+            .append(extra.clone());
     }
     sql
 }
 
+/// Rows of `table` (a per-node table with a `fleet_` rollup) summed by `keys` over `reach`:
+/// `SELECT keys, sum(v) AS name… FROM (…) GROUP BY keys`, where `sums` are (column, name).
+/// [`Reach::FleetMinus`] adds the rollup's rows and subtracts those of the nodes not matching,
+/// in signed arithmetic, keeping groups with samples left.
+fn summed(table: &str, keys: &str, sums: &[(&str, &str)], scope: &Scope, reach: &Reach, extra: &Sql) -> Sql {
+    let plain = |t: &str, nodes: Nodes| {
+        let columns: Vec<String> = sums.iter().map(|(c, _)| c.to_string()).collect();
+        union(t, &format!("{keys}, {}", columns.join(", ")), scope, nodes, extra)
+    };
+    let outer = |inner: Sql, signed: bool| {
+        let columns: Vec<String> = sums
+            .iter()
+            .map(|(c, name)| match signed {
+                true => format!("toUInt64(greatest(sum(s_{c}), 0)) AS {name}"),
+                false => format!("sum({c}) AS {name}"),
+            })
+            .collect();
+        let mut sql = Sql::new(&format!("SELECT {keys}, {} FROM (", columns.join(", ")));
+        sql.append(inner).push(&format!(") GROUP BY {keys}"));
+        if signed {
+            sql.push(&format!(" HAVING sum(s_{}) > 0", sums[0].0));
+        }
+        sql
+    };
+    match reach {
+        Reach::Fleet => outer(plain(&format!("fleet_{table}"), Nodes::Any), false),
+        Reach::EveryNode | Reach::Matching(_) | Reach::Nothing => outer(plain(table, reach.per_node()), false),
+        Reach::FleetMinus(left_out) => {
+            let signed = |sign: &str| -> String {
+                let columns: Vec<String> = sums
+                    .iter()
+                    .map(|(c, _)| format!("{sign}toInt64({c}) AS s_{c}"))
+                    .collect();
+                format!("{keys}, {}", columns.join(", "))
+            };
+            let mut inner = union(&format!("fleet_{table}"), &signed(""), scope, Nodes::Any, extra);
+            inner
+                .push(" UNION ALL ")
+                .append(union(table, &signed("-"), scope, Nodes::In(left_out), extra));
+            outer(inner, true)
+        }
+    }
+}
+
 /// Samples per (source, stack, process) of a flame graph, largest first, at most `limit`.
-pub(super) fn flame(scope: &Scope, limit: u32) -> Sql {
-    let mut sql = Sql::new("SELECT source, stack_id, process_id, sum(count) AS count, sum(value) AS value FROM (");
-    sql.append(union("samples", "source, stack_id, process_id, count, value", scope))
-        .push(") GROUP BY source, stack_id, process_id ORDER BY value DESC LIMIT ")
-        .bind(Value::U32(limit));
+pub(super) fn flame(scope: &Scope, reach: &Reach, limit: u32) -> Sql {
+    let mut sql = summed(
+        "samples",
+        "source, stack_id, process_id",
+        &[("count", "count"), ("value", "value")],
+        scope,
+        reach,
+        &Sql::default(),
+    );
+    sql.push(" ORDER BY value DESC LIMIT ").bind(Value::U32(limit));
     sql
 }
 
 /// Totals per node and source. Process labels need the samples; node labels the totals only.
-pub(super) fn node_totals(scope: &Scope) -> Sql {
+pub(super) fn node_totals(scope: &Scope, reach: &Reach) -> Sql {
     let per_process = scope.selector.matchers.iter().any(|m| m.scope() == LabelScope::Process);
     let inner = if per_process {
-        union("samples", "node, source, count, value", scope)
+        union(
+            "samples",
+            "node, source, count, value",
+            scope,
+            reach.per_node(),
+            &Sql::default(),
+        )
     } else {
         let mut sql = Sql::new("SELECT node, source, count, value FROM node_totals WHERE ");
         let from = scope.from / MINUTE * MINUTE;
         sql.append(range_filter(scope.event, scope.source.as_deref(), from, scope.to))
-            .append(selector_filter(&scope.selector));
+            .append(selector_filter(&scope.selector, reach.per_node()));
         sql
     };
     let mut sql = Sql::new("SELECT node, source, sum(count) AS count, sum(value) AS value FROM (");
@@ -232,8 +388,29 @@ pub(super) fn node_totals(scope: &Scope) -> Sql {
     sql
 }
 
-/// Self and total values per node and function (one source).
-pub(super) fn node_functions(scope: &Scope) -> Sql {
+/// The `limit` functions with the largest total value over `reach` (one source).
+fn top_functions(scope: &Scope, reach: &Reach, limit: u32) -> Sql {
+    let mut sql = Sql::new("SELECT function_id FROM (");
+    sql.append(summed(
+        "function_samples",
+        "function_id",
+        &[("total_count", "total_count"), ("total_value", "total")],
+        scope,
+        reach,
+        &Sql::default(),
+    ))
+    .push(" ORDER BY total DESC, function_id LIMIT ")
+    .bind(Value::U32(limit))
+    .push(")");
+    sql
+}
+
+/// Self and total values per node of the `limit` functions with the largest total value over
+/// `reach` (one source): the ranking reads the rollups where it can, the values per node only
+/// the functions ranked.
+pub(super) fn node_functions(scope: &Scope, reach: &Reach, limit: u32) -> Sql {
+    let mut top = Sql::new(" AND function_id GLOBAL IN (");
+    top.append(top_functions(scope, reach, limit)).push(")");
     let mut sql = Sql::new(
         "SELECT node, function_id, sum(self_count) AS self_count, sum(self_value) AS self_value, \
          sum(total_count) AS total_count, sum(total_value) AS total_value FROM (",
@@ -242,6 +419,8 @@ pub(super) fn node_functions(scope: &Scope) -> Sql {
         "function_samples",
         "node, function_id, self_count, self_value, total_count, total_value",
         scope,
+        reach.per_node(),
+        &top,
     ))
     .push(") GROUP BY node, function_id");
     sql
@@ -411,6 +590,19 @@ pub(super) fn debuginfo_functions(build_id: &str, kind: u8) -> Sql {
     sql
 }
 
+/// The reads of one scope as the API sends them: the flame graph (100,000 stacks), per-node
+/// totals, per-node functions (the scope's source must be set for those to mean anything).
+pub fn reads(client: &Client, scope: &Scope, reach: &Reach) -> Vec<String> {
+    [
+        flame(scope, reach, 100_000),
+        node_totals(scope, reach),
+        node_functions(scope, reach, 1000),
+    ]
+    .iter()
+    .map(|q| q.query(client).sql_display().to_string())
+    .collect()
+}
+
 /// Every query above with example parameters, as the SQL the server would send.
 pub fn examples(client: &Client) -> Vec<String> {
     let selector = Selector::parse(
@@ -430,17 +622,24 @@ pub fn examples(client: &Client) -> Vec<String> {
         to: 1_795_000_900,
         ..scope.clone()
     };
+    let matching = Reach::Matching(vec!["web-1".into(), "web-'2".into()]);
+    let minus = Reach::FleetMinus(vec!["db-1".into()]);
     let nodes_only = Scope {
         selector: Selector::parse(r#"{zone=~"a|b"}"#).expect("parses"),
         ..scope.clone()
     };
     [
-        flame(&scope, 100_000),
-        flame(&short, 100_000),
-        node_totals(&scope),
-        node_totals(&nodes_only),
-        node_totals(&short),
-        node_functions(&nodes_only),
+        matching_nodes(&selector),
+        flame(&scope, &matching, 100_000),
+        flame(&scope, &minus, 100_000),
+        flame(&short, &Reach::Fleet, 100_000),
+        flame(&short, &Reach::EveryNode, 100_000),
+        node_totals(&scope, &matching),
+        node_totals(&nodes_only, &minus),
+        node_totals(&short, &Reach::Fleet),
+        node_functions(&nodes_only, &matching, 1000),
+        node_functions(&nodes_only, &minus, 1000),
+        node_functions(&short, &Reach::Fleet, 1000),
         nodes(&selector, 1_795_000_000, 1_795_003_600),
         by_ids("stacks", "stack_id", "stack_id, frame_ids", &[1, 2]),
         by_ids(
@@ -469,6 +668,47 @@ pub fn examples(client: &Client) -> Vec<String> {
 mod tests {
     use super::*;
 
+    /// Every node reads the rollups; most of them the rollups minus the rest; a few of them, or
+    /// a range the rollups do not hold, the per-node tables.
+    #[test]
+    fn reach_picks_the_smaller_read() {
+        let fleet = |matching: usize| -> Option<Vec<(String, bool)>> {
+            Some((0..10).map(|i| (format!("n{i}"), i < matching)).collect())
+        };
+        let names = |r: std::ops::Range<usize>| r.map(|i| format!("n{i}")).collect::<Vec<_>>();
+        assert_eq!(Reach::choose(None, true), Reach::Fleet);
+        assert_eq!(Reach::choose(None, false), Reach::EveryNode);
+        assert_eq!(Reach::choose(fleet(0), true), Reach::Nothing);
+        assert_eq!(Reach::choose(fleet(10), true), Reach::Fleet);
+        assert_eq!(Reach::choose(fleet(10), false), Reach::EveryNode);
+        assert_eq!(Reach::choose(fleet(9), true), Reach::FleetMinus(names(9..10)));
+        assert_eq!(Reach::choose(fleet(9), false), Reach::Matching(names(0..9)));
+        assert_eq!(Reach::choose(fleet(5), true), Reach::Matching(names(0..5)));
+        assert_eq!(Reach::choose(fleet(1), true), Reach::Matching(names(0..1)));
+    }
+
+    /// The rollups minus the nodes not matching: signed sums, groups left with samples only.
+    #[test]
+    fn fleet_minus_subtracts_the_nodes_left_out() {
+        let scope = Scope {
+            event: "cpu",
+            source: Some("cpu-clock".into()),
+            selector: Selector::parse(r#"{zone!="b"}"#).unwrap(),
+            from: 1_795_000_000,
+            to: 1_795_000_600,
+        };
+        let sql = flame(&scope, &Reach::FleetMinus(vec!["b-1".into(), "b-2".into()]), 10).text;
+        assert!(sql.contains("FROM fleet_samples WHERE"), "{sql}");
+        assert!(sql.contains("-toInt64(value) AS s_value FROM samples WHERE"), "{sql}");
+        assert!(sql.contains("AND node IN (?,?)"), "{sql}");
+        assert!(sql.contains("HAVING sum(s_count) > 0"), "{sql}");
+        let fleet = flame(&scope, &Reach::Fleet, 10).text;
+        assert!(
+            fleet.contains("FROM fleet_samples WHERE") && !fleet.contains("node"),
+            "{fleet}"
+        );
+    }
+
     /// Short ranges read minutes only; long ones whole 10-minute buckets in the middle.
     #[test]
     fn ranges_split_into_minute_edges_and_coarse_middles() {
@@ -486,16 +726,28 @@ mod tests {
         assert_eq!(aligned, [("_10m", 1_795_000_200, 1_795_003_800)]);
     }
 
-    /// Node labels go through the newest labels in `nodes`, process labels through
-    /// `processes`, `node` straight to the column; every value is a bound parameter.
+    /// Node labels and names go through the newest labels in `nodes`, process labels through
+    /// `processes`; every value is a bound parameter.
     #[test]
     fn selectors_become_bound_conditions() {
         let s = Selector::parse(r#"{node=~"web-.*", zone="a'b", namespace!="kube-system"}"#).unwrap();
-        let sql = selector_filter(&s);
+        let sql = node_condition(&s).unwrap();
+        let in_list = selector_filter(&s, Nodes::In(&["web-1".into()]));
+        assert!(
+            in_list.text.starts_with(" AND node IN (?) AND process_id GLOBAL IN ("),
+            "{}",
+            in_list.text
+        );
+        assert!(in_list.text.contains("pod_namespace != ?"), "{}", in_list.text);
+        let any = selector_filter(&s, Nodes::Any);
+        assert!(
+            !any.text.contains("node IN") && any.text.contains("process_id GLOBAL IN"),
+            "{}",
+            any.text
+        );
         assert_eq!(sql.text.matches('?').count(), sql.values.len());
         assert!(sql.text.contains("match(node, ?)"), "{}", sql.text);
         assert!(sql.text.contains("v[indexOf(k, ?)] = ?"), "{}", sql.text);
-        assert!(sql.text.contains("pod_namespace != ?"), "{}", sql.text);
         assert!(!sql.text.contains("a'b"));
         let client = Client::default();
         let rendered = sql.query(&client).sql_display().to_string();

@@ -66,8 +66,8 @@ pub struct WriterConfig {
 impl Default for WriterConfig {
     fn default() -> Self {
         WriterConfig {
-            flush_rows: 200_000,
-            flush_interval: Duration::from_millis(1000),
+            flush_rows: 500_000,
+            flush_interval: Duration::from_secs(2),
             max_buffered_rows: 2_000_000,
             wait_for_room: Duration::from_secs(5),
             retry_for: Duration::from_secs(60),
@@ -109,6 +109,7 @@ pub struct Writer {
     messages: mpsc::UnboundedSender<Message>,
     room: Arc<Semaphore>,
     config: WriterConfig,
+    dimensions: Arc<Dimensions>,
 }
 
 impl Writer {
@@ -116,8 +117,19 @@ impl Writer {
     pub fn start(store: Arc<Store>, config: WriterConfig) -> Writer {
         let (messages, inbox) = mpsc::unbounded_channel();
         let room = Arc::new(Semaphore::new(config.max_buffered_rows));
-        tokio::spawn(Flusher::new(store, config.clone()).run(inbox));
-        Writer { messages, room, config }
+        let dimensions = Arc::new(Dimensions::new(config.dimension_cache_entries));
+        tokio::spawn(Flusher::new(store, config.clone(), dimensions.clone()).run(inbox));
+        Writer {
+            messages,
+            room,
+            config,
+            dimensions,
+        }
+    }
+
+    /// What is written already, for leaving it out of new batches.
+    pub fn known(&self) -> &Dimensions {
+        &self.dimensions
     }
 
     /// Writes a node's row (labels, facts) with the next flush and keeps it fresh while its
@@ -159,6 +171,52 @@ impl Writer {
     }
 }
 
+/// The dimension rows written lately, by id, with the day (ClickHouse `Date`) they were: a row is
+/// written again once a day while in use (its `last_seen` keeps it from expiring). Shared with
+/// ingest, which leaves known rows out of a batch before it is buffered.
+#[derive(Debug)]
+pub struct Dimensions {
+    stacks: quick_cache::sync::Cache<u64, u16>,
+    frames: quick_cache::sync::Cache<u64, u16>,
+    processes: quick_cache::sync::Cache<u64, u16>,
+    functions: quick_cache::sync::Cache<u64, u16>,
+    /// The function of frames named from a symbol table or by their agent, once written.
+    frame_functions: quick_cache::sync::Cache<u64, u64>,
+}
+
+impl Dimensions {
+    fn new(entries: usize) -> Dimensions {
+        let cache = || quick_cache::sync::Cache::new(entries.max(1024));
+        Dimensions {
+            stacks: cache(),
+            frames: cache(),
+            processes: cache(),
+            functions: cache(),
+            frame_functions: quick_cache::sync::Cache::new(entries.max(1024)),
+        }
+    }
+}
+
+fn written_today(cache: &quick_cache::sync::Cache<u64, u16>, id: u64) -> bool {
+    cache.get(&id) == Some(today())
+}
+
+impl crate::ingest::rows::Known for Dimensions {
+    fn frame(&self, id: u64) -> bool {
+        written_today(&self.frames, id)
+    }
+    fn stack(&self, id: u64) -> bool {
+        written_today(&self.stacks, id)
+    }
+    fn process(&self, id: u64) -> bool {
+        written_today(&self.processes, id)
+    }
+    fn function_of(&self, frame_id: u64) -> Option<u64> {
+        let function = self.frame_functions.get(&frame_id)?;
+        written_today(&self.functions, function).then_some(function)
+    }
+}
+
 /// A node as the writer keeps it: what to write, and when it last was.
 struct NodeState {
     sender: Arc<Sender>,
@@ -180,16 +238,11 @@ struct Flusher {
     rows: usize,
     nodes: HashMap<Arc<str>, NodeState>,
     sources: HashMap<(&'static str, Arc<str>), Instant>,
-    /// Ids written, with the day (ClickHouse `Date`) they were: rewritten once a day while used.
-    stacks: quick_cache::sync::Cache<u64, u16>,
-    frames: quick_cache::sync::Cache<u64, u16>,
-    processes: quick_cache::sync::Cache<u64, u16>,
-    functions: quick_cache::sync::Cache<u64, u16>,
+    dimensions: Arc<Dimensions>,
 }
 
 impl Flusher {
-    fn new(store: Arc<Store>, config: WriterConfig) -> Flusher {
-        let cache = || quick_cache::sync::Cache::new(config.dimension_cache_entries.max(1024));
+    fn new(store: Arc<Store>, config: WriterConfig, dimensions: Arc<Dimensions>) -> Flusher {
         Flusher {
             store,
             pending: Vec::new(),
@@ -197,10 +250,7 @@ impl Flusher {
             rows: 0,
             nodes: HashMap::new(),
             sources: HashMap::new(),
-            stacks: cache(),
-            frames: cache(),
-            processes: cache(),
-            functions: cache(),
+            dimensions,
             config,
         }
     }
@@ -214,8 +264,14 @@ impl Flusher {
                 .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
             tokio::select! {
                 message = inbox.recv() => match message {
-                    Some(Message::Batch(p)) => self.add(*p),
-                    Some(Message::Node(sender)) => self.note_node(sender),
+                    Some(message) => {
+                        self.take(message);
+                        // Everything that arrived during the last flush goes into the next one:
+                        // taking one message per turn would flush each alone (they are all due).
+                        while let Ok(message) = inbox.try_recv() {
+                            self.take(message);
+                        }
+                    }
                     None => {
                         if !self.pending.is_empty() {
                             self.flush().await;
@@ -228,6 +284,13 @@ impl Flusher {
             if self.rows >= self.config.flush_rows {
                 self.flush().await;
             }
+        }
+    }
+
+    fn take(&mut self, message: Message) {
+        match message {
+            Message::Batch(p) => self.add(*p),
+            Message::Node(sender) => self.note_node(sender),
         }
     }
 
@@ -309,9 +372,11 @@ impl Flusher {
         let lease_ms = self.config.claim_lease.as_millis() as u64;
 
         // 1. Claim, then read who else claimed or stored.
+        let began = Instant::now();
         self.ledger(&client, batches.iter().map(|p| &p.rows), CLAIMED).await?;
         let ids: Vec<[u8; 16]> = batches.iter().map(|p| p.rows.batch_id).collect();
         let states = read_ledger(&client, &ids).await?;
+        let claimed = began.elapsed();
         let now = now_millis();
         let mut outcomes = Vec::with_capacity(batches.len());
         for p in batches {
@@ -361,12 +426,28 @@ impl Flusher {
         let needs = |b: &BatchRows, part: &str| !done.contains(&(b.batch_id, part.to_owned()));
 
         // 3. Dimensions, 4. facts, 5. stored.
+        let step = Instant::now();
         self.write_dimensions(&client, &go).await?;
+        let dimensions = step.elapsed();
+        let step = Instant::now();
         write_samples(&client, go.iter().copied().filter(|b| needs(b, PARTS[0]))).await?;
+        let samples = step.elapsed();
+        let step = Instant::now();
         write_data_samples(&client, go.iter().copied().filter(|b| needs(b, PARTS[1]))).await?;
         write_counters(&client, go.iter().copied().filter(|b| needs(b, PARTS[2]))).await?;
         write_placements(&client, go.iter().copied().filter(|b| needs(b, PARTS[3]))).await?;
+        let others = step.elapsed();
         self.ledger(&client, go.iter().copied(), STORED).await?;
+        tracing::debug!(
+            batches = go.len(),
+            rows = go.iter().map(|b| b.weight()).sum::<usize>(),
+            ?claimed,
+            ?dimensions,
+            ?samples,
+            ?others,
+            total = ?began.elapsed(),
+            "flushed"
+        );
         Ok(outcomes.into_iter().map(|o| o.unwrap_or(Outcome::Stored)).collect())
     }
 
@@ -409,6 +490,7 @@ impl Flusher {
     async fn write_dimensions(&mut self, client: &Client, batches: &[&BatchRows]) -> Result<(), StorageError> {
         let day = today();
         let due = |cache: &quick_cache::sync::Cache<u64, u16>, id: u64| cache.get(&id) != Some(day);
+        let dims = self.dimensions.clone();
 
         let mut stacks: Vec<(u64, &[u64])> = Vec::new();
         let mut frames = Vec::new();
@@ -419,23 +501,23 @@ impl Flusher {
             stacks.extend(
                 b.stacks
                     .iter()
-                    .filter(|(id, _)| due(&self.stacks, *id) && seen.insert((0, *id)))
+                    .filter(|(id, _)| due(&dims.stacks, *id) && seen.insert((0, *id)))
                     .map(|(id, f)| (*id, &f[..])),
             );
             frames.extend(
                 b.frames
                     .iter()
-                    .filter(|f| due(&self.frames, f.id) && seen.insert((1, f.id))),
+                    .filter(|f| due(&dims.frames, f.id) && seen.insert((1, f.id))),
             );
             processes.extend(
                 b.processes
                     .iter()
-                    .filter(|p| due(&self.processes, p.process_id) && seen.insert((2, p.process_id))),
+                    .filter(|p| due(&dims.processes, p.process_id) && seen.insert((2, p.process_id))),
             );
             functions.extend(
                 b.functions
                     .iter()
-                    .filter(|f| due(&self.functions, f.id) && seen.insert((3, f.id))),
+                    .filter(|f| due(&dims.functions, f.id) && seen.insert((3, f.id))),
             );
         }
         if !stacks.is_empty() {
@@ -496,16 +578,21 @@ impl Flusher {
         self.write_sources(client, batches).await?;
         // Remembered only once written.
         for (id, _) in stacks {
-            self.stacks.insert(id, day);
+            dims.stacks.insert(id, day);
         }
         for f in frames {
-            self.frames.insert(f.id, day);
+            dims.frames.insert(f.id, day);
         }
         for p in processes {
-            self.processes.insert(p.process_id, day);
+            dims.processes.insert(p.process_id, day);
         }
         for f in functions {
-            self.functions.insert(f.id, day);
+            dims.functions.insert(f.id, day);
+        }
+        for b in batches {
+            for &(frame, function) in &b.frame_functions {
+                dims.frame_functions.insert(frame, function);
+            }
         }
         Ok(())
     }

@@ -244,6 +244,39 @@ async fn two_servers_on_one_clickhouse_store_each_batch_once_and_answer_alike() 
         "named from a's upload: {named}"
     );
 
+    // Three nodes now. Every node reads the fleet rollups, two of three the rollups minus the
+    // third, one of three its own rows: the three ways agree with each node's own graph.
+    let each: u64 = [
+        flame(&a, "shared-node").await,
+        flame(&a, "b-only").await,
+        flame(&a, "named-node").await,
+    ]
+    .iter()
+    .map(|f| folded_total(f))
+    .sum();
+    let read = |selector_text: &'static str| {
+        let a = &a;
+        async move {
+            let (status, body) = a
+                .get(&format!(
+                    "/api/v1/flamegraph?event=page_fault&{}",
+                    selector(selector_text)
+                ))
+                .await;
+            assert_eq!(status, 200, "{body}");
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+            (v["reach"].as_str().unwrap().to_owned(), v["total"].as_u64().unwrap())
+        }
+    };
+    assert_eq!(read("{}").await, ("fleet".to_owned(), each));
+    let (reach, most) = read(r#"{node!="b-only"}"#).await;
+    assert_eq!(reach, "fleet-minus");
+    assert_eq!(most, each - folded_total(&flame(&a, "b-only").await));
+    let (reach, one) = read(r#"{node="b-only"}"#).await;
+    assert_eq!(reach, "matching");
+    assert_eq!(one, folded_total(&flame(&a, "b-only").await));
+    assert_eq!(read(r#"{node="nowhere"}"#).await, ("nothing".to_owned(), 0));
+
     // A different file claiming a stored build id and kind is refused; the same file again is not.
     let again = upload_file(&b, &build.debug_file);
     assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
@@ -700,6 +733,37 @@ async fn a_two_shard_cluster_holds_the_fleet() {
     let from_a = fleet_flame(&a).await;
     assert_eq!(folded_total(&from_a), u64::from(nodes) * 2 * 300, "{from_a}");
     assert_eq!(fleet_flame(&b).await, from_a, "both servers answer alike");
+    // The fleet rollups over two shards: every node from them (once the row saying since when
+    // they are complete has reached the shards), six of eight as the rollups minus two.
+    let read = |selector_text: &'static str| {
+        let a = &a;
+        async move {
+            let (status, body) = a
+                .get(&format!(
+                    "/api/v1/flamegraph?event=page_fault&{}",
+                    selector(selector_text)
+                ))
+                .await;
+            assert_eq!(status, 200, "{body}");
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+            (v["reach"].as_str().unwrap().to_owned(), v["total"].as_u64().unwrap())
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (reach, total) = read("{}").await;
+        assert_eq!(total, u64::from(nodes) * 2 * 300);
+        if reach == "fleet" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the fleet rollups are never used: {reach}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        read(r#"{node=~"cluster-[0-5]"}"#).await,
+        ("fleet-minus".to_owned(), 6 * 2 * 300)
+    );
+    assert_eq!(read(r#"{node="cluster-1"}"#).await, ("matching".to_owned(), 2 * 300));
     for shard in 0..2 {
         #[derive(clickhouse::Row, serde::Deserialize)]
         struct N {

@@ -1,0 +1,402 @@
+#!/usr/bin/env python3
+"""Storage and ingest of simulated fleets (`make bench`, tools/bench-storage.sh).
+
+For each fleet size: a fresh release bimodal-server with its managed ClickHouse (Debian's 18.16),
+bimodal-loadgen playing that many agents over real gRPC for a window of history (batches drawn
+from real records, testdata/loadgen), then:
+
+- ingest: acked samples/s and rows/s, the CPU seconds of bimodal-server and of ClickHouse, and
+  so samples per server-core-second and per ClickHouse-core-second; ack latency;
+- bytes on disk per stored sample, all tables, after merges (OPTIMIZE FINAL: the steady state);
+- queries: the ingested window is copied forward in ClickHouse to span the query window (an hour;
+  10 minutes for the largest fleet), the 10-minute tables rebuilt from the minute tables, and the
+  API's flame graph, per-node totals and per-node functions over every node are timed over HTTP.
+
+The same minute tables are then loaded into chdb (ClickHouse 26.x in-process) with the modern
+schema, copied forward the same way, and the same SQL timed there, with its bytes on disk.
+
+usage: tools/bench_storage.py [--nodes 100,1000,10000] [--runs 10] [--out target/bench/storage]
+Writes results.md in --out and prints it.
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SERVER = os.path.join(ROOT, "target/release/bimodal-server")
+LOADGEN = os.path.join(ROOT, "target/release/bimodal-loadgen")
+HZ = os.sysconf("SC_CLK_TCK")
+
+# Fleet size -> (seconds of history ingested for real, seconds the query window spans).
+PLANS = {100: (300, 3600), 1000: (60, 3600), 10000: (10, 600)}
+# Tables exported to chdb: the per-minute fact tables of the ingested window, and the dimensions.
+MINUTE_TABLES = ["samples", "function_samples", "node_totals", "fleet_samples", "fleet_function_samples"]
+DIMENSIONS = ["stacks", "frames", "functions", "processes", "nodes", "event_sources", "rollups"]
+# The 10-minute tables the query window reads, each filled from its per-minute table.
+COARSE = {"samples_10m": "samples", "function_samples_10m": "function_samples",
+          "fleet_samples_10m": "fleet_samples", "fleet_function_samples_10m": "fleet_function_samples"}
+# Columns holding counts or values (scaled when a bucket holds several copies of the window).
+VALUES = {"count", "value", "self_count", "self_value", "total_count", "total_value"}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / HZ
+
+
+def peak_rss_mib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def pid_of(needle):
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if needle in cmd and "clickhouse" in cmd:
+            return int(entry)
+    raise RuntimeError(f"no clickhouse-server for {needle}")
+
+
+def http(url, data=None, timeout=600):
+    req = urllib.request.Request(url, data=data.encode() if isinstance(data, str) else data)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        raise RuntimeError(f"{url}: {e.code}: {e.read()[:500]!r} (for {str(data)[:300]})") from None
+
+
+class Fleet:
+    """A bimodal-server and its managed ClickHouse under `dir`."""
+
+    def __init__(self, dir):
+        shutil.rmtree(dir, ignore_errors=True)
+        os.makedirs(dir)
+        self.dir = dir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = open(os.path.join(dir, "server.log"), "w")
+        self.proc = subprocess.Popen(
+            [SERVER, "--listen", f"127.0.0.1:{self.port}", "--data-dir", dir],
+            stdout=self.log, stderr=self.log)
+        deadline = time.time() + 120
+        while True:
+            try:
+                if http(self.url + "/healthz", timeout=5)[0] == 200:
+                    break
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"the server did not start: see {self.log.name}")
+            time.sleep(0.5)
+        self.clickhouse = pid_of(os.path.abspath(dir))
+        with open(os.path.join(dir, "clickhouse/config.xml")) as f:
+            config = f.read()
+        http_port = config.split("<http_port>")[1].split("<")[0]
+        self.ch = f"http://127.0.0.1:{http_port}/?database=bimodal"
+
+    def sql(self, query, fmt=None):
+        _, body = http(self.ch, query + (f" FORMAT {fmt}" if fmt else ""), timeout=3600)
+        return body
+
+    def rows(self, query):
+        return [json.loads(l) for l in self.sql(query, "JSONEachRow").decode().splitlines() if l]
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def wait_merges(fleet):
+    while int(fleet.rows("SELECT count() AS n FROM system.merges")[0]["n"]) > 0:
+        time.sleep(1)
+
+
+def disk(fleet):
+    return fleet.rows(
+        "SELECT table, sum(rows) AS r, sum(bytes_on_disk) AS b FROM system.parts "
+        "WHERE database = 'bimodal' AND active GROUP BY table ORDER BY b DESC")
+
+
+def optimize(fleet):
+    tables = [r["name"] for r in fleet.rows(
+        "SELECT name FROM system.tables WHERE database = 'bimodal' AND engine LIKE '%MergeTree'")]
+    for t in tables:
+        fleet.sql(f"OPTIMIZE TABLE {t} FINAL")
+
+
+def aligned(start):
+    """The query window starts at the first 10-minute boundary of the ingested history."""
+    return (start + 599) // 600 * 600
+
+
+def copy_forward(sql, window, span, start):
+    """Statements filling the query window from the ingested one, as if the fleet had kept
+    running: per-minute node totals copied forward minute by minute, and each 10-minute bucket
+    of the 10-minute tables holding the window's rows with their values scaled to 10 minutes
+    (what their views would have written had the window repeated). The per-minute stack and
+    function tables are not copied: 10-minute-aligned reads of an hour do not touch them."""
+    copies = max(1, span // window) + 1
+    out = []
+    cols = [c for c in columns(sql, "node_totals") if c != "time"]
+    out.append(
+        f"INSERT INTO node_totals (time, {', '.join(cols)}) "
+        f"SELECT toDateTime(toUInt32(time) + k * {window}), {', '.join(cols)} FROM node_totals "
+        f"ARRAY JOIN arrayMap(x -> x + 1, range({copies - 1})) AS k "
+        f"WHERE time < toDateTime({start + window})")
+    scale = max(1, 600 // window)
+    for coarse, minute in COARSE.items():
+        cols = [c for c in columns(sql, minute) if c != "time"]
+        picked = [f"{c} * {scale}" if c in VALUES else c for c in cols]
+        out.append(f"TRUNCATE TABLE {coarse}")
+        for bucket in range(aligned(start), aligned(start) + span, 600):
+            out.append(
+                f"INSERT INTO {coarse} (time, {', '.join(cols)}) "
+                f"SELECT toDateTime({bucket}), {', '.join(picked)} FROM {minute} "
+                f"WHERE time < toDateTime({start + window})")
+    return out
+
+
+def columns(sql, table):
+    return [r["name"] for r in sql(
+        f"SELECT name FROM system.columns WHERE database = currentDatabase() AND table = '{table}'")]
+
+
+def percentile(values, p):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+
+
+def time_api(fleet, path, runs):
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        status, body = http(fleet.url + path)
+        times.append(time.perf_counter() - t)
+        assert status == 200, body[:300]
+    return times, body
+
+
+def run_fleet(nodes, runs, out):
+    window, span = PLANS[nodes]
+    dir = os.path.join(out, str(nodes))
+    print(f"== {nodes} nodes: ingest {window} s of history, query {span} s", file=sys.stderr)
+    fleet = Fleet(dir)
+    result = {"nodes": nodes, "window": window, "span": span}
+    try:
+        s0, c0 = cpu_seconds(fleet.proc.pid), cpu_seconds(fleet.clickhouse)
+        t0 = time.time()
+        lg = subprocess.run(
+            [LOADGEN, "--server-url", fleet.url, "--nodes", str(nodes), "--backfill", f"{window}s",
+             "--in-flight", "4", "--connections", str(min(nodes, 200)), "--progress", "30s"],
+            capture_output=True, text=True)
+        if lg.returncode != 0:
+            raise RuntimeError(f"loadgen failed: {lg.stderr[-2000:]}")
+        wall = time.time() - t0
+        s1, c1 = cpu_seconds(fleet.proc.pid), cpu_seconds(fleet.clickhouse)
+        wait_merges(fleet)
+        c2 = cpu_seconds(fleet.clickhouse)
+        report = json.loads(lg.stdout)
+        result.update(
+            samples=report["samples_acked"], rows=report["sample_rows_acked"],
+            batches=report["batches_acked"], wall=wall,
+            server_cpu=s1 - s0, clickhouse_cpu=c1 - c0, clickhouse_cpu_merges=c2 - c0,
+            ack_p50=report["ack_latency_p50_ms"], ack_p95=report["ack_latency_p95_ms"],
+            server_rss=peak_rss_mib(fleet.proc.pid), loadgen_rss=report["peak_rss_bytes"] / 2**20,
+            retried=report["batches_retried"])
+        optimize(fleet)
+        tables = disk(fleet)
+        result["bytes"] = sum(int(t["b"]) for t in tables)
+        result["tables"] = tables
+        start = int(fleet.rows("SELECT toUInt32(min(time)) AS t FROM samples")[0]["t"])
+        export = nodes == 1000
+        if export:
+            for table in MINUTE_TABLES + DIMENSIONS:
+                with open(os.path.join(dir, f"{table}.native"), "wb") as f:
+                    f.write(fleet.sql(f"SELECT * FROM {table} WHERE 1", "Native"))
+        for statement in copy_forward(fleet.rows, window, span, start):
+            fleet.sql(statement)
+        optimize(fleet)
+        wait_merges(fleet)
+        result["start"] = start
+        start = aligned(start)
+        result["scope"] = {"from": start, "to": start + span}
+        result["api"] = {}
+        result["sql"] = {}
+        for name, path, selector, reach, listed in queries(nodes, start, span):
+            times, body = time_api(fleet, path, runs)
+            result["api"][name] = {"first": times[0], "p50": statistics.median(times[1:] or times),
+                                   "p95": percentile(times[1:] or times, 95), "bytes": len(body)}
+            result["sql"][name] = reads(selector, reach, listed, start, span)[READ_OF[name.split(",")[0]]]
+    finally:
+        fleet.stop()
+    if not export:
+        shutil.rmtree(os.path.join(dir, "clickhouse"), ignore_errors=True)
+    return result
+
+
+# Which of `bimodal-server sql`'s reads (flame graph, totals, functions) each query is.
+READ_OF = {"flame graph": 0, "per-node totals": 1, "per-node functions": 2}
+
+
+def queries(nodes, start, span):
+    """(name, API path, selector, reach the server picks) of the reads timed: every node (the
+    fleet rollups), a tenth of the nodes (per-node rows) and nine tenths (the rollups minus a
+    tenth), as the two bands of a comparison would read them."""
+    out = []
+    scope = lambda selector, **kw: urllib.parse.urlencode(
+        {"from": str(start), "to": str(start + span), "selector": selector, **kw})
+    every, tenth, rest = '{node=~"loadgen-.*"}', '{node=~".*0"}', '{node!~".*0"}'
+    # The nodes `bimodal-server sql` is given for the per-node reads, as the server finds them.
+    names = [f"loadgen-{i:05}" for i in range(nodes)]
+    tenth_names = ",".join(n for n in names if n.endswith("0"))
+    out.append(("flame graph", f"/api/v1/flamegraph?{scope(every, event='cpu', source='cpu-clock')}", every, "fleet", ""))
+    out.append(("flame graph, a tenth of the nodes",
+                f"/api/v1/flamegraph?{scope(tenth, event='cpu', source='cpu-clock')}", tenth, "matching", tenth_names))
+    out.append(("flame graph, nine tenths of the nodes",
+                f"/api/v1/flamegraph?{scope(rest, event='cpu', source='cpu-clock')}", rest, "fleet-minus", tenth_names))
+    out.append(("per-node totals", f"/api/v1/totals?{scope(every, event='cpu')}", every, "fleet", ""))
+    out.append(("per-node functions", f"/api/v1/functions?{scope(every, event='cpu', source='cpu-clock', limit='200')}",
+                every, "fleet", ""))
+    return out
+
+
+def reads(selector, reach, listed, start, span):
+    """The SQL of `bimodal-server sql` for one scope, modern dialect."""
+    text = subprocess.run(
+        [SERVER, "sql", "--clickhouse-version", "26.9", "--event", "cpu", "--source", "cpu-clock",
+         "--selector", selector, "--from", str(start), "--to", str(start + span), "--reach", reach, "--nodes", listed],
+        capture_output=True, text=True, check=True).stdout
+    return [x.strip() for x in text.split(";\n") if x.strip()]
+
+
+def run_chdb(result, runs, out):
+    """The 1000-node minute tables in chdb's modern schema: bytes and query times."""
+    import chdb
+    from chdb import session
+    dir = os.path.join(out, str(result["nodes"]))
+    schema = subprocess.run([SERVER, "sql", "--clickhouse-version", "26.9"], capture_output=True,
+                            text=True, check=True).stdout
+    path = os.path.join(out, "chdb")
+    shutil.rmtree(path, ignore_errors=True)
+    s = session.Session(path)
+    s.query("CREATE DATABASE IF NOT EXISTS bimodal")
+    s.query("USE bimodal")
+    for statement in [x.strip() for x in schema.split(";\n") if x.strip()]:
+        if statement.startswith(("CREATE", "ALTER")):
+            s.query(statement)
+    for table in MINUTE_TABLES + DIMENSIONS:
+        s.query(f"INSERT INTO {table} SELECT * FROM file('{os.path.join(dir, table + '.native')}', Native)")
+    rows = lambda q: [json.loads(l) for l in s.query(q, "JSONEachRow").data().splitlines() if l]
+    merge = lambda: [s.query(f"OPTIMIZE TABLE {r['name']} FINAL") for r in rows(
+        "SELECT name FROM system.tables WHERE database = 'bimodal' AND engine LIKE '%MergeTree'")]
+    # The window as the views would have stored it: its 10-minute rows from its minute rows.
+    for coarse, minute in COARSE.items():
+        cols = [c for c in columns(rows, minute) if c != "time"]
+        s.query(f"INSERT INTO {coarse} (time, {', '.join(cols)}) SELECT toDateTime(intDiv(toUInt32(time), 600) * 600), "
+                f"{', '.join(cols)} FROM {minute}")
+    merge()
+    size = rows("SELECT sum(bytes_on_disk) AS b FROM system.parts WHERE database = 'bimodal' AND active")
+    for statement in copy_forward(rows, result["window"], result["span"], result["start"]):
+        s.query(statement)
+    merge()
+    timings = {}
+    for name, statement in result["sql"].items():
+        times = []
+        for _ in range(runs + 1):
+            t = time.perf_counter()
+            s.query(statement, "Null")
+            times.append(time.perf_counter() - t)
+        timings[name] = {"p50": statistics.median(times[1:]), "p95": percentile(times[1:], 95)}
+    return {"bytes": int(size[0]["b"]), "queries": timings}
+
+
+def markdown(results, chdb_result):
+    ms = lambda s: f"{s * 1000:.0f} ms"
+    lines = ["| fleet | history ingested | samples (rows) | acked samples/s (rows/s) | server CPU | samples per server core·s | ClickHouse CPU (with merges) | samples per ClickHouse core·s | ack p50 / p95 | server peak RSS |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in results:
+        lines.append(
+            f"| {r['nodes']:,} nodes | {r['window']} s × {r['nodes']:,} | {r['samples']:,} ({r['rows']:,}) | "
+            f"{r['samples'] / r['wall']:,.0f} ({r['rows'] / r['wall']:,.0f}) | {r['server_cpu']:.1f} s | "
+            f"**{r['samples'] / r['server_cpu']:,.0f}** | {r['clickhouse_cpu']:.1f} s ({r['clickhouse_cpu_merges']:.1f} s) | "
+            f"{r['samples'] / r['clickhouse_cpu_merges']:,.0f} | {r['ack_p50'] / 1000:.1f} / {r['ack_p95'] / 1000:.1f} s | {r['server_rss']:.0f} MiB |")
+    lines += ["", "| fleet | bytes on disk, all tables | per sample | per wire sample row | largest tables |",
+              "| --- | --- | --- | --- | --- |"]
+    for r in results:
+        top = ", ".join(f"{t['table']} {int(t['b']) / 2**20:.1f} MiB" for t in r["tables"][:4])
+        lines.append(f"| {r['nodes']:,} nodes | {r['bytes'] / 2**20:.1f} MiB | **{r['bytes'] / r['samples']:.2f} B** | "
+                     f"{r['bytes'] / r['rows']:.2f} B | {top} |")
+    names = list(results[0]["api"])
+    lines += ["", "| read (p50 / **p95**, first) | " + " | ".join(
+        f"{r['nodes']:,} nodes × {r['span'] // 60} min" for r in results) + " |",
+        "| --- |" + " --- |" * len(results)]
+    for name in names:
+        cells = []
+        for r in results:
+            a = r["api"][name]
+            cells.append(f"{ms(a['p50'])} / **{ms(a['p95'])}**, {ms(a['first'])} ({a['bytes'] / 2**20:.1f} MiB)")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    if chdb_result:
+        r1000 = next(r for r in results if r["nodes"] == 1000)
+        lines += ["", "Modern dialect (chdb, ClickHouse 26.x in-process), the same 1,000-node rows, the SQL the API sends "
+                  "(without the HTTP answer and naming):", "",
+                  f"bytes on disk, all tables: {chdb_result['bytes'] / 2**20:.1f} MiB, "
+                  f"**{chdb_result['bytes'] / r1000['samples']:.2f} B per sample** "
+                  f"(18.16: {r1000['bytes'] / r1000['samples']:.2f} B)", "",
+                  "| read | chdb p50 / p95 |", "| --- | --- |"]
+        for name, q in chdb_result["queries"].items():
+            lines.append(f"| {name} | {ms(q['p50'])} / {ms(q['p95'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--nodes", default="100,1000,10000")
+    p.add_argument("--runs", type=int, default=10)
+    p.add_argument("--out", default=os.path.join(ROOT, "target/bench/storage"))
+    args = p.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    results = [run_fleet(int(n), args.runs, args.out) for n in args.nodes.split(",")]
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    chdb_result = None
+    if any(r["nodes"] == 1000 for r in results):
+        chdb_result = run_chdb(next(r for r in results if r["nodes"] == 1000), args.runs, args.out)
+    md = markdown(results, chdb_result)
+    with open(os.path.join(args.out, "results.md"), "w") as f:
+        f.write(md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
