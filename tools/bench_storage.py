@@ -386,9 +386,12 @@ def main():
     p.add_argument("--out", default=os.path.join(ROOT, "target/bench/storage"))
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    results = [run_fleet(int(n), args.runs, args.out) for n in args.nodes.split(",")]
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump(results, f, indent=1)
+    results = []
+    for n in args.nodes.split(","):
+        results.append(run_fleet(int(n), args.runs, args.out))
+        # Written after each fleet: a later, larger fleet failing keeps the earlier figures.
+        with open(os.path.join(args.out, "results.json"), "w") as f:
+            json.dump(results, f, indent=1)
     chdb_result = None
     if any(r["nodes"] == 1000 for r in results):
         chdb_result = run_chdb(next(r for r in results if r["nodes"] == 1000), args.runs, args.out)

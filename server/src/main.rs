@@ -1,5 +1,8 @@
 //! `bimodal-server`: flags in, library call out.
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 

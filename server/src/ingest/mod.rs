@@ -33,7 +33,8 @@ pub const BATCH_INDEX_TRAILER: &str = "bimodal-batch-index";
 
 /// Mebibytes of decoded batches the server holds while it checks, converts and buffers them,
 /// over all streams: with thousands of agents catching up at once, memory stays bounded and the
-/// batches beyond it are answered "retry later".
+/// batches beyond it are answered "retry later". A stream reads its next batch only once the
+/// last one is admitted or answered, so beyond this each stream holds at most one batch.
 pub const MAX_IN_FLIGHT_MIB: u32 = 128;
 
 /// Serves `bimodal.v1.Ingest` into the write path.
@@ -41,7 +42,7 @@ pub const MAX_IN_FLIGHT_MIB: u32 = 128;
 pub struct IngestService {
     writer: Writer,
     names: Arc<Names>,
-    in_flight: Arc<tokio::sync::Semaphore>,
+    in_flight: Arc<Admission>,
 }
 
 impl IngestService {
@@ -49,7 +50,10 @@ impl IngestService {
         IngestService {
             writer,
             names,
-            in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT_MIB as usize)),
+            in_flight: Arc::new(Admission {
+                room: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT_MIB as usize)),
+                waiting: std::sync::atomic::AtomicUsize::new(0),
+            }),
         }
     }
 }
@@ -146,8 +150,11 @@ impl Ingest for IngestService {
                             }
                         };
                         read += 1;
-                        let (writer, names, sender, room) = (writer.clone(), names.clone(), sender.clone(), in_flight.clone());
-                        pending.push_back(async move { store(&writer, &names, &sender, &room, batch).await });
+                        // Admitted here, before the next message is read: a stream holds at most
+                        // one decoded batch beyond the server's bound while it waits.
+                        let held = in_flight.admit(&batch).await;
+                        let (writer, names, sender) = (writer.clone(), names.clone(), sender.clone());
+                        pending.push_back(async move { store(&writer, &names, &sender, held, batch).await });
                     }
                     Some(reply) = pending.next(), if !pending.is_empty() => {
                         if tx.send(Ok(reply)).await.is_err() {
@@ -162,24 +169,73 @@ impl Ingest for IngestService {
     }
 }
 
-/// Checks, names, converts and stores one batch; the ack to send.
+/// The server's bound on decoded batches, and how many batches wait for a share of it.
+#[derive(Debug)]
+struct Admission {
+    room: Arc<tokio::sync::Semaphore>,
+    waiting: std::sync::atomic::AtomicUsize,
+}
+
+/// How long an agent is asked to wait per batch waiting ahead of its own, and the bounds.
+const RETRY_PER_WAITING_MILLIS: u32 = 100;
+const MIN_RETRY_MILLIS: u32 = 5_000;
+const MAX_RETRY_MILLIS: u32 = 300_000;
+
+impl Admission {
+    /// A share of the bound for `batch` if one frees within 5 s; else how long the agent should
+    /// wait before sending it again. The wait grows with the batches waiting, so that a fleet
+    /// catching up at once resends about as fast as the server stores, not every 5 s: each
+    /// resend costs a transfer and a decode.
+    async fn admit(&self, batch: &v1::Batch) -> Result<tokio::sync::OwnedSemaphorePermit, u32> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mib = (prost::Message::encoded_len(batch) >> 20).clamp(1, MAX_IN_FLIGHT_MIB as usize) as u32;
+        let ahead = self.waiting.fetch_add(1, Relaxed);
+        let got = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            self.room.clone().acquire_many_owned(mib),
+        )
+        .await;
+        self.waiting.fetch_sub(1, Relaxed);
+        match got {
+            Ok(Ok(held)) => Ok(held),
+            _ => Err(retry_millis(ahead, &batch.batch_id)),
+        }
+    }
+}
+
+/// The retry delay for a batch with `ahead` batches waiting before it: proportional to them,
+/// spread by ±25% from the batch id so that agents told together do not return together.
+fn retry_millis(ahead: usize, batch_id: &[u8]) -> u32 {
+    let base = u32::try_from(ahead)
+        .unwrap_or(u32::MAX)
+        .saturating_mul(RETRY_PER_WAITING_MILLIS)
+        .clamp(MIN_RETRY_MILLIS, MAX_RETRY_MILLIS);
+    let spread = batch_id
+        .iter()
+        .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(*b)))
+        % 51;
+    (u64::from(base) * u64::from(75 + spread) / 100) as u32
+}
+
+/// Checks, names, converts and stores one batch admitted with `held` (`None`: not admitted,
+/// the agent is told to retry); the ack to send.
 async fn store(
     writer: &Writer,
     names: &Names,
     sender: &Sender,
-    room: &Arc<tokio::sync::Semaphore>,
+    held: Result<tokio::sync::OwnedSemaphorePermit, u32>,
     mut batch: v1::Batch,
 ) -> v1::IngestResponse {
-    let mib = (prost::Message::encoded_len(&batch) >> 20).clamp(1, MAX_IN_FLIGHT_MIB as usize) as u32;
-    let Ok(Ok(held)) =
-        tokio::time::timeout(std::time::Duration::from_secs(5), room.clone().acquire_many_owned(mib)).await
-    else {
-        return ack(
-            batch.batch_id,
-            v1::ack::Status::Retry,
-            "the server holds as many batches as it may: retry later".into(),
-            5000,
-        );
+    let held = match held {
+        Ok(held) => held,
+        Err(retry_after) => {
+            return ack(
+                batch.batch_id,
+                v1::ack::Status::Retry,
+                "the server holds as many batches as it may: retry later".into(),
+                retry_after,
+            )
+        }
     };
     if let Err(invalid) = validate::batch(&batch, unix_now()) {
         tracing::warn!(node = %sender.node, error = %invalid, "rejected a malformed batch");
@@ -204,5 +260,21 @@ async fn store(
             reason,
             after.as_millis().min(u128::from(u32::MAX)) as u32,
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The delay grows with the batches waiting, within bounds, spread by batch id.
+    #[test]
+    fn retry_delay_follows_the_queue() {
+        let id = [7u8; 16];
+        assert!((3_750..=6_250).contains(&retry_millis(0, &id)));
+        assert!((75_000..=125_000).contains(&retry_millis(1_000, &id)));
+        assert!(retry_millis(1_000_000, &id) <= 375_000);
+        let spread: std::collections::HashSet<u32> = (0..50u8).map(|i| retry_millis(1_000, &[i; 16])).collect();
+        assert!(spread.len() > 10, "{spread:?}");
     }
 }

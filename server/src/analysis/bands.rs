@@ -1,0 +1,369 @@
+//! Two bands of nodes in one metric, found without being told the groups.
+//!
+//! A fleet metric (CPU per unit of work, page faults per CPU-second, …) is compared in log space:
+//! slowness is a factor, and node-to-node noise is multiplicative. Every split of the sorted
+//! values that leaves at least [`BandConfig::min_band`] nodes on each side is scored by Cohen's d
+//! between the two sides, and the best split is kept. Two tests decide whether it is a band:
+//!
+//! - **significance**: the best split's d is compared with the best split's d in fleets of the
+//!   same size drawn from one normal distribution (in log space: log-normal noise). Cohen's d does
+//!   not depend on the location or scale of the values, so one null distribution per fleet size
+//!   serves every metric; the p-value is the share of null fleets scoring at least as high.
+//! - **effect**: the bands' medians must lie at least [`BandConfig::min_separation`] robust
+//!   standard deviations (1.4826 × MAD within each band, pooled) apart, so that a large fleet's
+//!   tiny skew is not called a band.
+//!
+//! Both must hold; otherwise the answer is "no bands", with the reason. Medians and MADs make the
+//! effect test robust to a few outliers; the minimum band size keeps one or two outliers from
+//! being a band on their own.
+
+use rand::SeedableRng;
+use rand_distr::{Distribution, StandardNormal};
+
+/// How bands are searched for and accepted.
+#[derive(Clone, Debug)]
+pub struct BandConfig {
+    /// Smallest band, as a share of the fleet (at least [`BandConfig::min_band_nodes`]).
+    pub min_band_fraction: f64,
+    /// Smallest band in nodes.
+    pub min_band_nodes: usize,
+    /// Largest p-value accepted. Callers testing several metrics divide it among them.
+    pub alpha: f64,
+    /// Smallest distance between the bands' medians, in robust standard deviations.
+    pub min_separation: f64,
+    /// Null fleets drawn per fleet size (the smallest p-value is 1 / (draws + 1)).
+    pub null_draws: usize,
+    /// Seed of the null fleets: the same data always gets the same answer.
+    pub seed: u64,
+}
+
+impl Default for BandConfig {
+    fn default() -> Self {
+        BandConfig {
+            min_band_fraction: 0.05,
+            min_band_nodes: 2,
+            alpha: 0.01,
+            min_separation: 2.0,
+            null_draws: 999,
+            seed: 0x6269_6d6f_6461_6c21,
+        }
+    }
+}
+
+impl BandConfig {
+    /// The smallest band for a fleet of `n` nodes.
+    pub fn min_band(&self, n: usize) -> usize {
+        ((self.min_band_fraction * n as f64).ceil() as usize).max(self.min_band_nodes)
+    }
+
+    /// The smallest fleet that can be split.
+    pub fn min_fleet(&self) -> usize {
+        // Two bands of the smallest size, and a node more so that the split is a choice.
+        2 * self.min_band_nodes + 1
+    }
+}
+
+/// Two bands of a metric: nodes by index into the values given, lower values first.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Split {
+    /// Indices of the nodes in the band with the lower values, and the higher.
+    pub low: Vec<usize>,
+    pub high: Vec<usize>,
+    /// Median of each band, in the metric's unit.
+    pub low_median: f64,
+    pub high_median: f64,
+    /// A value between the bands (geometric mean of the two nodes either side of the split).
+    pub threshold: f64,
+    /// Distance between the bands' medians in robust standard deviations (log space).
+    pub separation: f64,
+    /// Cohen's d of the split (log space).
+    pub d: f64,
+    /// Share of one-band fleets of this size whose best split scores at least as high.
+    pub p_value: f64,
+}
+
+/// What band detection found in one metric.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Bands {
+    /// Two bands.
+    Two(Split),
+    /// No two bands; the best split is given when there was one to test.
+    None { reason: NoBands, best: Option<Split> },
+}
+
+/// Why a metric has no bands.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum NoBands {
+    #[error("{nodes} nodes with values; at least {needed} are needed to split a fleet")]
+    TooFewNodes { nodes: usize, needed: usize },
+    #[error("every node has the same value")]
+    Constant,
+    #[error("most nodes have no value above zero")]
+    MostlyZero,
+    #[error("the best split is no stronger than one in a fleet of one band (p = {p_value:.3})")]
+    NotSignificant { p_value: f64 },
+    #[error("the best split separates the bands by only {separation:.1} standard deviations")]
+    TooClose { separation: f64 },
+}
+
+/// Finds two bands in `values` (one per node; not finite values are left out by the caller).
+/// `null` holds the null distributions already drawn, per fleet size.
+pub fn detect(values: &[f64], config: &BandConfig, null: &mut NullCache) -> Bands {
+    let n = values.len();
+    if n < config.min_fleet() {
+        return Bands::None {
+            reason: NoBands::TooFewNodes {
+                nodes: n,
+                needed: config.min_fleet(),
+            },
+            best: None,
+        };
+    }
+    let Some(logs) = log_values(values) else {
+        return Bands::None {
+            reason: NoBands::MostlyZero,
+            best: None,
+        };
+    };
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|&a, &b| logs[a].total_cmp(&logs[b]));
+    let sorted: Vec<f64> = order.iter().map(|&i| logs[i]).collect();
+    if sorted[0] == sorted[n - 1] {
+        return Bands::None {
+            reason: NoBands::Constant,
+            best: None,
+        };
+    }
+    let min_band = config.min_band(n);
+    let Some((k, d)) = best_split(&sorted, min_band) else {
+        return Bands::None {
+            reason: NoBands::TooFewNodes {
+                nodes: n,
+                needed: 2 * min_band,
+            },
+            best: None,
+        };
+    };
+    let p_value = null.p_value(n, min_band, d, config);
+    let (lo, hi) = sorted.split_at(k);
+    let (lo_med, hi_med) = (median(lo), median(hi));
+    let spread = (0.5 * (robust_sd(lo).powi(2) + robust_sd(hi).powi(2))).sqrt();
+    let separation = if spread > 0.0 {
+        (hi_med - lo_med) / spread
+    } else {
+        f64::INFINITY
+    };
+    let mut low: Vec<usize> = order[..k].to_vec();
+    let mut high: Vec<usize> = order[k..].to_vec();
+    low.sort_unstable();
+    high.sort_unstable();
+    let split = Split {
+        low,
+        high,
+        low_median: median_of(values, &order[..k]),
+        high_median: median_of(values, &order[k..]),
+        threshold: (0.5 * (sorted[k - 1] + sorted[k])).exp(),
+        separation,
+        d,
+        p_value,
+    };
+    if p_value > config.alpha {
+        return Bands::None {
+            reason: NoBands::NotSignificant { p_value },
+            best: Some(split),
+        };
+    }
+    if separation < config.min_separation {
+        return Bands::None {
+            reason: NoBands::TooClose { separation },
+            best: Some(split),
+        };
+    }
+    Bands::Two(split)
+}
+
+/// Natural logs of the values, zero and below raised to a floor a thousandth of the median;
+/// `None` when the median is not above zero.
+fn log_values(values: &[f64]) -> Option<Vec<f64>> {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let med = median(&sorted);
+    if med.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
+        return None;
+    }
+    let floor = med * 1e-3;
+    Some(values.iter().map(|v| v.max(floor).ln()).collect())
+}
+
+/// The split of `sorted` (ascending) whose bands' means lie the most pooled standard deviations
+/// apart (Cohen's d), each side at least `min_band` long: (length of the lower side, d). The
+/// pooled spread is estimated from both bands, so a few extreme nodes do not score high on their
+/// own small spread; and unlike a t statistic, d does not grow with the bands' sizes, so a small
+/// slow band is not traded for a balanced split through the middle of the fleet. Prefix sums
+/// make every split O(1).
+fn best_split(sorted: &[f64], min_band: usize) -> Option<(usize, f64)> {
+    let n = sorted.len();
+    if n < 2 * min_band {
+        return None;
+    }
+    // Values centred on their mean keep the sums of squares exact enough.
+    let mean = sorted.iter().sum::<f64>() / n as f64;
+    let total_var = sorted.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n as f64;
+    // A floor under each side's variance: two sides of equal values are not infinitely apart.
+    let floor = (total_var * 1e-6).max(1e-18);
+    let mut s = vec![0.0; n + 1];
+    let mut q = vec![0.0; n + 1];
+    for (i, x) in sorted.iter().enumerate() {
+        let c = x - mean;
+        s[i + 1] = s[i] + c;
+        q[i + 1] = q[i] + c * c;
+    }
+    // (mean, sum of squared deviations) of sorted[from..to].
+    let side = |from: usize, to: usize| {
+        let m = (to - from) as f64;
+        let mu = (s[to] - s[from]) / m;
+        (mu, ((q[to] - q[from]) - m * mu * mu).max(0.0))
+    };
+    let mut best: Option<(usize, f64)> = None;
+    for k in min_band..=n - min_band {
+        if sorted[k - 1] == sorted[k] {
+            continue; // equal values stay in one band
+        }
+        let (mu_lo, ss_lo) = side(0, k);
+        let (mu_hi, ss_hi) = side(k, n);
+        let pooled = ((ss_lo + ss_hi) / (n - 2) as f64).max(floor);
+        let t = (mu_hi - mu_lo) / pooled.sqrt();
+        if best.is_none_or(|(_, b)| t > b) {
+            best = Some((k, t));
+        }
+    }
+    best
+}
+
+fn median(sorted: &[f64]) -> f64 {
+    let n = sorted.len();
+    if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        0.5 * (sorted[n / 2 - 1] + sorted[n / 2])
+    }
+}
+
+fn median_of(values: &[f64], idx: &[usize]) -> f64 {
+    let mut v: Vec<f64> = idx.iter().map(|&i| values[i]).collect();
+    v.sort_by(f64::total_cmp);
+    median(&v)
+}
+
+/// 1.4826 × the median absolute deviation of `sorted`: the standard deviation for normal data.
+fn robust_sd(sorted: &[f64]) -> f64 {
+    let m = median(sorted);
+    let mut dev: Vec<f64> = sorted.iter().map(|x| (x - m).abs()).collect();
+    dev.sort_by(f64::total_cmp);
+    1.4826 * median(&dev)
+}
+
+/// Best-split scores of one-band fleets, per (fleet size, smallest band), drawn once.
+#[derive(Debug, Default)]
+pub struct NullCache {
+    scores: std::collections::HashMap<(usize, usize), Vec<f64>>,
+}
+
+impl NullCache {
+    /// Share of null fleets of `n` nodes scoring at least `t` (with the observed fleet counted).
+    fn p_value(&mut self, n: usize, min_band: usize, t: f64, config: &BandConfig) -> f64 {
+        let scores = self.scores.entry((n, min_band)).or_insert_with(|| {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(config.seed ^ (n as u64) << 20 ^ min_band as u64);
+            let mut fleet = vec![0.0; n];
+            let mut scores: Vec<f64> = (0..config.null_draws)
+                .map(|_| {
+                    for x in fleet.iter_mut() {
+                        *x = StandardNormal.sample(&mut rng);
+                    }
+                    fleet.sort_by(f64::total_cmp);
+                    best_split(&fleet, min_band).map_or(0.0, |(_, d)| d)
+                })
+                .collect();
+            scores.sort_by(f64::total_cmp);
+            scores
+        });
+        let at_least = scores.len() - scores.partition_point(|&s| s < t);
+        (at_least + 1) as f64 / (scores.len() + 1) as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fleet(seed: u64, n: usize, slow: usize, factor: f64, sigma: f64) -> Vec<f64> {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        (0..n)
+            .map(|i| {
+                let z: f64 = StandardNormal.sample(&mut rng);
+                let base = if i < slow { factor } else { 1.0 };
+                base * (sigma * z).exp()
+            })
+            .collect()
+    }
+
+    /// A tenth of a fleet 1.5x slower, 5% noise: exactly those nodes are the high band.
+    #[test]
+    fn finds_a_slow_tenth() {
+        let values = fleet(1, 50, 5, 1.5, 0.05);
+        let got = detect(&values, &BandConfig::default(), &mut NullCache::default());
+        let Bands::Two(split) = got else {
+            panic!("no bands: {got:?}");
+        };
+        assert_eq!(split.high, [0, 1, 2, 3, 4]);
+        assert!(split.p_value <= 0.01 && split.separation > 3.0, "{split:?}");
+        assert!(split.threshold > 1.0 && split.threshold < 1.5, "{split:?}");
+        assert!((split.high_median / split.low_median - 1.5).abs() < 0.2, "{split:?}");
+    }
+
+    /// One band with noise, and one with two wild outliers: no bands.
+    #[test]
+    fn does_not_invent_bands() {
+        let mut null = NullCache::default();
+        for seed in 0..20 {
+            let values = fleet(100 + seed, 40, 0, 1.0, 0.2);
+            let got = detect(&values, &BandConfig::default(), &mut null);
+            assert!(matches!(got, Bands::None { .. }), "seed {seed}: {got:?}");
+        }
+        let mut values = fleet(7, 40, 0, 1.0, 0.1);
+        values[3] = 10.0;
+        values[9] = 0.05;
+        assert!(matches!(
+            detect(&values, &BandConfig::default(), &mut null),
+            Bands::None { .. }
+        ));
+    }
+
+    /// Too few nodes, all equal, mostly zero: each says so.
+    #[test]
+    fn says_why_there_are_no_bands() {
+        let c = BandConfig::default();
+        let mut null = NullCache::default();
+        let none = |v: &[f64], null: &mut NullCache| match detect(v, &c, null) {
+            Bands::None { reason, .. } => reason,
+            other => panic!("{other:?}"),
+        };
+        assert!(matches!(none(&[1.0, 2.0, 3.0], &mut null), NoBands::TooFewNodes { .. }));
+        assert_eq!(none(&[2.0; 10], &mut null), NoBands::Constant);
+        assert_eq!(
+            none(&[0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0], &mut null),
+            NoBands::MostlyZero
+        );
+    }
+
+    /// Values equal within a band (an idle metric on fast nodes) still split cleanly.
+    #[test]
+    fn equal_values_within_a_band() {
+        let mut values = vec![1.0; 18];
+        values.extend([5.0, 5.0]);
+        let Bands::Two(split) = detect(&values, &BandConfig::default(), &mut NullCache::default()) else {
+            panic!("no bands");
+        };
+        assert_eq!(split.high, [18, 19]);
+    }
+}
