@@ -36,11 +36,13 @@ test: web
 
 ## bench: cost of bimodal-agent record vs perf record under a page-fault-heavy workload (BENCH_SECONDS=30),
 ##        frame-pointer against .eh_frame unwinding (tools/bench-unwind.sh), then storage and ingest
-##        of simulated fleets of 100 to 10,000 nodes (tools/bench_storage.py, BENCH_FLEETS=100,1000,10000)
+##        of simulated fleets of 100 to 10,000 nodes (tools/bench_storage.py, BENCH_FLEETS=100,1000,10000),
+##        then band detection on seeded synthetic fleets (server/examples/bands_bench.rs)
 bench: release
 	tools/bench.sh
 	tools/bench-unwind.sh
 	python3 tools/bench_storage.py --nodes $${BENCH_FLEETS:-100,1000,10000}
+	cargo run --release -q -p bimodal-server --example bands_bench $${BENCH_BAND_TRIALS:-200}
 
 ## lint: rustfmt, clippy (warnings denied), clang-format for BPF and fixture C, eslint
 lint: setup
