@@ -106,6 +106,18 @@ enum Command {
     },
 }
 
+/// Prints `statements`, `;`-terminated; a reader that stops early (`| head`) is not an error.
+fn print_statements(statements: impl IntoIterator<Item = String>) -> std::process::ExitCode {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    for statement in statements {
+        if writeln!(out, "{statement};").is_err() {
+            break;
+        }
+    }
+    std::process::ExitCode::SUCCESS
+}
+
 #[derive(clap::Subcommand, Debug)]
 enum DebuginfoCommand {
     /// Upload an executable with symbols or a separate debug file (`objcopy --only-keep-debug`,
@@ -179,25 +191,18 @@ async fn main() -> std::process::ExitCode {
                 ))
             })();
             return match scope {
-                Ok((scope, reach)) => {
-                    for statement in queries::reads(&client, &scope, &reach) {
-                        println!("{statement};");
-                    }
-                    std::process::ExitCode::SUCCESS
-                }
+                Ok((scope, reach)) => print_statements(queries::reads(&client, &scope, &reach)),
                 Err(e) => {
                     eprintln!("bimodal-server: error: {e}");
                     std::process::ExitCode::FAILURE
                 }
             };
         }
-        for statement in migrations::all_statements(&dialect)
-            .into_iter()
-            .chain(queries::examples(&client))
-        {
-            println!("{statement};");
-        }
-        return std::process::ExitCode::SUCCESS;
+        return print_statements(
+            migrations::all_statements(&dialect)
+                .into_iter()
+                .chain(queries::examples(&client)),
+        );
     }
     let level = match cli.verbose {
         0 => "info",
