@@ -17,7 +17,6 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use bimodal_proto::v1::debuginfo_server::DebuginfoServer;
-use bimodal_proto::v1::ingest_server::IngestServer;
 use tonic::server::NamedService;
 
 use crate::debuginfo::{DebuginfoService, Names};
@@ -124,8 +123,10 @@ impl Server {
 
     /// Serves until `shutdown` completes, then stops the managed ClickHouse.
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
-        let ingest = IngestServer::new(ingest::IngestService::new(self.writer.clone(), self.names.clone()))
-            .max_decoding_message_size(MAX_MESSAGE_BYTES);
+        let ingest = ingest::encoded::EncodedIngestServer::new(
+            ingest::IngestService::new(self.writer.clone(), self.names.clone()),
+            MAX_MESSAGE_BYTES,
+        );
         let debuginfo = DebuginfoServer::new(self.debuginfo).max_decoding_message_size(8 << 20);
         // gRPC calls are HTTP/2 POSTs to /<service>/<method>: route them before the UI fallback.
         let path = |name: &str| format!("/{name}/{{*method}}");
@@ -134,7 +135,7 @@ impl Server {
             names: self.names,
         })
         .route_service(
-            &path(<IngestServer<ingest::IngestService> as NamedService>::NAME),
+            &path(<ingest::encoded::EncodedIngestServer as NamedService>::NAME),
             ingest,
         )
         .route_service(

@@ -1,6 +1,8 @@
 //! What the server concludes from stored samples, on plain data: no database in here. Storage
 //! reads feed it; the API and the `bimodal` CLI present it.
 //!
-//! - [`bands`]: two bands of nodes in one metric, or a reasoned "no bands".
+//! - [`bands`]: two bands of nodes in one metric, or a reasoned "no bands";
+//! - [`rank`]: tests between two groups of nodes that count each node once.
 
 pub mod bands;
+pub mod rank;

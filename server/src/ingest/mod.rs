@@ -8,13 +8,15 @@
 //! decoded ends the stream with its position (`bimodal-batch-index`) so the agent drops it
 //! instead of sending it first forever.
 
+pub mod encoded;
 pub mod rows;
 pub mod validate;
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use bimodal_proto::v1::{self, ingest_request, ingest_response, ingest_server::Ingest};
+use bimodal_proto::v1::{self, ingest_request, ingest_response};
 use futures_util::stream::{FuturesOrdered, StreamExt};
 use tokio::sync::mpsc;
 use tokio_stream::{wrappers::ReceiverStream, Stream};
@@ -22,6 +24,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::debuginfo::Names;
 use crate::storage::writer::{Outcome, Writer};
+use encoded::Encoded;
 use rows::Sender;
 
 /// Batches of one stream waiting in the write path at once; the stream reads no more until one
@@ -31,13 +34,14 @@ pub const MAX_IN_FLIGHT: usize = 32;
 /// The trailer naming the batch a stream could not decode, by its 0-based position.
 pub const BATCH_INDEX_TRAILER: &str = "bimodal-batch-index";
 
-/// Mebibytes of decoded batches the server holds while it checks, converts and buffers them,
-/// over all streams: with thousands of agents catching up at once, memory stays bounded and the
-/// batches beyond it are answered "retry later". A stream reads its next batch only once the
-/// last one is admitted or answered, so beyond this each stream holds at most one batch.
+/// Mebibytes of batches (encoded size, counted by the KiB) the server holds while it decodes,
+/// checks, converts and buffers them, over all streams: with thousands of agents catching up at
+/// once, memory stays bounded and the batches beyond it are answered "retry later" without
+/// being decoded. A stream reads its next batch only once the last one is admitted or answered,
+/// so beyond this each stream holds at most one encoded batch.
 pub const MAX_IN_FLIGHT_MIB: u32 = 128;
 
-/// Serves `bimodal.v1.Ingest` into the write path.
+/// Serves `bimodal.v1.Ingest` into the write path (through [`encoded::EncodedIngestServer`]).
 #[derive(Debug, Clone)]
 pub struct IngestService {
     writer: Writer,
@@ -51,14 +55,14 @@ impl IngestService {
             writer,
             names,
             in_flight: Arc::new(Admission {
-                room: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT_MIB as usize)),
+                room: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT_MIB as usize * 1024)),
                 waiting: std::sync::atomic::AtomicUsize::new(0),
             }),
         }
     }
 }
 
-type AckStream = Pin<Box<dyn Stream<Item = Result<v1::IngestResponse, Status>> + Send>>;
+pub(crate) type AckStream = Pin<Box<dyn Stream<Item = Result<v1::IngestResponse, Status>> + Send>>;
 
 fn ack(batch_id: Vec<u8>, status: v1::ack::Status, error: String, retry_after_millis: u32) -> v1::IngestResponse {
     v1::IngestResponse {
@@ -87,16 +91,16 @@ fn undecodable(status: &Status) -> bool {
     }
 }
 
-#[tonic::async_trait]
-impl Ingest for IngestService {
-    type StreamStream = AckStream;
-
-    async fn stream(&self, request: Request<Streaming<v1::IngestRequest>>) -> Result<Response<AckStream>, Status> {
+impl IngestService {
+    /// Serves one agent's stream: a Hello, then batches, each admitted by its encoded size
+    /// before it is decoded ([`encoded`]).
+    async fn stream(&self, request: Request<Streaming<Encoded>>) -> Result<Response<AckStream>, Status> {
         let mut inbound = request.into_inner();
-        let hello = match inbound.message().await? {
-            Some(v1::IngestRequest {
+        let first = inbound.message().await?.map(|m| m.decode());
+        let hello = match first {
+            Some(Ok(v1::IngestRequest {
                 message: Some(ingest_request::Message::Hello(h)),
-            }) => h,
+            })) => h,
             _ => {
                 return Err(Status::invalid_argument(
                     "the first message of a stream must be a Hello",
@@ -119,29 +123,28 @@ impl Ingest for IngestService {
         let in_flight = self.in_flight.clone();
         tokio::spawn(async move {
             // Acks go out in the order batches came, whatever order they are stored in.
-            let mut pending = FuturesOrdered::new();
+            let mut pending: FuturesOrdered<Pin<Box<dyn Future<Output = v1::IngestResponse> + Send>>> =
+                FuturesOrdered::new();
             let mut read = 0usize;
             let mut open = true;
             loop {
                 tokio::select! {
                     message = inbound.message(), if open && pending.len() < MAX_IN_FLIGHT => {
-                        let batch = match message {
-                            Ok(Some(v1::IngestRequest { message: Some(ingest_request::Message::Batch(b)) })) => b,
-                            Ok(Some(_)) => {
-                                let _ = tx.send(Err(Status::invalid_argument("only the first message may be a Hello"))).await;
-                                return;
+                        let refuse = |why: String| {
+                            tracing::warn!(node = %sender.node, batch = read, %why, "refused a batch that cannot be decoded");
+                            let mut refusal = Status::invalid_argument(format!(
+                                "batch {read} of this stream cannot be decoded ({why}); resending it will not help"
+                            ));
+                            if let Ok(v) = read.to_string().parse() {
+                                refusal.metadata_mut().insert(BATCH_INDEX_TRAILER, v);
                             }
+                            refusal
+                        };
+                        let encoded = match message {
+                            Ok(Some(encoded)) => encoded,
                             Ok(None) => { open = false; continue; }
                             Err(status) if undecodable(&status) => {
-                                tracing::warn!(node = %sender.node, batch = read, %status, "refused a batch that cannot be decoded");
-                                let mut refusal = Status::invalid_argument(format!(
-                                    "batch {read} of this stream cannot be decoded ({}); resending it will not help",
-                                    status.message()
-                                ));
-                                if let Ok(v) = read.to_string().parse() {
-                                    refusal.metadata_mut().insert(BATCH_INDEX_TRAILER, v);
-                                }
-                                let _ = tx.send(Err(refusal)).await;
+                                let _ = tx.send(Err(refuse(status.message().to_string()))).await;
                                 return;
                             }
                             Err(status) => {
@@ -149,12 +152,35 @@ impl Ingest for IngestService {
                                 return;
                             }
                         };
+                        // Admitted here, before it is decoded and before the next message is
+                        // read: a waiting stream holds one encoded batch.
+                        let held = in_flight.admit(encoded.0.len(), encoded.batch_id().unwrap_or_default()).await;
+                        if let (Err(retry_after), Some(id)) = (&held, encoded.batch_id()) {
+                            let reply = ack(
+                                id.to_vec(),
+                                v1::ack::Status::Retry,
+                                "the server holds as many batches as it may: retry later".into(),
+                                *retry_after,
+                            );
+                            read += 1;
+                            pending.push_back(Box::pin(std::future::ready(reply)));
+                            continue;
+                        }
+                        let batch = match encoded.decode() {
+                            Ok(v1::IngestRequest { message: Some(ingest_request::Message::Batch(b)) }) => b,
+                            Ok(_) => {
+                                let _ = tx.send(Err(Status::invalid_argument("only the first message may be a Hello"))).await;
+                                return;
+                            }
+                            Err(e) => {
+                                let _ = tx.send(Err(refuse(e.to_string()))).await;
+                                return;
+                            }
+                        };
+                        drop(encoded);
                         read += 1;
-                        // Admitted here, before the next message is read: a stream holds at most
-                        // one decoded batch beyond the server's bound while it waits.
-                        let held = in_flight.admit(&batch).await;
                         let (writer, names, sender) = (writer.clone(), names.clone(), sender.clone());
-                        pending.push_back(async move { store(&writer, &names, &sender, held, batch).await });
+                        pending.push_back(Box::pin(async move { store(&writer, &names, &sender, held, batch).await }));
                     }
                     Some(reply) = pending.next(), if !pending.is_empty() => {
                         if tx.send(Ok(reply)).await.is_err() {
@@ -182,23 +208,23 @@ const MIN_RETRY_MILLIS: u32 = 5_000;
 const MAX_RETRY_MILLIS: u32 = 300_000;
 
 impl Admission {
-    /// A share of the bound for `batch` if one frees within 5 s; else how long the agent should
-    /// wait before sending it again. The wait grows with the batches waiting, so that a fleet
-    /// catching up at once resends about as fast as the server stores, not every 5 s: each
-    /// resend costs a transfer and a decode.
-    async fn admit(&self, batch: &v1::Batch) -> Result<tokio::sync::OwnedSemaphorePermit, u32> {
+    /// A share of the bound for a batch of `bytes` encoded bytes if one frees within 5 s; else
+    /// how long the agent should wait before sending it again. The wait grows with the batches
+    /// waiting, so that a fleet catching up at once resends about as fast as the server stores,
+    /// not every 5 s: each resend costs a transfer.
+    async fn admit(&self, bytes: usize, batch_id: &[u8]) -> Result<tokio::sync::OwnedSemaphorePermit, u32> {
         use std::sync::atomic::Ordering::Relaxed;
-        let mib = (prost::Message::encoded_len(batch) >> 20).clamp(1, MAX_IN_FLIGHT_MIB as usize) as u32;
+        let kib = bytes.div_ceil(1024).clamp(1, MAX_IN_FLIGHT_MIB as usize * 1024) as u32;
         let ahead = self.waiting.fetch_add(1, Relaxed);
         let got = tokio::time::timeout(
             std::time::Duration::from_secs(5),
-            self.room.clone().acquire_many_owned(mib),
+            self.room.clone().acquire_many_owned(kib),
         )
         .await;
         self.waiting.fetch_sub(1, Relaxed);
         match got {
             Ok(Ok(held)) => Ok(held),
-            _ => Err(retry_millis(ahead, &batch.batch_id)),
+            _ => Err(retry_millis(ahead, batch_id)),
         }
     }
 }

@@ -1,0 +1,231 @@
+//! Tests between two groups of nodes that count each node once: a node's value is one
+//! observation, so a function that is large on one node and absent on the others does not look
+//! like a difference between the groups (as it would in two summed profiles).
+//!
+//! - [`mann_whitney`]: does a per-node value differ between the groups (rank test, exact for
+//!   small groups without ties), with its effect size (rank-biserial correlation);
+//! - [`fisher`]: does a yes/no property of nodes (a label value) go with the group (exact);
+//! - [`q_values`]: Benjamini–Hochberg adjusted p-values when many are tested at once.
+
+/// A rank test of values in `low` against values in `high`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RankTest {
+    /// Two-sided p-value of "both groups come from one distribution".
+    pub p_value: f64,
+    /// Rank-biserial correlation in [-1, 1]: the share of (low, high) pairs where the high
+    /// group's node has the larger value, minus the share where it has the smaller. 1: every
+    /// node of `high` is above every node of `low`.
+    pub effect: f64,
+}
+
+/// Groups up to this many pairs get the exact distribution of U (when no values tie).
+const EXACT_PAIRS: usize = 2_500;
+
+/// The Mann–Whitney U test. Exact for small groups without ties, else the normal
+/// approximation with the tie correction and a continuity correction.
+pub fn mann_whitney(low: &[f64], high: &[f64]) -> RankTest {
+    let (m, n) = (low.len(), high.len());
+    if m == 0 || n == 0 {
+        return RankTest {
+            p_value: 1.0,
+            effect: 0.0,
+        };
+    }
+    // Midranks of the pooled values; ties get the mean of their ranks.
+    let mut all: Vec<(f64, bool)> = low
+        .iter()
+        .map(|&v| (v, false))
+        .chain(high.iter().map(|&v| (v, true)))
+        .collect();
+    all.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut rank_sum_high = 0.0;
+    let mut tie_term = 0.0;
+    let mut ties = false;
+    let mut i = 0;
+    while i < all.len() {
+        let mut j = i + 1;
+        while j < all.len() && all[j].0 == all[i].0 {
+            j += 1;
+        }
+        let rank = (i + j + 1) as f64 / 2.0; // mean of ranks i+1..=j
+        let t = (j - i) as f64;
+        if j - i > 1 {
+            ties = true;
+            tie_term += t * t * t - t;
+        }
+        rank_sum_high += rank * all[i..j].iter().filter(|x| x.1).count() as f64;
+        i = j;
+    }
+    let (mf, nf) = (m as f64, n as f64);
+    // U of the high group: pairs where its node is larger, ties counting a half.
+    let u = rank_sum_high - nf * (nf + 1.0) / 2.0;
+    let effect = 2.0 * u / (mf * nf) - 1.0;
+    let p_value = if !ties && m * n <= EXACT_PAIRS {
+        exact_p(m, n, u.round() as usize)
+    } else {
+        let mean = mf * nf / 2.0;
+        let total = mf + nf;
+        let var = mf * nf / 12.0 * ((total + 1.0) - tie_term / (total * (total - 1.0)));
+        if var <= 0.0 {
+            1.0
+        } else {
+            let z = ((u - mean).abs() - 0.5).max(0.0) / var.sqrt();
+            (2.0 * normal_upper(z)).min(1.0)
+        }
+    };
+    RankTest { p_value, effect }
+}
+
+/// Two-sided exact p-value of U = `u` for groups of `m` and `n` without ties: the share of
+/// the C(m+n, m) arrangements at least as far from the centre.
+fn exact_p(m: usize, n: usize, u: usize) -> f64 {
+    let max = m * n;
+    // f(i, j, u): orderings of i low and j high values with U = u. The largest value is either
+    // low (U unchanged) or high (above all i low values):
+    // f(i, j, u) = f(i-1, j, u) + f(i, j-1, u-i). `f[j][u]` holds one i at a time.
+    let mut f: Vec<Vec<f64>> = (0..=n).map(|_| vec![0.0; max + 1]).collect();
+    for row in f.iter_mut() {
+        row[0] = 1.0; // i = 0: only U = 0
+    }
+    for i in 1..=m {
+        let mut next: Vec<Vec<f64>> = (0..=n).map(|_| vec![0.0; max + 1]).collect();
+        for j in 0..=n {
+            for v in 0..=max {
+                let mut c = f[j][v];
+                if j > 0 && v >= i {
+                    c += next[j - 1][v - i];
+                }
+                next[j][v] = c;
+            }
+        }
+        f = next;
+    }
+    let counts = &f[n];
+    let total: f64 = counts.iter().sum();
+    let centre = max as f64 / 2.0;
+    let far = (u as f64 - centre).abs();
+    let at_least: f64 = counts
+        .iter()
+        .enumerate()
+        .filter(|(v, _)| (*v as f64 - centre).abs() >= far - 1e-9)
+        .map(|(_, c)| c)
+        .sum();
+    (at_least / total).min(1.0)
+}
+
+/// P(Z > z) for a standard normal Z (Abramowitz–Stegun 7.1.26 on erfc, error < 1.5e-7).
+fn normal_upper(z: f64) -> f64 {
+    let x = z / std::f64::consts::SQRT_2;
+    let t = 1.0 / (1.0 + 0.327_591_1 * x.abs());
+    let poly =
+        t * (0.254_829_592 + t * (-0.284_496_736 + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+    let erfc = poly * (-x * x).exp();
+    let erfc = if x >= 0.0 { erfc } else { 2.0 - erfc };
+    0.5 * erfc
+}
+
+/// Two-sided Fisher exact test of a 2×2 table: `a` nodes of group one with the property, `b`
+/// without, `c` of group two with it, `d` without. The p-value of "the property does not go
+/// with the group".
+pub fn fisher(a: usize, b: usize, c: usize, d: usize) -> f64 {
+    let (row1, col1, n) = (a + b, a + c, a + b + c + d);
+    let lf = |k: usize| ln_factorial(k);
+    let ln_p = |x: usize| {
+        // P(X = x) of the hypergeometric distribution with the table's margins.
+        lf(row1) + lf(n - row1) + lf(col1) + lf(n - col1)
+            - lf(n)
+            - lf(x)
+            - lf(row1 - x)
+            - lf(col1 - x)
+            - lf(n + x - row1 - col1)
+    };
+    let lo = (row1 + col1).saturating_sub(n);
+    let hi = row1.min(col1);
+    let observed = ln_p(a);
+    let p: f64 = (lo..=hi)
+        .map(ln_p)
+        .filter(|&l| l <= observed + 1e-7)
+        .map(f64::exp)
+        .sum();
+    p.min(1.0)
+}
+
+fn ln_factorial(k: usize) -> f64 {
+    (2..=k).map(|i| (i as f64).ln()).sum()
+}
+
+/// Benjamini–Hochberg q-values of `p`, in the same order.
+pub fn q_values(p: &[f64]) -> Vec<f64> {
+    let n = p.len();
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|&a, &b| p[b].total_cmp(&p[a]));
+    let mut q = vec![1.0; n];
+    let mut running: f64 = 1.0;
+    for (i, &k) in order.iter().enumerate() {
+        let rank = n - i; // 1-based rank from the smallest
+        running = running.min(p[k] * n as f64 / rank as f64);
+        q[k] = running.min(1.0);
+    }
+    q
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reference values from the tables of the exact distribution of U.
+    #[test]
+    fn exact_mann_whitney() {
+        // Complete separation of 3 and 3: 2 of 20 arrangements are as extreme.
+        let t = mann_whitney(&[1.0, 2.0, 3.0], &[4.0, 5.0, 6.0]);
+        assert!((t.p_value - 0.1).abs() < 1e-12, "{t:?}");
+        assert_eq!(t.effect, 1.0);
+        // 4 and 4 separated: 2/70.
+        let t = mann_whitney(&[1.0, 2.0, 3.0, 4.0], &[5.0, 6.0, 7.0, 8.0]);
+        assert!((t.p_value - 2.0 / 70.0).abs() < 1e-12, "{t:?}");
+        // Reversed groups: the same p, the opposite effect.
+        let t = mann_whitney(&[5.0, 6.0, 7.0, 8.0], &[1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(t.effect, -1.0);
+        // Interleaved: no evidence.
+        let t = mann_whitney(&[1.0, 3.0, 5.0, 7.0], &[2.0, 4.0, 6.0, 8.0]);
+        assert!(t.p_value > 0.6, "{t:?}");
+    }
+
+    /// The normal approximation agrees with the exact test where both apply, and handles ties.
+    #[test]
+    fn approximate_mann_whitney() {
+        // U = 264 of 400 pairs: p ≈ 0.086 by either method.
+        let low: Vec<f64> = (0..20).map(|i| i as f64).collect();
+        let high: Vec<f64> = (0..20).map(|i| i as f64 + 3.5).collect();
+        let exact = mann_whitney(&low, &high);
+        let mut tied_low = low.clone();
+        tied_low[0] = tied_low[1]; // a tie below every high value: U unchanged, approximated
+        let approx = mann_whitney(&tied_low, &high);
+        assert_eq!(exact.effect, approx.effect);
+        assert!((exact.effect - 0.32).abs() < 1e-12, "{exact:?}");
+        assert!((exact.p_value / approx.p_value - 1.0).abs() < 0.15, "{exact:?} {approx:?}");
+        assert!((0.07..0.1).contains(&approx.p_value), "{approx:?}");
+        // All zeros on both sides: no difference, no division by zero.
+        let t = mann_whitney(&[0.0; 10], &[0.0; 10]);
+        assert_eq!((t.p_value, t.effect), (1.0, 0.0));
+    }
+
+    #[test]
+    fn fisher_exact() {
+        // The tea-tasting table: 3 of 4 right, one-sided 0.243, two-sided 0.486.
+        assert!((fisher(3, 1, 1, 3) - 0.4857).abs() < 1e-3);
+        // A label that splits 5 slow from 15 fast nodes exactly.
+        let p = fisher(5, 0, 0, 15);
+        assert!((p - 1.0 / 15504.0).abs() < 1e-9, "{p}");
+        assert!((fisher(2, 2, 2, 2) - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn benjamini_hochberg() {
+        let q = q_values(&[0.01, 0.04, 0.03, 0.5]);
+        assert!((q[0] - 0.04).abs() < 1e-12);
+        assert!((q[1] - 0.04 * 4.0 / 3.0).abs() < 1e-12);
+        assert!((q[2] - 0.04 * 4.0 / 3.0).abs() < 1e-12);
+        assert!((q[3] - 0.5).abs() < 1e-12);
+    }
+}
