@@ -133,6 +133,7 @@ impl Server {
         let app = api::app(api::AppState {
             store: self.store,
             names: self.names,
+            bands_null: Default::default(),
         })
         .route_service(
             &path(<ingest::encoded::EncodedIngestServer as NamedService>::NAME),

@@ -263,16 +263,16 @@ fn robust_sd(sorted: &[f64]) -> f64 {
     1.4826 * median(&dev)
 }
 
-/// Best-split scores of one-band fleets, per (fleet size, smallest band), drawn once.
+/// Best-split scores of one-band fleets, per (fleet size, smallest band, draws), drawn once.
 #[derive(Debug, Default)]
 pub struct NullCache {
-    scores: std::collections::HashMap<(usize, usize), Vec<f64>>,
+    scores: std::collections::HashMap<(usize, usize, usize), Vec<f64>>,
 }
 
 impl NullCache {
     /// Share of null fleets of `n` nodes scoring at least `t` (with the observed fleet counted).
     fn p_value(&mut self, n: usize, min_band: usize, t: f64, config: &BandConfig) -> f64 {
-        let scores = self.scores.entry((n, min_band)).or_insert_with(|| {
+        let scores = self.scores.entry((n, min_band, config.null_draws)).or_insert_with(|| {
             let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(config.seed ^ (n as u64) << 20 ^ min_band as u64);
             let mut fleet = vec![0.0; n];
             let mut scores: Vec<f64> = (0..config.null_draws)

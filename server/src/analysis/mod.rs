@@ -2,7 +2,10 @@
 //! reads feed it; the API and the `bimodal` CLI present it.
 //!
 //! - [`bands`]: two bands of nodes in one metric, or a reasoned "no bands";
-//! - [`rank`]: tests between two groups of nodes that count each node once.
+//! - [`rank`]: tests between two groups of nodes that count each node once;
+//! - [`compare`]: the strongest bands over every metric, and the labels and functions that
+//!   differ between them.
 
 pub mod bands;
+pub mod compare;
 pub mod rank;

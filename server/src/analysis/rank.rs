@@ -203,7 +203,10 @@ mod tests {
         let approx = mann_whitney(&tied_low, &high);
         assert_eq!(exact.effect, approx.effect);
         assert!((exact.effect - 0.32).abs() < 1e-12, "{exact:?}");
-        assert!((exact.p_value / approx.p_value - 1.0).abs() < 0.15, "{exact:?} {approx:?}");
+        assert!(
+            (exact.p_value / approx.p_value - 1.0).abs() < 0.15,
+            "{exact:?} {approx:?}"
+        );
         assert!((0.07..0.1).contains(&approx.p_value), "{approx:?}");
         // All zeros on both sides: no difference, no division by zero.
         let t = mann_whitney(&[0.0; 10], &[0.0; 10]);

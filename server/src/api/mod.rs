@@ -1,5 +1,6 @@
 //! The HTTP API (`/api/v1`, `/healthz`) and the web UI, as one axum router.
 
+mod compare;
 mod error;
 mod flamegraph;
 mod fleet;
@@ -25,6 +26,8 @@ pub struct AppState {
     pub store: Arc<Store>,
     /// Names frames of images with a build id from the shared symbol tables.
     pub names: Arc<Names>,
+    /// One-band fleets drawn for band detection, kept per fleet size.
+    pub bands_null: Arc<std::sync::Mutex<crate::analysis::bands::NullCache>>,
 }
 
 /// The router, kept apart from `main` so tests can drive it without a socket.
@@ -36,6 +39,7 @@ pub fn app(state: AppState) -> Router {
         .route("/api/v1/nodes", get(fleet::nodes))
         .route("/api/v1/totals", get(fleet::totals))
         .route("/api/v1/functions", get(fleet::functions))
+        .route("/api/v1/compare", get(compare::compare))
         .route("/api/v1/flamegraph", get(flamegraph::flamegraph))
         .route("/api/v1/placement", get(node::placement))
         .route("/api/v1/counters", get(node::counters))

@@ -143,4 +143,25 @@ impl Store {
             .map_err(StorageError::query("read counters"))?;
         Ok(rows.into_iter().map(|r| (r.time, r.name, r.value)).collect())
     }
+
+    /// Each listed node's counters summed over [from, to): (node, counter, increase).
+    pub async fn node_counters(
+        &self,
+        nodes: &[String],
+        from: u32,
+        to: u32,
+    ) -> Result<Vec<(String, String, u64)>, StorageError> {
+        #[derive(clickhouse::Row, serde::Deserialize)]
+        struct Row {
+            node: String,
+            name: String,
+            value: u64,
+        }
+        let rows = queries::node_counters(nodes, from, to)
+            .query(&self.client)
+            .fetch_all::<Row>()
+            .await
+            .map_err(StorageError::query("sum counters per node"))?;
+        Ok(rows.into_iter().map(|r| (r.node, r.name, r.value)).collect())
+    }
 }

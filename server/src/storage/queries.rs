@@ -499,6 +499,18 @@ pub(super) fn counters(node: &str, names: &[String], from: u32, to: u32) -> Sql 
     sql
 }
 
+/// Each node's counters summed over [from, to), for the nodes listed.
+pub(super) fn node_counters(nodes: &[String], from: u32, to: u32) -> Sql {
+    let mut sql = Sql::new("SELECT node, name, sum(value) AS value FROM counters WHERE time >= toDateTime(");
+    sql.bind(Value::U32(from))
+        .push(") AND time < toDateTime(")
+        .bind(Value::U32(to))
+        .push(")")
+        .append(selector_filter(&Selector::all(), Nodes::In(nodes)))
+        .push(" GROUP BY node, name ORDER BY node, name");
+    sql
+}
+
 #[derive(clickhouse::Row, serde::Deserialize)]
 struct FirstSeen {
     node: String,

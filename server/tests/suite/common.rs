@@ -170,3 +170,11 @@ pub fn agent_options(server_url: String, node: &str, pid: u32, events: Vec<Event
         kubernetes: None,
     }
 }
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs()
+}

@@ -1,6 +1,7 @@
 mod cli;
 mod clickhouse_cluster;
 mod common;
+mod compare;
 mod e2e;
 mod identity;
 mod ingest;

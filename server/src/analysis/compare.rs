@@ -1,0 +1,486 @@
+//! The slow band of a fleet and what differs on it, from per-node values alone.
+//!
+//! 1. [`find_bands`]: every per-node [`Metric`] is tested for two bands ([`bands::detect`]),
+//!    the significance level divided among the metrics (Bonferroni); the strongest split wins.
+//! 2. [`label_splits`]: node labels (operator labels and facts: CPU model, NUMA layout, kernel,
+//!    THP...) whose values go with the bands (Fisher's exact test per label value).
+//! 3. [`code_differences`]: functions whose per-node value, normalized per node, differs between
+//!    the bands (a rank test over nodes, [`rank::mann_whitney`]), ranked by effect size.
+//!
+//! Values are per node, never summed over a band first: a function large on one node of a band
+//! and absent on the others is one node's difference, not the band's.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use super::bands::{self, BandConfig, Bands, NullCache, Split};
+use super::rank;
+
+/// Which way a metric goes on slow nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    /// More per CPU-second is slower (events per CPU-second, CPU per unit of work).
+    HigherIsSlower,
+    /// Less is slower (work per CPU-second).
+    LowerIsSlower,
+    /// Neither says slow by itself (CPU load: more CPU may be more traffic).
+    Neither,
+}
+
+/// What a metric measures.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum MetricKind {
+    /// CPU-seconds per second of the window, from the `cpu` event's source.
+    Cpu { source: String },
+    /// One event of one source per CPU-second.
+    EventRate { event: String, source: String },
+    /// A node counter's increase per second (node-wide, not per workload).
+    Counter { name: String },
+}
+
+/// One value per node (aligned with the comparison's nodes; `None`: not measured there).
+#[derive(Clone, Debug, Serialize)]
+pub struct Metric {
+    #[serde(flatten)]
+    pub kind: MetricKind,
+    /// e.g. "page_fault per CPU-second".
+    pub name: String,
+    /// The values' unit, e.g. "faults per CPU-second".
+    pub unit: String,
+    pub direction: Direction,
+    pub values: Vec<Option<f64>>,
+}
+
+/// One metric's test.
+#[derive(Clone, Debug)]
+pub struct MetricBands {
+    /// Nodes with a value, by index into the comparison's nodes (what `bands` indexes).
+    pub measured: Vec<usize>,
+    pub bands: Bands,
+}
+
+/// Two groups of nodes by index: `high` had the higher values of the metric that split them.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Groups {
+    pub low: Vec<usize>,
+    pub high: Vec<usize>,
+    /// Which group is slow, when the metric says (`"high"` or `"low"`).
+    pub slow: Option<&'static str>,
+}
+
+/// Every metric's test and the strongest split.
+#[derive(Clone, Debug)]
+pub struct BandChoice {
+    pub tested: Vec<MetricBands>,
+    /// Index into the metrics of the split chosen.
+    pub chosen: Option<usize>,
+    pub groups: Option<Groups>,
+    /// The significance level each metric was held to.
+    pub alpha_per_metric: f64,
+}
+
+/// Tests every metric and chooses the strongest two-band split: the smallest p-value, then
+/// the largest Cohen's d. `config.alpha` is the fleet-wide level, divided among the metrics;
+/// the null is drawn finely enough for the divided level to be reachable.
+pub fn find_bands(metrics: &[Metric], config: &BandConfig, null: &mut NullCache) -> BandChoice {
+    let tested_count = metrics.len().max(1);
+    let alpha = config.alpha / tested_count as f64;
+    let mut per_metric = config.clone();
+    per_metric.alpha = alpha;
+    // A p-value can be as small as 1 / (draws + 1): ten times finer than the level.
+    per_metric.null_draws = config.null_draws.max((10.0 / alpha).ceil() as usize - 1);
+    let tested: Vec<MetricBands> = metrics
+        .iter()
+        .map(|m| {
+            let measured: Vec<usize> = (0..m.values.len())
+                .filter(|&i| m.values[i].is_some_and(f64::is_finite))
+                .collect();
+            let values: Vec<f64> = measured.iter().map(|&i| m.values[i].unwrap_or(0.0)).collect();
+            MetricBands {
+                bands: bands::detect(&values, &per_metric, null),
+                measured,
+            }
+        })
+        .collect();
+    let chosen = tested
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| match &t.bands {
+            Bands::Two(split) => Some((i, split)),
+            Bands::None { .. } => None,
+        })
+        .min_by(|a, b| a.1.p_value.total_cmp(&b.1.p_value).then(b.1.d.total_cmp(&a.1.d)))
+        .map(|(i, _)| i);
+    let groups = chosen.map(|i| {
+        let Bands::Two(split) = &tested[i].bands else {
+            unreachable!("chosen among splits")
+        };
+        groups_of(split, &tested[i].measured, metrics[i].direction)
+    });
+    BandChoice {
+        tested,
+        chosen,
+        groups,
+        alpha_per_metric: alpha,
+    }
+}
+
+fn groups_of(split: &Split, measured: &[usize], direction: Direction) -> Groups {
+    Groups {
+        low: split.low.iter().map(|&i| measured[i]).collect(),
+        high: split.high.iter().map(|&i| measured[i]).collect(),
+        slow: match direction {
+            Direction::HigherIsSlower => Some("high"),
+            Direction::LowerIsSlower => Some("low"),
+            Direction::Neither => None,
+        },
+    }
+}
+
+/// A label value that goes with one band.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LabelSplit {
+    pub label: String,
+    pub value: String,
+    /// Nodes of each band with this value, and the band's size.
+    pub high_with: usize,
+    pub high_nodes: usize,
+    pub low_with: usize,
+    pub low_nodes: usize,
+    /// Fisher's exact test of "the value does not go with the band".
+    pub p_value: f64,
+}
+
+impl LabelSplit {
+    /// Whether the value holds on every node of one band and no node of the other.
+    pub fn exact(&self) -> bool {
+        (self.high_with == self.high_nodes && self.low_with == 0)
+            || (self.low_with == self.low_nodes && self.high_with == 0)
+    }
+}
+
+/// Per label, the value that best goes with the bands, strongest first. Labels with one value
+/// over the bands' nodes, or a different value on every node (the node name), say nothing.
+pub fn label_splits(labels: &[BTreeMap<String, String>], groups: &Groups) -> Vec<LabelSplit> {
+    let in_bands: Vec<usize> = groups.low.iter().chain(&groups.high).copied().collect();
+    let keys: BTreeSet<&str> = in_bands
+        .iter()
+        .flat_map(|&i| labels[i].keys().map(String::as_str))
+        .collect();
+    let value = |i: usize, key: &str| labels[i].get(key).map(String::as_str).unwrap_or("");
+    let mut splits: Vec<LabelSplit> = keys
+        .into_iter()
+        .filter_map(|key| {
+            let values: BTreeSet<&str> = in_bands.iter().map(|&i| value(i, key)).collect();
+            if values.len() < 2 || values.len() == in_bands.len() {
+                return None;
+            }
+            values
+                .into_iter()
+                .map(|v| {
+                    let high_with = groups.high.iter().filter(|&&i| value(i, key) == v).count();
+                    let low_with = groups.low.iter().filter(|&&i| value(i, key) == v).count();
+                    LabelSplit {
+                        label: key.to_owned(),
+                        value: v.to_owned(),
+                        high_with,
+                        high_nodes: groups.high.len(),
+                        low_with,
+                        low_nodes: groups.low.len(),
+                        p_value: rank::fisher(
+                            high_with,
+                            groups.high.len() - high_with,
+                            low_with,
+                            groups.low.len() - low_with,
+                        ),
+                    }
+                })
+                .min_by(|a, b| a.p_value.total_cmp(&b.p_value))
+        })
+        .collect();
+    splits.sort_by(|a, b| a.p_value.total_cmp(&b.p_value).then_with(|| a.label.cmp(&b.label)));
+    splits
+}
+
+/// Whether a function's own samples or its callees' too are compared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Measure {
+    /// Samples whose leaf is the function.
+    SelfValue,
+    /// Samples with the function anywhere on the stack.
+    TotalValue,
+}
+
+/// One function's values per node for one event and source, aligned with the comparison's
+/// nodes (`None`: the node has no value to normalize by).
+#[derive(Clone, Debug)]
+pub struct FunctionValues {
+    pub function: String,
+    pub module: String,
+    pub self_values: Vec<Option<f64>>,
+    pub total_values: Vec<Option<f64>>,
+}
+
+/// The functions of one event and source, already normalized per node.
+#[derive(Clone, Debug)]
+pub struct FunctionTable {
+    pub event: String,
+    pub source: String,
+    /// The normalized values' unit ("faults per CPU-second", "share of CPU time").
+    pub unit: String,
+    pub functions: Vec<FunctionValues>,
+}
+
+/// A function whose per-node value differs between the bands.
+#[derive(Clone, Debug, Serialize)]
+pub struct CodeDifference {
+    pub event: String,
+    pub source: String,
+    pub unit: String,
+    pub function: String,
+    pub module: String,
+    pub measure: Measure,
+    /// Per-node values of each band (in the groups' node order), for dot plots.
+    pub low: Vec<f64>,
+    pub high: Vec<f64>,
+    pub low_median: f64,
+    pub high_median: f64,
+    /// The difference of the medians as a share of the event's largest median in this
+    /// comparison (its whole, near the root of the stacks): how much of the event it moves.
+    pub weight: f64,
+    /// Rank-biserial correlation: 1 when every node of the high band is above every node of
+    /// the low band.
+    pub effect: f64,
+    pub p_value: f64,
+    /// Benjamini–Hochberg over every function tested in this comparison.
+    pub q_value: f64,
+}
+
+/// Smallest |effect| listed: below it the bands overlap more than they differ.
+pub const MIN_LISTED_EFFECT: f64 = 0.5;
+/// Largest p-value listed. Small bands cannot go far below it (3 nodes against 5: 0.036 when
+/// every slow node is above every fast one), so the q-value is given beside it, not required.
+pub const MAX_LISTED_P: f64 = 0.05;
+/// Weights closer than this rank as equal.
+pub const WEIGHT_STEP: f64 = 0.05;
+
+/// Functions whose normalized per-node values differ between the bands consistently (|effect|
+/// at least [`MIN_LISTED_EFFECT`], p at most [`MAX_LISTED_P`]), the largest first: by
+/// [`CodeDifference::weight`] in steps of [`WEIGHT_STEP`], so that a function going from nothing
+/// to a trace does not outrank one that moved half the event; within a step a function's own
+/// samples before its callers' totals (which the callee's difference often accounts for), then
+/// by |effect| and weight.
+/// Every function is tested on its self value and, where it has callees, its total value.
+pub fn code_differences(tables: &[FunctionTable], groups: &Groups, limit: usize) -> Vec<CodeDifference> {
+    let mut found = Vec::new();
+    for table in tables {
+        let first = found.len();
+        for f in &table.functions {
+            let has_callees = f.self_values != f.total_values;
+            let measures = [
+                (Measure::SelfValue, &f.self_values),
+                (Measure::TotalValue, &f.total_values),
+            ];
+            for (measure, values) in measures {
+                if measure == Measure::TotalValue && !has_callees {
+                    continue;
+                }
+                let pick = |nodes: &[usize]| -> Vec<f64> { nodes.iter().filter_map(|&i| values[i]).collect() };
+                let (low, high) = (pick(&groups.low), pick(&groups.high));
+                if low.is_empty() || high.is_empty() || low.iter().chain(&high).all(|&v| v == 0.0) {
+                    continue;
+                }
+                let test = rank::mann_whitney(&low, &high);
+                found.push(CodeDifference {
+                    event: table.event.clone(),
+                    source: table.source.clone(),
+                    unit: table.unit.clone(),
+                    function: f.function.clone(),
+                    module: f.module.clone(),
+                    measure,
+                    low_median: median(&low),
+                    high_median: median(&high),
+                    weight: 0.0,
+                    low,
+                    high,
+                    effect: test.effect,
+                    p_value: test.p_value,
+                    q_value: 1.0,
+                });
+            }
+        }
+        let whole = found[first..]
+            .iter()
+            .map(|d| d.low_median.max(d.high_median))
+            .fold(0.0, f64::max);
+        for d in &mut found[first..] {
+            d.weight = if whole > 0.0 {
+                (d.high_median - d.low_median).abs() / whole
+            } else {
+                0.0
+            };
+        }
+    }
+    let q = rank::q_values(&found.iter().map(|d| d.p_value).collect::<Vec<_>>());
+    for (d, q) in found.iter_mut().zip(q) {
+        d.q_value = q;
+    }
+    found.retain(|d| d.effect.abs() >= MIN_LISTED_EFFECT && d.p_value <= MAX_LISTED_P);
+    let step = |d: &CodeDifference| (d.weight / WEIGHT_STEP).round() as i64;
+    found.sort_by(|a, b| {
+        step(b)
+            .cmp(&step(a))
+            .then((a.measure == Measure::TotalValue).cmp(&(b.measure == Measure::TotalValue)))
+            .then(b.effect.abs().total_cmp(&a.effect.abs()))
+            .then(b.weight.total_cmp(&a.weight))
+            .then_with(|| a.function.cmp(&b.function))
+    });
+    found.truncate(limit);
+    found
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => 0.0,
+        _ if n % 2 == 1 => v[n / 2],
+        _ => 0.5 * (v[n / 2 - 1] + v[n / 2]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn metric(name: &str, direction: Direction, values: Vec<Option<f64>>) -> Metric {
+        Metric {
+            kind: MetricKind::EventRate {
+                event: name.into(),
+                source: "s".into(),
+            },
+            name: name.into(),
+            unit: "per CPU-second".into(),
+            direction,
+            values,
+        }
+    }
+
+    /// A fleet of 20 with 4 slow nodes in one metric and noise in another: the slow metric
+    /// is chosen, its high band is slow, and a node without a value is left out of the test.
+    #[test]
+    fn the_banded_metric_is_chosen() {
+        let mut rates: Vec<Option<f64>> = (0..20).map(|i| Some(100.0 + (i % 5) as f64)).collect();
+        for i in [3, 7, 11, 15] {
+            rates[i] = Some(300.0 + i as f64);
+        }
+        rates[19] = None;
+        let noise: Vec<Option<f64>> = (0..20).map(|i| Some(50.0 + ((i * 7) % 11) as f64)).collect();
+        let metrics = vec![
+            metric("noise", Direction::HigherIsSlower, noise),
+            metric("page_fault", Direction::HigherIsSlower, rates),
+        ];
+        let choice = find_bands(&metrics, &BandConfig::default(), &mut NullCache::default());
+        assert_eq!(choice.chosen, Some(1));
+        let groups = choice.groups.unwrap();
+        assert_eq!(groups.high, vec![3, 7, 11, 15]);
+        assert_eq!(groups.low.len(), 15);
+        assert_eq!(groups.slow, Some("high"));
+        assert!(matches!(choice.tested[0].bands, Bands::None { .. }));
+        assert!((choice.alpha_per_metric - 0.005).abs() < 1e-12);
+    }
+
+    /// One fleet of one band in every metric: no groups.
+    #[test]
+    fn no_metric_no_bands() {
+        let values: Vec<Option<f64>> = (0..30)
+            .map(|i| Some(100.0 * (1.0 + 0.01 * ((i * 13) % 7) as f64)))
+            .collect();
+        let choice = find_bands(
+            &[metric("cpu", Direction::Neither, values)],
+            &BandConfig::default(),
+            &mut NullCache::default(),
+        );
+        assert_eq!(choice.chosen, None);
+        assert!(choice.groups.is_none());
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    /// The CPU model that every slow node has and no fast node has comes first; the node name
+    /// (different everywhere) and the zone (the same everywhere) say nothing.
+    #[test]
+    fn labels_that_split_the_bands() {
+        let nodes: Vec<BTreeMap<String, String>> = (0..10)
+            .map(|i| {
+                let node = format!("n{i}");
+                let model = if i < 3 { "big" } else { "small" };
+                let kernel = if i % 2 == 0 { "6.1" } else { "6.8" };
+                labels(&[("node", &node), ("cpu_model", model), ("zone", "a"), ("kernel", kernel)])
+            })
+            .collect();
+        let groups = Groups {
+            low: (3..10).collect(),
+            high: vec![0, 1, 2],
+            slow: Some("high"),
+        };
+        let splits = label_splits(&nodes, &groups);
+        assert_eq!(splits.len(), 2, "{splits:?}");
+        assert_eq!(
+            (splits[0].label.as_str(), splits[0].value.as_str()),
+            ("cpu_model", "big")
+        );
+        assert!(splits[0].exact());
+        assert!((splits[0].p_value - 1.0 / 120.0).abs() < 1e-9, "{:?}", splits[0]);
+        assert_eq!(splits[1].label, "kernel");
+        assert!(splits[1].p_value > 0.5);
+    }
+
+    /// A function higher on every slow node ranks first; one large on a single node of the
+    /// slow band (which a sum of the band's profiles would show as the biggest difference) is
+    /// not listed; a function equal everywhere is not listed.
+    #[test]
+    fn per_node_differences_not_sums() {
+        let n = 12;
+        let groups = Groups {
+            low: (0..8).collect(),
+            high: (8..12).collect(),
+            slow: Some("high"),
+        };
+        let of = |f: &dyn Fn(usize) -> f64| -> Vec<Option<f64>> { (0..n).map(|i| Some(f(i))).collect() };
+        let steady = of(&|i| if i >= 8 { 40.0 + i as f64 } else { 10.0 + i as f64 });
+        let one_node = of(&|i| if i == 9 { 10_000.0 } else { 5.0 + (i % 2) as f64 });
+        let same = of(&|i| 20.0 + (i % 4) as f64);
+        let table = FunctionTable {
+            event: "page_fault".into(),
+            source: "s".into(),
+            unit: "faults per CPU-second".into(),
+            functions: [("clear_buffer", steady), ("batch_job", one_node), ("idle", same)]
+                .into_iter()
+                .map(|(name, v)| FunctionValues {
+                    function: name.into(),
+                    module: "app".into(),
+                    self_values: v.clone(),
+                    total_values: v,
+                })
+                .collect(),
+        };
+        let found = code_differences(&[table], &groups, 10);
+        assert_eq!(found.len(), 1, "{found:?}");
+        let top = &found[0];
+        assert_eq!(
+            (top.function.as_str(), top.measure),
+            ("clear_buffer", Measure::SelfValue)
+        );
+        assert_eq!(top.effect, 1.0);
+        assert_eq!(top.high.len(), 4);
+        assert!((top.p_value - 2.0 / 495.0).abs() < 1e-12, "{top:?}");
+    }
+}

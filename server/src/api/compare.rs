@@ -1,0 +1,440 @@
+//! `GET /api/v1/compare?selector=&from=&to=&limit=`: the nodes matching the selector, split into
+//! two bands by the metric that splits them best (or "no bands", with each metric's reason), the
+//! nodes that changed band since the previous window of the same length, and what differs
+//! between the bands: labels and facts, and functions per event kind, normalized per node.
+//!
+//! Per-node metrics, from what is stored:
+//! - `cpu`: CPU-seconds per second the node reported in the window;
+//! - per event and source other than `cpu`: the event's value per CPU-second (the `cpu` event's
+//!   source with the most nodes is the CPU-seconds of every rate);
+//! - node counters per second: remote NUMA hinting faults, `numa_miss`, pages migrated, major
+//!   faults (node-wide, not per workload).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{RawQuery, State};
+use axum::Json;
+use bimodal_proto::v1::EventKind;
+use serde_json::{json, Value};
+
+use super::params::{now, rfc3339, Params};
+use super::{AppError, AppState};
+use crate::analysis::bands::{BandConfig, Bands, NullCache, Split};
+use crate::analysis::compare::{
+    self, BandChoice, Direction, FunctionTable, FunctionValues, Groups, Metric, MetricKind,
+};
+use crate::selector::Selector;
+use crate::storage::{NodeInfo, Scope, Store};
+
+/// Functions read per event and source for the explanation (the largest over the fleet).
+const FUNCTIONS_READ: u32 = 200;
+/// Differences listed by default and at most.
+const DEFAULT_LIMIT: u32 = 50;
+const MAX_LIMIT: u32 = 1000;
+
+/// Node counters compared, as (metric name, counter, counter subtracted, direction).
+const COUNTERS: &[(&str, &str, Option<&str>, Direction)] = &[
+    (
+        "numa_hint_faults_remote",
+        "numa_hint_faults",
+        Some("numa_hint_faults_local"),
+        Direction::HigherIsSlower,
+    ),
+    ("numa_miss", "numa_miss", None, Direction::HigherIsSlower),
+    ("numa_pages_migrated", "numa_pages_migrated", None, Direction::Neither),
+    ("pgmajfault", "pgmajfault", None, Direction::HigherIsSlower),
+];
+
+/// The stored figures of one window, per node.
+struct Window {
+    nodes: Vec<NodeInfo>,
+    /// CPU nanoseconds per node, from `cpu_source`.
+    cpu_ns: Vec<Option<f64>>,
+    metrics: Vec<Metric>,
+    /// (event, source, unit of a sample's value) with samples in the window.
+    sources: Vec<(&'static str, String, String)>,
+}
+
+impl Window {
+    async fn read(store: &Store, selector: &Selector, from: u32, to: u32) -> Result<Window, AppError> {
+        let mut nodes = store.nodes(selector, from, to).await?;
+        nodes.sort_by(|a, b| a.node.cmp(&b.node));
+        let index: HashMap<String, usize> = nodes.iter().enumerate().map(|(i, n)| (n.node.clone(), i)).collect();
+        // Seconds each node reported within the window (at least one).
+        let seconds: Vec<f64> = nodes
+            .iter()
+            .map(|n| {
+                let start = n.first_seen.max(from);
+                let end = n.last_seen.saturating_add(1).min(to);
+                f64::from(end.saturating_sub(start).max(1))
+            })
+            .collect();
+        let units: HashMap<(String, String), String> = store
+            .sources()
+            .await?
+            .into_iter()
+            .map(|s| ((s.event, s.source), s.unit))
+            .collect();
+        // Values per (event, source), per node.
+        let mut totals: Vec<(&'static str, String, Vec<Option<f64>>)> = Vec::new();
+        for event in EventKind::ALL {
+            let scope = Scope {
+                event: event.name(),
+                source: None,
+                selector: selector.clone(),
+                from,
+                to,
+            };
+            let mut by_source: BTreeMap<String, Vec<Option<f64>>> = BTreeMap::new();
+            for t in store.node_totals(&scope).await? {
+                let Some(&i) = index.get(&t.node) else { continue };
+                by_source.entry(t.source).or_insert_with(|| vec![None; nodes.len()])[i] = Some(t.value as f64);
+            }
+            totals.extend(
+                by_source
+                    .into_iter()
+                    .map(|(source, values)| (event.name(), source, values)),
+            );
+        }
+        let cpu_source = totals
+            .iter()
+            .filter(|t| t.0 == EventKind::Cpu.name())
+            .max_by_key(|t| t.2.iter().filter(|v| v.is_some()).count())
+            .map(|t| t.1.clone());
+        let cpu_ns: Vec<Option<f64>> = totals
+            .iter()
+            .find(|t| t.0 == EventKind::Cpu.name() && Some(&t.1) == cpu_source.as_ref())
+            .map(|t| t.2.clone())
+            .unwrap_or_else(|| vec![None; nodes.len()]);
+        let cpu_seconds: Vec<Option<f64>> = cpu_ns
+            .iter()
+            .map(|v| v.map(|ns| ns / 1e9).filter(|&s| s > 0.0))
+            .collect();
+        let mut metrics = Vec::new();
+        if let Some(source) = &cpu_source {
+            metrics.push(Metric {
+                kind: MetricKind::Cpu { source: source.clone() },
+                name: "cpu".into(),
+                unit: "CPU-seconds per second".into(),
+                direction: Direction::Neither,
+                values: cpu_seconds
+                    .iter()
+                    .zip(&seconds)
+                    .map(|(c, s)| c.map(|c| c / s))
+                    .collect(),
+            });
+        }
+        let mut sources = Vec::new();
+        for (event, source, values) in &totals {
+            let unit = units
+                .get(&(event.to_string(), source.clone()))
+                .cloned()
+                .unwrap_or_else(|| "events".into());
+            sources.push((*event, source.clone(), unit.clone()));
+            if *event == EventKind::Cpu.name() {
+                continue;
+            }
+            metrics.push(Metric {
+                kind: MetricKind::EventRate {
+                    event: event.to_string(),
+                    source: source.clone(),
+                },
+                name: format!("{event} per CPU-second"),
+                unit: format!("{unit} per CPU-second"),
+                direction: Direction::HigherIsSlower,
+                // A node with CPU time and none of this event had none of it.
+                values: values
+                    .iter()
+                    .zip(&cpu_seconds)
+                    .map(|(v, c)| c.map(|c| v.unwrap_or(0.0) / c))
+                    .collect(),
+            });
+        }
+        let names: Vec<String> = nodes.iter().map(|n| n.node.clone()).collect();
+        let mut counters: HashMap<(usize, String), f64> = HashMap::new();
+        for (node, name, value) in store.node_counters(&names, from, to).await? {
+            if let Some(&i) = index.get(&node) {
+                counters.insert((i, name), value as f64);
+            }
+        }
+        for &(name, counter, minus, direction) in COUNTERS {
+            let values: Vec<Option<f64>> = (0..nodes.len())
+                .map(|i| {
+                    let v = counters.get(&(i, counter.to_owned()))?;
+                    let less = minus.map_or(Some(0.0), |m| counters.get(&(i, m.to_owned())).copied())?;
+                    Some((v - less).max(0.0) / seconds[i])
+                })
+                .collect();
+            if values.iter().any(|v| v.is_some_and(|v| v > 0.0)) {
+                metrics.push(Metric {
+                    kind: MetricKind::Counter { name: name.into() },
+                    name: name.into(),
+                    unit: "per second".into(),
+                    direction,
+                    values,
+                });
+            }
+        }
+        Ok(Window {
+            nodes,
+            cpu_ns,
+            metrics,
+            sources,
+        })
+    }
+
+    fn names(&self, indices: &[usize]) -> Vec<&str> {
+        indices.iter().map(|&i| self.nodes[i].node.as_str()).collect()
+    }
+}
+
+/// Band detection on a blocking thread (the null distributions are drawn there once).
+async fn find_bands(metrics: Vec<Metric>, null: Arc<Mutex<NullCache>>) -> Result<(Vec<Metric>, BandChoice), AppError> {
+    tokio::task::spawn_blocking(move || {
+        let mut null = null.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let choice = compare::find_bands(&metrics, &BandConfig::default(), &mut null);
+        (metrics, choice)
+    })
+    .await
+    .map_err(|e| AppError::Internal(format!("band detection failed: {e}")))
+}
+
+fn split_json(w: &Window, measured: &[usize], s: &Split) -> Value {
+    let names = |idx: &[usize]| -> Vec<&str> { idx.iter().map(|&i| w.nodes[measured[i]].node.as_str()).collect() };
+    json!({
+        "low": names(&s.low),
+        "high": names(&s.high),
+        "low_median": s.low_median,
+        "high_median": s.high_median,
+        "threshold": s.threshold,
+        "separation": s.separation,
+        "d": s.d,
+        "p_value": s.p_value,
+    })
+}
+
+fn bands_json(w: &Window, measured: &[usize], bands: &Bands) -> Value {
+    match bands {
+        Bands::Two(s) => {
+            let mut v = split_json(w, measured, s);
+            v["found"] = json!(true);
+            v
+        }
+        Bands::None { reason, best } => json!({
+            "found": false,
+            "reason": reason.to_string(),
+            "best": best.as_ref().map(|s| split_json(w, measured, s)),
+        }),
+    }
+}
+
+pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Result<Json<Value>, AppError> {
+    let p = Params::parse(raw.as_deref(), &["selector", "from", "to", "limit"])?;
+    let selector = p.selector()?;
+    let (from, to) = p.time_range(now())?;
+    let limit = p.bounded("limit", DEFAULT_LIMIT, MAX_LIMIT)?;
+    let window = Window::read(&state.store, &selector, from, to).await?;
+    let (metrics, choice) = find_bands(window.metrics.clone(), state.bands_null.clone()).await?;
+    let metrics_json: Vec<Value> = metrics
+        .iter()
+        .zip(&choice.tested)
+        .map(|(m, t)| {
+            let mut v = serde_json::to_value(m).unwrap_or(Value::Null);
+            v["bands"] = bands_json(&window, &t.measured, &t.bands);
+            v
+        })
+        .collect();
+    let mut answer = json!({
+        "selector": selector.to_string(),
+        "from": rfc3339(from),
+        "to": rfc3339(to),
+        "nodes": window.nodes.iter().map(|n| n.node.as_str()).collect::<Vec<_>>(),
+        "alpha": BandConfig::default().alpha,
+        "alpha_per_metric": choice.alpha_per_metric,
+        "metrics": metrics_json,
+        "bands": Value::Null,
+        "explanation": Value::Null,
+    });
+    let (Some(chosen), Some(groups)) = (choice.chosen, &choice.groups) else {
+        answer["verdict"] = json!(no_bands_verdict(&window, &metrics, &choice));
+        return Ok(Json(answer));
+    };
+    let metric = &metrics[chosen];
+    let Bands::Two(split) = &choice.tested[chosen].bands else {
+        return Err(AppError::Internal("the chosen metric has no split".into()));
+    };
+    let changed = changes(&state, &selector, from, to, &window, metric, groups).await?;
+    answer["verdict"] = json!(format!(
+        "two bands in {}: {} nodes at a median of {:.4} and {} at {:.4} {}{}",
+        metric.name,
+        groups.high.len(),
+        split.high_median,
+        groups.low.len(),
+        split.low_median,
+        metric.unit,
+        match groups.slow {
+            Some(band) => format!("; the {band} band is slow"),
+            None => String::new(),
+        }
+    ));
+    answer["bands"] = json!({
+        "metric": metric.name,
+        "kind": metric.kind,
+        "unit": metric.unit,
+        "slow": groups.slow,
+        "low": window.names(&groups.low),
+        "high": window.names(&groups.high),
+        "low_median": split.low_median,
+        "high_median": split.high_median,
+        "threshold": split.threshold,
+        "separation": split.separation,
+        "p_value": split.p_value,
+        "previous_window": changed,
+    });
+    let labels: Vec<_> = window.nodes.iter().map(|n| n.labels.clone()).collect();
+    let tables = function_tables(&state.store, &selector, from, to, &window).await?;
+    answer["explanation"] = json!({
+        "labels": compare::label_splits(&labels, groups),
+        "code": compare::code_differences(&tables, groups, limit as usize),
+    });
+    Ok(Json(answer))
+}
+
+/// "No bands", with the reason of the metric that came closest.
+fn no_bands_verdict(w: &Window, metrics: &[Metric], choice: &BandChoice) -> String {
+    if w.nodes.is_empty() {
+        return "no bands: no node matches the selector in this range".into();
+    }
+    let closest = choice
+        .tested
+        .iter()
+        .zip(metrics)
+        .filter_map(|(t, m)| match &t.bands {
+            Bands::None { reason, best: Some(b) } => Some((b.p_value, b.d, m, reason)),
+            _ => None,
+        })
+        .min_by(|a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)));
+    match closest {
+        Some((_, _, m, reason)) => format!("no bands: the closest is {}, and {reason}", m.name),
+        None => match choice.tested.first().zip(metrics.first()) {
+            Some((t, m)) => match &t.bands {
+                Bands::None { reason, .. } => format!("no bands: {} — {reason}", m.name),
+                Bands::Two(_) => "no bands".into(),
+            },
+            None => "no bands: the nodes have no samples in this range".into(),
+        },
+    }
+}
+
+/// The chosen metric in the previous window of the same length: its bands, and the nodes of
+/// this window's bands that were in another band (or none) then.
+async fn changes(
+    state: &AppState,
+    selector: &Selector,
+    from: u32,
+    to: u32,
+    now: &Window,
+    metric: &Metric,
+    groups: &Groups,
+) -> Result<Value, AppError> {
+    let (prev_from, prev_to) = (from.saturating_sub(to - from), from);
+    let before = Window::read(&state.store, selector, prev_from, prev_to).await?;
+    let (before_metrics, before_choice) = find_bands(before.metrics.clone(), state.bands_null.clone()).await?;
+    let position = before_metrics.iter().position(|m| m.kind == metric.kind);
+    let band_before: HashMap<&str, &str> =
+        match position.map(|i| (&before_choice.tested[i].measured, &before_choice.tested[i].bands)) {
+            Some((measured, Bands::Two(s))) => s
+                .low
+                .iter()
+                .map(|&i| (before.nodes[measured[i]].node.as_str(), "low"))
+                .chain(
+                    s.high
+                        .iter()
+                        .map(|&i| (before.nodes[measured[i]].node.as_str(), "high")),
+                )
+                .collect(),
+            _ => HashMap::new(),
+        };
+    let mut changed = Vec::new();
+    for (band, members) in [("low", &groups.low), ("high", &groups.high)] {
+        for &i in members.iter() {
+            let node = now.nodes[i].node.as_str();
+            let was = band_before.get(node).copied();
+            if was != Some(band) && !band_before.is_empty() {
+                changed.push(json!({"node": node, "now": band, "before": was}));
+            }
+        }
+    }
+    let found = !band_before.is_empty();
+    Ok(json!({
+        "from": rfc3339(prev_from),
+        "to": rfc3339(prev_to),
+        "found": found,
+        "reason": position.and_then(|i| match &before_choice.tested[i].bands {
+            Bands::None { reason, .. } => Some(reason.to_string()),
+            Bands::Two(_) => None,
+        }).or_else(|| position.is_none().then(|| "the metric was not measured".to_owned())),
+        "changed": changed,
+    }))
+}
+
+/// The largest functions of every event and source, normalized per node: `cpu` as a share of
+/// the node's CPU time, other events per CPU-second.
+async fn function_tables(
+    store: &Store,
+    selector: &Selector,
+    from: u32,
+    to: u32,
+    w: &Window,
+) -> Result<Vec<FunctionTable>, AppError> {
+    let index: HashMap<&str, usize> = w.nodes.iter().enumerate().map(|(i, n)| (n.node.as_str(), i)).collect();
+    let mut tables = Vec::new();
+    for (event, source, unit) in &w.sources {
+        let scope = Scope {
+            event,
+            source: Some(source.clone()),
+            selector: selector.clone(),
+            from,
+            to,
+        };
+        let found = store.node_functions(&scope, FUNCTIONS_READ).await?;
+        let is_cpu = *event == EventKind::Cpu.name();
+        // Per node: what a value is divided by (CPU-ns for shares, CPU-seconds for rates).
+        let divisor: Vec<Option<f64>> = w
+            .cpu_ns
+            .iter()
+            .map(|c| c.filter(|&c| c > 0.0).map(|c| if is_cpu { c } else { c / 1e9 }))
+            .collect();
+        let columns: Vec<Option<usize>> = found.nodes.iter().map(|n| index.get(n.as_str()).copied()).collect();
+        let normalize = |per_node: &[u64]| -> Vec<Option<f64>> {
+            let mut out: Vec<Option<f64>> = divisor.iter().map(|d| d.map(|_| 0.0)).collect();
+            for (column, value) in columns.iter().zip(per_node) {
+                if let Some(i) = *column {
+                    out[i] = divisor[i].map(|d| *value as f64 / d);
+                }
+            }
+            out
+        };
+        tables.push(FunctionTable {
+            event: event.to_string(),
+            source: source.clone(),
+            unit: if is_cpu {
+                "share of CPU time".into()
+            } else {
+                format!("{unit} per CPU-second")
+            },
+            functions: found
+                .functions
+                .iter()
+                .map(|f| FunctionValues {
+                    function: f.function.name.clone(),
+                    module: f.function.module.clone(),
+                    self_values: normalize(&f.self_values),
+                    total_values: normalize(&f.total_values),
+                })
+                .collect(),
+        });
+    }
+    Ok(tables)
+}

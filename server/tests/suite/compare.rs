@@ -1,0 +1,147 @@
+//! A fleet of real agents, each scoped to its own workload under its own node name, and the
+//! compare view's answer: which nodes are slow, what differs in their labels, and where in the
+//! code, found without being told the groups.
+
+use std::time::{Duration, Instant};
+
+use bimodal_agent::events::EventKind;
+use bimodal_agent::ship::{self, RunOptions};
+use serde_json::Value;
+
+use super::common::{agent_options, TestServer};
+use crate::fixture;
+
+/// Eight nodes run one program; on three of them it page-faults in `touch_fresh_pages` about
+/// eight times as often per CPU-second (the `mixed` fixture with a smaller EVERY), and those three
+/// carry `instance_type=big`. `/api/v1/compare` must split exactly those three into the high,
+/// slow band of `page_fault per CPU-second`, name `instance_type` as the label that splits them,
+/// rank `touch_fresh_pages` among the page-fault differences with every slow node above every
+/// fast one, and find no bands in CPU-seconds per second (every workload competes for the same
+/// two cores). The answer is kept in target/artifacts/compare.json.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_of_agents_is_split_into_its_slow_band_and_explained() {
+    let server = TestServer::start().await;
+    let start = super::common::unix_now();
+    let slow = ["node-c", "node-f", "node-h"];
+    let names = [
+        "node-a", "node-b", "node-c", "node-d", "node-e", "node-f", "node-g", "node-h",
+    ];
+    let mut workloads = Vec::new();
+    let mut agents = Vec::new();
+    let (stop_agents, agents_stopped) = tokio::sync::watch::channel(false);
+    for name in names {
+        let is_slow = slow.contains(&name);
+        let every = if is_slow { "4" } else { "2000" };
+        let workload = fixture::spawn(fixture::workload(), &["mixed", "300", every]);
+        let instance_type = if is_slow { "big" } else { "small" };
+        agents.push(tokio::spawn(ship::run(
+            RunOptions {
+                labels: [("instance_type".to_owned(), instance_type.to_owned())].into(),
+                ..agent_options(
+                    server.url(),
+                    name,
+                    workload.pid(),
+                    vec![EventKind::PageFault, EventKind::Cpu],
+                )
+            },
+            agents_stopped.clone(),
+        )));
+        workloads.push(workload);
+    }
+
+    // Wait for every node's samples of both events, then for 20 s of them.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut answer: Value;
+    let mut since_all: Option<Instant> = None;
+    loop {
+        let (status, body) = server
+            .get(&format!(
+                "/api/v1/compare?from={start}&to={}",
+                super::common::unix_now() + 1
+            ))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        answer = serde_json::from_str(&body).unwrap();
+        let measured = |metric: &str| {
+            answer["metrics"]
+                .as_array()
+                .and_then(|ms| ms.iter().find(|m| m["name"] == metric))
+                .map(|m| m["values"].as_array().unwrap().iter().filter(|v| !v.is_null()).count())
+                .unwrap_or(0)
+        };
+        if since_all.is_none() && measured("cpu") == names.len() && measured("page_fault per CPU-second") == names.len()
+        {
+            since_all = Some(Instant::now());
+        }
+        if since_all.is_some_and(|t| t.elapsed() > Duration::from_secs(20)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the fleet's samples never all arrived; last answer:\n{answer:#}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+
+    // Kept as a test artifact: what the compare view renders for this fleet.
+    let artifacts = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    std::fs::write(artifacts.join("compare.json"), format!("{answer:#}")).unwrap();
+
+    let bands = &answer["bands"];
+    assert_eq!(bands["metric"], "page_fault per CPU-second", "{answer:#}");
+    assert_eq!(bands["slow"], "high");
+    let high: Vec<&str> = bands["high"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(high, slow, "{answer:#}");
+    assert_eq!(bands["low"].as_array().unwrap().len(), 5);
+    assert!(
+        bands["high_median"].as_f64().unwrap() > 2.0 * bands["low_median"].as_f64().unwrap(),
+        "{bands:#}"
+    );
+    let cpu = answer["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "cpu")
+        .unwrap();
+    assert_eq!(cpu["bands"]["found"], false, "{cpu:#}");
+
+    let labels = answer["explanation"]["labels"].as_array().unwrap();
+    assert_eq!(labels[0]["label"], "instance_type", "{labels:#?}");
+    assert_eq!(labels[0]["high_with"], 3);
+    assert_eq!(labels[0]["low_with"], 0);
+
+    // Per event, the largest difference first: the faulting function's own samples.
+    let code = answer["explanation"]["code"].as_array().unwrap();
+    let touch = code
+        .iter()
+        .find(|d| d["event"] == "page_fault")
+        .unwrap_or_else(|| panic!("no page-fault differences: {code:#?}"));
+    assert_eq!(
+        (&touch["function"], &touch["measure"]),
+        (&"touch_fresh_pages".into(), &"self_value".into()),
+        "{code:#?}"
+    );
+    assert_eq!(touch["effect"], 1.0, "{touch:#}");
+    assert_eq!(touch["high"].as_array().unwrap().len(), 3);
+    assert_eq!(touch["low"].as_array().unwrap().len(), 5);
+    // On the cpu event, the slow nodes spend a smaller share in the spinning function.
+    let spin = code
+        .iter()
+        .find(|d| d["event"] == "cpu")
+        .unwrap_or_else(|| panic!("no CPU differences: {code:#?}"));
+    assert_eq!(spin["function"], "spin_hot_loop", "{code:#?}");
+    assert_eq!(spin["effect"], -1.0, "{spin:#}");
+
+    let _ = stop_agents.send(true);
+    for agent in agents {
+        agent.await.unwrap().expect("agent stops cleanly");
+    }
+    drop(workloads);
+    server.stop().await;
+}
