@@ -11,6 +11,18 @@ const KERNEL_SUFFIX: &str = "_[k]";
 const JIT_SUFFIX: &str = "_[j]";
 
 pub(crate) fn write(p: &Profile) -> String {
+    let mut out = String::new();
+    for (line, value) in lines(p) {
+        out.push_str(&line);
+        out.push(' ');
+        out.push_str(&value.to_string());
+        out.push('\n');
+    }
+    out
+}
+
+/// Each distinct stack's folded text and summed value, sorted.
+pub(crate) fn lines(p: &Profile) -> BTreeMap<String, u64> {
     let mut lines: BTreeMap<String, u64> = BTreeMap::new();
     for s in &p.samples {
         let mut line = sanitize(&s.comm);
@@ -26,14 +38,7 @@ pub(crate) fn write(p: &Profile) -> String {
         }
         *lines.entry(line).or_default() += s.value;
     }
-    let mut out = String::new();
-    for (line, value) in lines {
-        out.push_str(&line);
-        out.push(' ');
-        out.push_str(&value.to_string());
-        out.push('\n');
-    }
-    out
+    lines
 }
 
 /// `;` separates frames and the last space separates the count, so neither may appear

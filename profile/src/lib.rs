@@ -3,6 +3,7 @@
 //! build one and export it as folded text, pprof or a flame-graph tree, so the three formats
 //! are written once.
 
+pub mod diff;
 mod folded;
 mod pprof;
 mod tree;
@@ -11,7 +12,7 @@ use std::collections::HashMap;
 
 use bimodal_proto::v1;
 
-pub use tree::TreeNode;
+pub use tree::{TreeKind, TreeNode};
 
 /// What a frame is: where its address lives decides how it is shown and symbolized.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]

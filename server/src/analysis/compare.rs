@@ -82,8 +82,9 @@ pub struct BandChoice {
     pub alpha_per_metric: f64,
 }
 
-/// Tests every metric and chooses the strongest two-band split: the smallest p-value, then
-/// the largest Cohen's d. `config.alpha` is the fleet-wide level, divided among the metrics;
+/// Tests every metric and chooses the strongest two-band split: among metrics that say which
+/// way is slow first (bands of CPU load alone may be bands of traffic), the smallest p-value,
+/// then the largest Cohen's d. `config.alpha` is the fleet-wide level, divided among the metrics;
 /// the null is drawn finely enough for the divided level to be reachable.
 pub fn find_bands(metrics: &[Metric], config: &BandConfig, null: &mut NullCache) -> BandChoice {
     let tested_count = metrics.len().max(1);
@@ -109,11 +110,15 @@ pub fn find_bands(metrics: &[Metric], config: &BandConfig, null: &mut NullCache)
         .iter()
         .enumerate()
         .filter_map(|(i, t)| match &t.bands {
-            Bands::Two(split) => Some((i, split)),
+            Bands::Two(split) => Some((i, split, metrics[i].direction == Direction::Neither)),
             Bands::None { .. } => None,
         })
-        .min_by(|a, b| a.1.p_value.total_cmp(&b.1.p_value).then(b.1.d.total_cmp(&a.1.d)))
-        .map(|(i, _)| i);
+        .min_by(|a, b| {
+            a.2.cmp(&b.2)
+                .then(a.1.p_value.total_cmp(&b.1.p_value))
+                .then(b.1.d.total_cmp(&a.1.d))
+        })
+        .map(|(i, _, _)| i);
     let groups = chosen.map(|i| {
         let Bands::Two(split) = &tested[i].bands else {
             unreachable!("chosen among splits")
@@ -393,6 +398,24 @@ mod tests {
         assert_eq!(groups.slow, Some("high"));
         assert!(matches!(choice.tested[0].bands, Bands::None { .. }));
         assert!((choice.alpha_per_metric - 0.005).abs() < 1e-12);
+    }
+
+    /// Bands in CPU load and in a rate that says which way is slow: the rate's bands are the
+    /// answer, even when the load's split is stronger.
+    #[test]
+    fn a_metric_that_says_slow_comes_first() {
+        let split = |high: f64| -> Vec<Option<f64>> {
+            (0..20)
+                .map(|i| Some(if i < 5 { high } else { 100.0 } + (i % 3) as f64))
+                .collect()
+        };
+        let metrics = vec![
+            metric("cpu", Direction::Neither, split(10_000.0)),
+            metric("page_fault", Direction::HigherIsSlower, split(300.0)),
+        ];
+        let choice = find_bands(&metrics, &BandConfig::default(), &mut NullCache::default());
+        assert!(matches!(choice.tested[0].bands, Bands::Two(_)));
+        assert_eq!(choice.chosen, Some(1));
     }
 
     /// One fleet of one band in every metric: no groups.

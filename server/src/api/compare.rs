@@ -438,3 +438,31 @@ async fn function_tables(
     }
     Ok(tables)
 }
+
+/// The bands of `selector` over [from, to) as node names (what `/api/v1/diff?groups=bands`
+/// compares), or `None` with the verdict when there are none.
+pub(super) struct BandNodes {
+    pub metric: String,
+    pub low: Vec<String>,
+    pub high: Vec<String>,
+    pub slow: Option<&'static str>,
+}
+
+pub(super) async fn bands_of(
+    state: &AppState,
+    selector: &Selector,
+    from: u32,
+    to: u32,
+) -> Result<Result<BandNodes, String>, AppError> {
+    let window = Window::read(&state.store, selector, from, to).await?;
+    let (metrics, choice) = find_bands(window.metrics.clone(), state.bands_null.clone()).await?;
+    Ok(match (choice.chosen, &choice.groups) {
+        (Some(i), Some(groups)) => Ok(BandNodes {
+            metric: metrics[i].name.clone(),
+            low: window.names(&groups.low).into_iter().map(str::to_owned).collect(),
+            high: window.names(&groups.high).into_iter().map(str::to_owned).collect(),
+            slow: groups.slow,
+        }),
+        _ => Err(no_bands_verdict(&window, &metrics, &choice)),
+    })
+}

@@ -1,6 +1,7 @@
 //! The HTTP API (`/api/v1`, `/healthz`) and the web UI, as one axum router.
 
 mod compare;
+mod diff;
 mod error;
 mod flamegraph;
 mod fleet;
@@ -40,6 +41,7 @@ pub fn app(state: AppState) -> Router {
         .route("/api/v1/totals", get(fleet::totals))
         .route("/api/v1/functions", get(fleet::functions))
         .route("/api/v1/compare", get(compare::compare))
+        .route("/api/v1/diff", get(diff::diff))
         .route("/api/v1/flamegraph", get(flamegraph::flamegraph))
         .route("/api/v1/placement", get(node::placement))
         .route("/api/v1/counters", get(node::counters))

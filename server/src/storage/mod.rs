@@ -479,6 +479,44 @@ impl Store {
             .fetch_all::<FlameRow>()
             .await
             .map_err(StorageError::query("aggregate samples"))?;
+        self.flame_graph_of(scope, rows, max_stacks, reach.name()).await
+    }
+
+    /// The profile of `scope`'s event on the nodes of `weights`, each node's values multiplied
+    /// by its weight (a value then means what the weights make it: per CPU-second, per node...),
+    /// at most `max_stacks` stacks. The selector's node labels are not applied: the nodes are.
+    pub async fn weighted_flame_graph(
+        &self,
+        scope: &Scope,
+        weights: &[(String, f64)],
+        max_stacks: u32,
+    ) -> Result<FlameGraph, StorageError> {
+        let rows = if weights.is_empty() {
+            Vec::new()
+        } else {
+            let mut scope = scope.clone();
+            scope
+                .selector
+                .matchers
+                .retain(|m| m.scope() != crate::selector::LabelScope::Node);
+            queries::weighted_flame(&scope, weights, max_stacks.saturating_add(1).max(1))
+                .query(&self.client)
+                .fetch_all::<FlameRow>()
+                .await
+                .map_err(StorageError::query("aggregate weighted samples"))?
+        };
+        self.flame_graph_of(scope, rows, max_stacks, Reach::Matching(Vec::new()).name())
+            .await
+    }
+
+    /// A flame graph from rows per (source, stack, process), largest first.
+    async fn flame_graph_of(
+        &self,
+        scope: &Scope,
+        rows: Vec<FlameRow>,
+        max_stacks: u32,
+        reach: &'static str,
+    ) -> Result<FlameGraph, StorageError> {
         // One source per flame graph: samples of different sources are not comparable.
         let mut shares: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
         for r in &rows {
@@ -572,7 +610,7 @@ impl Store {
             source,
             sources,
             truncated_stacks,
-            reach: reach.name(),
+            reach,
         })
     }
 

@@ -365,6 +365,37 @@ pub(super) fn flame(scope: &Scope, reach: &Reach, limit: u32) -> Sql {
     sql
 }
 
+/// Samples per (source, stack, process) of the listed nodes, each node's values multiplied by
+/// its weight and summed (rounded to whole units), largest first, at most `limit`. Weights are
+/// numbers the server computed, written as literals.
+pub(super) fn weighted_flame(scope: &Scope, weights: &[(String, f64)], limit: u32) -> Sql {
+    let nodes: Vec<String> = weights.iter().map(|w| w.0.clone()).collect();
+    let mut sql = Sql::new(
+        "SELECT source, stack_id, process_id, sum(count) AS count, toUInt64(round(sum(value * transform(node, [",
+    );
+    for (i, (node, _)) in weights.iter().enumerate() {
+        if i > 0 {
+            sql.push(", ");
+        }
+        sql.bind(Value::Str(node.clone()));
+    }
+    let factors: Vec<String> = weights.iter().map(|w| format!("{:e}", w.1)).collect();
+    sql.push(&format!(
+        "], [{}], toFloat64(0))))) AS value FROM (",
+        factors.join(", ")
+    ));
+    sql.append(union(
+        "samples",
+        "node, source, stack_id, process_id, count, value",
+        scope,
+        Nodes::In(&nodes),
+        &Sql::default(),
+    ))
+    .push(") GROUP BY source, stack_id, process_id HAVING value > 0 ORDER BY value DESC LIMIT ")
+    .bind(Value::U32(limit));
+    sql
+}
+
 /// Totals per node and source. Process labels need the samples; node labels the totals only.
 pub(super) fn node_totals(scope: &Scope, reach: &Reach) -> Sql {
     let per_process = scope.selector.matchers.iter().any(|m| m.scope() == LabelScope::Process);

@@ -9,15 +9,28 @@ use bimodal_agent::ship::{self, RunOptions};
 use serde_json::Value;
 
 use super::common::{agent_options, TestServer};
+
+/// The first node named `name` in a flame-graph tree, depth first.
+fn find<'a>(node: &'a Value, name: &str) -> Option<&'a Value> {
+    if node["name"] == name {
+        return Some(node);
+    }
+    node["children"].as_array()?.iter().find_map(|c| find(c, name))
+}
+
+fn urlencode(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
 use crate::fixture;
 
 /// Eight nodes run one program; on three of them it page-faults in `touch_fresh_pages` about
 /// eight times as often per CPU-second (the `mixed` fixture with a smaller EVERY), and those three
 /// carry `instance_type=big`. `/api/v1/compare` must split exactly those three into the high,
 /// slow band of `page_fault per CPU-second`, name `instance_type` as the label that splits them,
-/// rank `touch_fresh_pages` among the page-fault differences with every slow node above every
-/// fast one, and find no bands in CPU-seconds per second (every workload competes for the same
-/// two cores). The answer is kept in target/artifacts/compare.json.
+/// rank `touch_fresh_pages` first among the page-fault differences with every slow node above
+/// every fast one, and `spin_hot_loop` first among the CPU differences, below on every slow node;
+/// the differential flame graph of the bands, in JSON, folded pairs and pprof, agrees. The
+/// answers are kept in target/artifacts/compare.json and diff.json.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_of_agents_is_split_into_its_slow_band_and_explained() {
     let server = TestServer::start().await;
@@ -137,6 +150,87 @@ async fn a_fleet_of_agents_is_split_into_its_slow_band_and_explained() {
         .unwrap_or_else(|| panic!("no CPU differences: {code:#?}"));
     assert_eq!(spin["function"], "spin_hot_loop", "{code:#?}");
     assert_eq!(spin["effect"], -1.0, "{spin:#}");
+
+    // The differential flame graph of the bands: per node and CPU-second, the slow band (b)
+    // faults several times as much under touch_fresh_pages as the fast one (a).
+    let range = format!("from={start}&to={}", super::common::unix_now() + 1);
+    let (status, body) = server
+        .get(&format!("/api/v1/diff?event=page_fault&groups=bands&{range}"))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let diff: Value = serde_json::from_str(&body).unwrap();
+    std::fs::write(artifacts.join("diff.json"), format!("{diff:#}")).unwrap();
+    assert_eq!(
+        diff["unit"],
+        "faults per CPU-second",
+        "{}",
+        &body[..body.len().min(2000)]
+    );
+    assert_eq!(diff["b"]["label"], "high band (slow)");
+    assert_eq!(diff["b"]["nodes"].as_array().unwrap().len(), 3);
+    assert_eq!(diff["a"]["nodes"].as_array().unwrap().len(), 5);
+    let touch = find(&diff["root"], "touch_fresh_pages").expect("touch_fresh_pages in the diff");
+    let (a, b) = (touch["a"].as_f64().unwrap(), touch["b"].as_f64().unwrap());
+    assert!(b > 2.0 * a && a > 0.0, "a {a} b {b}");
+    // Within a factor of the band medians of the compare answer (both per node per CPU-second).
+    let high_median = bands["high_median"].as_f64().unwrap();
+    assert!(
+        b > high_median / 3.0 && b < high_median * 3.0,
+        "b {b}, band median {high_median}"
+    );
+    // Relative mode: shares of each group's total.
+    let (status, body) = server
+        .get(&format!(
+            "/api/v1/diff?event=page_fault&groups=bands&mode=relative&{range}"
+        ))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let relative: Value = serde_json::from_str(&body).unwrap();
+    assert!((relative["root"]["a"].as_f64().unwrap() - 1.0).abs() < 1e-9);
+    // Folded pairs, and one pprof profile per side.
+    let (status, folded) = server
+        .get(&format!(
+            "/api/v1/diff?event=page_fault&groups=bands&format=folded&{range}"
+        ))
+        .await;
+    assert_eq!(status, 200, "{folded}");
+    let line = folded
+        .lines()
+        .find(|l| l.contains(";touch_fresh_pages"))
+        .unwrap_or_else(|| panic!("no touch_fresh_pages stack:\n{folded}"));
+    let numbers: Vec<f64> = line.rsplitn(3, ' ').take(2).map(|n| n.parse().unwrap()).collect();
+    assert!(numbers[0] > numbers[1], "{line}");
+    for side in ["a", "b"] {
+        let (status, pprof) = server
+            .get_bytes(&format!(
+                "/api/v1/diff?event=page_fault&groups=bands&format=pprof&side={side}&{range}"
+            ))
+            .await;
+        assert_eq!(status, 200);
+        let mut raw = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&pprof[..]), &mut raw).unwrap();
+        let profile = <bimodal_proto::pprof::Profile as prost::Message>::decode(&raw[..]).unwrap();
+        assert!(!profile.sample.is_empty());
+        assert_eq!(
+            profile.string_table[profile.sample_type[1].unit as usize],
+            "faults per 1000 CPU-seconds"
+        );
+    }
+    // Two selectors instead of the bands; a selector matching nothing is an empty side.
+    let (status, body) = server
+        .get(&format!(
+            "/api/v1/diff?event=page_fault&a={}&b={}&{range}",
+            urlencode(r#"{instance_type="small"}"#),
+            urlencode(r#"{instance_type="big"}"#)
+        ))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let by_label: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(by_label["b"]["nodes"], diff["b"]["nodes"]);
+    let (status, body) = server
+        .get(&format!("/api/v1/diff?event=page_fault&a=%7B&b=%7B%7D&{range}"))
+        .await;
+    assert_eq!(status, 400, "{body}");
 
     let _ = stop_agents.send(true);
     for agent in agents {

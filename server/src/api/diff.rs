@@ -1,0 +1,300 @@
+//! `GET /api/v1/diff?event=&source=&from=&to=&a=SELECTOR&b=SELECTOR` or
+//! `…&selector=S&groups=bands`, `&format=json|folded|pprof&side=a|b&mode=absolute|relative`:
+//! the differential flame graph of two groups of nodes.
+//!
+//! Each node's samples are divided by the node's CPU-seconds in the range (its `cpu` event,
+//! the source with the most nodes) and by the number of nodes of its group, so a value is the
+//! **mean over the group's nodes of the events per CPU-second** under a frame: a big node or a
+//! large group does not outweigh a small one, and a node without CPU samples is left out (and
+//! listed). With `groups=bands`, `a` is the band that is not slow and `b` the slow one (when the
+//! band metric says which is slow; else `a` is the low band).
+//!
+//! `mode=relative` divides each group's values by its total: shares in the JSON tree, percent in
+//! folded text, parts per million in pprof. `format=folded` writes `stack a b` lines (difffolded.pl's
+//! output, flamegraph.pl's differential input); `format=pprof&side=a|b` one group's profile in
+//! pprof, values in the event's unit per 1,000 CPU-seconds (pprof values are integers), for
+//! `go tool pprof -diff_base=a.pb.gz b.pb.gz`.
+
+use std::collections::HashMap;
+
+use axum::extract::{RawQuery, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use bimodal_profile::Profile;
+use bimodal_proto::v1::EventKind;
+
+use super::params::{now, rfc3339, Params};
+use super::{AppError, AppState};
+use crate::selector::Selector;
+use crate::storage::{FlameGraph, Scope};
+
+/// Fixed point of the weighted sums: values are kept in thousandths of a unit per CPU-second.
+const SCALE: f64 = 1000.0;
+const DEFAULT_MAX_STACKS: u32 = 20_000;
+const MAX_STACKS: u32 = 200_000;
+
+/// One side of the comparison.
+struct Group {
+    /// The selector or band it came from.
+    label: String,
+    nodes: Vec<String>,
+    /// Nodes of the group with no CPU samples in the range: not normalized, left out.
+    without_cpu: Vec<String>,
+    graph: FlameGraph,
+}
+
+pub(super) async fn diff(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Result<Response, AppError> {
+    let p = Params::parse(
+        raw.as_deref(),
+        &[
+            "event",
+            "source",
+            "from",
+            "to",
+            "a",
+            "b",
+            "selector",
+            "groups",
+            "format",
+            "side",
+            "mode",
+            "max_stacks",
+        ],
+    )?;
+    let event = p.event()?;
+    let (from, to) = p.time_range(now())?;
+    let max_stacks = p.bounded("max_stacks", DEFAULT_MAX_STACKS, MAX_STACKS)?;
+    let relative = match p.one("mode").unwrap_or("absolute") {
+        "absolute" => false,
+        "relative" => true,
+        other => {
+            return Err(AppError::BadRequest(format!(
+                "unknown mode `{other}`; expected absolute or relative"
+            )))
+        }
+    };
+    let parse = |key: &str| -> Result<Selector, AppError> {
+        let text = p.required(key)?;
+        Selector::parse(text).map_err(|e| AppError::BadRequest(format!("`{key}`: {e}")))
+    };
+    // The two groups' node lists, and what they were chosen by.
+    let (sides, bands_metric) = match p.one("groups") {
+        Some("bands") => {
+            if p.one("a").is_some() || p.one("b").is_some() {
+                return Err(AppError::BadRequest(
+                    "give either groups=bands or the selectors a and b".into(),
+                ));
+            }
+            let selector = p.selector()?;
+            let bands = super::compare::bands_of(&state, &selector, from, to)
+                .await?
+                .map_err(|verdict| AppError::BadRequest(format!("no groups to compare: {verdict}")))?;
+            let (a, b) = match bands.slow {
+                Some("low") => (("high band (fast)", bands.high), ("low band (slow)", bands.low)),
+                Some(_) => (("low band (fast)", bands.low), ("high band (slow)", bands.high)),
+                None => (("low band", bands.low), ("high band", bands.high)),
+            };
+            ([(a.0.to_owned(), a.1), (b.0.to_owned(), b.1)], Some(bands.metric))
+        }
+        Some(other) => {
+            return Err(AppError::BadRequest(format!(
+                "unknown groups `{other}`; expected bands"
+            )))
+        }
+        None => {
+            let mut sides = Vec::new();
+            for key in ["a", "b"] {
+                let selector = parse(key)?;
+                let nodes = state.store.nodes(&selector, from, to).await?;
+                sides.push((
+                    selector.to_string(),
+                    nodes.into_iter().map(|n| n.node).collect::<Vec<_>>(),
+                ));
+            }
+            let b = sides.pop().expect("two sides");
+            let a = sides.pop().expect("two sides");
+            ([a, b], None)
+        }
+    };
+    let source = match p.one("source").filter(|s| !s.is_empty()) {
+        Some(s) => s.to_owned(),
+        None => busiest_source(&state, event, from, to, &sides).await?,
+    };
+    let scope = Scope {
+        event: event.name(),
+        source: Some(source.clone()),
+        selector: Selector::all(),
+        from,
+        to,
+    };
+    let cpu = cpu_seconds(&state, from, to, &sides).await?;
+    let mut groups = Vec::new();
+    for (label, nodes) in sides {
+        let (with, without_cpu): (Vec<String>, Vec<String>) = nodes
+            .iter()
+            .cloned()
+            .partition(|n| cpu.get(n).is_some_and(|&s| s > 0.0));
+        let count = with.len() as f64;
+        let weights: Vec<(String, f64)> = with.iter().map(|n| (n.clone(), SCALE / (cpu[n] * count))).collect();
+        let mut graph = state.store.weighted_flame_graph(&scope, &weights, max_stacks).await?;
+        state.names.name_profile(&mut graph.profile).await?;
+        groups.push(Group {
+            label,
+            nodes: with,
+            without_cpu,
+            graph,
+        });
+    }
+    let unit = format!("{} per CPU-second", groups[0].graph.profile.unit);
+    let [a, b] = <[Group; 2]>::try_from(groups).map_err(|_| AppError::Internal("two groups expected".into()))?;
+    // What each side's fixed-point values are divided by: to units per CPU-second, or to shares
+    // of the side's total (percent in folded text).
+    let total = |g: &Group| g.graph.profile.total().max(1) as f64;
+    let (tree_a, tree_b) = if relative {
+        (total(&a), total(&b))
+    } else {
+        (SCALE, SCALE)
+    };
+    let (folded_a, folded_b) = if relative {
+        (total(&a) / 100.0, total(&b) / 100.0)
+    } else {
+        (SCALE, SCALE)
+    };
+    let format = p.one("format").unwrap_or("json");
+    Ok(match format {
+        "json" => Json(serde_json::json!({
+            "event": event.name(),
+            "source": source,
+            "unit": unit,
+            "normalization": "mean over each group's nodes of the node's value per CPU-second",
+            "mode": if relative { "relative" } else { "absolute" },
+            "from": rfc3339(from),
+            "to": rfc3339(to),
+            "bands_metric": bands_metric,
+            "a": side_json(&a),
+            "b": side_json(&b),
+            "root": bimodal_profile::diff::tree(&a.graph.profile, &b.graph.profile, tree_a, tree_b),
+        }))
+        .into_response(),
+        "folded" => (
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            bimodal_profile::diff::folded(&a.graph.profile, &b.graph.profile, folded_a, folded_b),
+        )
+            .into_response(),
+        "pprof" => {
+            let side = match p.one("side") {
+                Some("a") => a,
+                Some("b") => b,
+                _ => return Err(AppError::BadRequest("format=pprof needs side=a or side=b".into())),
+            };
+            let mut profile = rescaled(&side, relative);
+            profile.unit = if relative {
+                "parts per million of the group".into()
+            } else {
+                format!("{} per 1000 CPU-seconds", profile.unit)
+            };
+            (
+                [
+                    (header::CONTENT_TYPE, "application/octet-stream"),
+                    (header::CONTENT_DISPOSITION, "attachment; filename=\"profile.pb.gz\""),
+                ],
+                profile.to_pprof(),
+            )
+                .into_response()
+        }
+        other => {
+            return Err(AppError::BadRequest(format!(
+                "unknown format `{other}`; expected json, folded or pprof"
+            )))
+        }
+    })
+}
+
+/// A group's profile in thousandths of a unit per CPU-second (a unit per 1,000 CPU-seconds),
+/// or in parts per million of its total when `relative`.
+fn rescaled(g: &Group, relative: bool) -> Profile {
+    let mut profile = g.graph.profile.clone();
+    if relative {
+        let total = profile.total().max(1) as f64;
+        for s in &mut profile.samples {
+            s.value = (s.value as f64 / total * 1e6).round() as u64;
+        }
+    }
+    profile
+}
+
+fn side_json(g: &Group) -> serde_json::Value {
+    serde_json::json!({
+        "label": g.label,
+        "nodes": g.nodes,
+        "nodes_without_cpu": g.without_cpu,
+        "total": g.graph.profile.total() as f64 / SCALE,
+        "truncated_stacks": g.graph.truncated_stacks,
+    })
+}
+
+/// CPU-seconds per node of both groups over [from, to), from the `cpu` source with the most
+/// nodes.
+async fn cpu_seconds(
+    state: &AppState,
+    from: u32,
+    to: u32,
+    sides: &[(String, Vec<String>); 2],
+) -> Result<HashMap<String, f64>, AppError> {
+    let totals = node_totals(state, EventKind::Cpu, from, to, sides).await?;
+    let mut by_source: HashMap<&str, HashMap<String, f64>> = HashMap::new();
+    for t in &totals {
+        by_source
+            .entry(t.source.as_str())
+            .or_default()
+            .insert(t.node.clone(), t.value as f64 / 1e9);
+    }
+    Ok(by_source
+        .into_values()
+        .max_by_key(|nodes| nodes.len())
+        .unwrap_or_default())
+}
+
+/// The source of `event` with the most samples on the groups' nodes.
+async fn busiest_source(
+    state: &AppState,
+    event: EventKind,
+    from: u32,
+    to: u32,
+    sides: &[(String, Vec<String>); 2],
+) -> Result<String, AppError> {
+    let mut samples: HashMap<String, u64> = HashMap::new();
+    for t in node_totals(state, event, from, to, sides).await? {
+        *samples.entry(t.source).or_default() += t.samples;
+    }
+    samples
+        .into_iter()
+        .max_by_key(|(source, n)| (*n, std::cmp::Reverse(source.clone())))
+        .map(|(source, _)| source)
+        .ok_or_else(|| AppError::BadRequest(format!("no {} samples on these nodes in this range", event.name())))
+}
+
+async fn node_totals(
+    state: &AppState,
+    event: EventKind,
+    from: u32,
+    to: u32,
+    sides: &[(String, Vec<String>); 2],
+) -> Result<Vec<crate::storage::NodeTotal>, AppError> {
+    let wanted: std::collections::HashSet<&str> = sides.iter().flat_map(|s| s.1.iter().map(String::as_str)).collect();
+    let scope = Scope {
+        event: event.name(),
+        source: None,
+        selector: Selector::all(),
+        from,
+        to,
+    };
+    Ok(state
+        .store
+        .node_totals(&scope)
+        .await?
+        .into_iter()
+        .filter(|t| wanted.contains(t.node.as_str()))
+        .collect())
+}
