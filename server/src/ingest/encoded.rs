@@ -39,10 +39,11 @@ impl Encoded {
     }
 }
 
-/// The last length-delimited field `number` of a protobuf message (a later occurrence replaces
-/// an earlier one, as decoding does); `None` if absent or the message is malformed.
+/// The first length-delimited field `number` of a protobuf message, read up to it only (a batch
+/// has thousands of fields after its id); `None` if absent or the message is malformed before
+/// it. Decoding keeps a repeated field's last occurrence: a message repeating it answered
+/// "retry" carries the first, and the agent that sent it is the one confused.
 fn field(mut message: &[u8], number: u64) -> Option<&[u8]> {
-    let mut found = None;
     while !message.is_empty() {
         let key = prost::encoding::decode_varint(&mut message).ok()?;
         let len = match key & 7 {
@@ -59,11 +60,11 @@ fn field(mut message: &[u8], number: u64) -> Option<&[u8]> {
             return None;
         }
         if key >> 3 == number && key & 7 == 2 {
-            found = Some(&message[..len]);
+            return Some(&message[..len]);
         }
         message = &message[len..];
     }
-    found
+    None
 }
 
 /// Requests as [`Encoded`], responses by prost.

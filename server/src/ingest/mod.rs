@@ -154,8 +154,9 @@ impl IngestService {
                         };
                         // Admitted here, before it is decoded and before the next message is
                         // read: a waiting stream holds one encoded batch.
-                        let held = in_flight.admit(encoded.0.len(), encoded.batch_id().unwrap_or_default()).await;
-                        if let (Err(retry_after), Some(id)) = (&held, encoded.batch_id()) {
+                        let id = encoded.batch_id();
+                        let held = in_flight.admit(encoded.0.len(), id.unwrap_or_default()).await;
+                        if let (Err(retry_after), Some(id)) = (&held, id) {
                             let reply = ack(
                                 id.to_vec(),
                                 v1::ack::Status::Retry,
@@ -271,7 +272,7 @@ async fn store(
     if let Err(e) = names.load_for(&batch.frames).await {
         tracing::warn!(error = %e, "symbol tables unavailable; functions of this batch stay unnamed");
     }
-    let rows = rows::build(sender, &batch, names, writer.known());
+    let rows = rows::build(sender, &batch, names, &writer.known());
     // The decoded batch is several times its rows: it is not kept while they wait to be written
     // (the write path bounds those).
     let batch_id = std::mem::take(&mut batch.batch_id);

@@ -343,7 +343,7 @@ async fn copy_held(client: &Client, writer: &Writer) -> Result<(), StorageError>
                 facts: facts.get(&r.node).cloned(),
             });
             writer.note_node(sender.clone());
-            let rows = rows::build(&sender, &batch, &NoNames, writer.known());
+            let rows = rows::build(&sender, &batch, &NoNames, &writer.known());
             loop {
                 match writer.submit(rows.clone()).await {
                     Outcome::Stored | Outcome::Duplicate => break,
