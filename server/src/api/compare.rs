@@ -266,12 +266,12 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
     };
     let changed = changes(&state, &selector, from, to, &window, metric, groups).await?;
     answer["verdict"] = json!(format!(
-        "two bands in {}: {} nodes at a median of {:.4} and {} at {:.4} {}{}",
+        "two bands in {}: {} nodes at a median of {} and {} at {} {}{}",
         metric.name,
         groups.high.len(),
-        split.high_median,
+        figure(split.high_median),
         groups.low.len(),
-        split.low_median,
+        figure(split.low_median),
         metric.unit,
         match groups.slow {
             Some(band) => format!("; the {band} band is slow"),
@@ -299,6 +299,15 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
         "code": compare::code_differences(&tables, groups, limit as usize),
     });
     Ok(Json(answer))
+}
+
+/// A value as a sentence shows it: whole above 100, three significant digits below.
+fn figure(v: f64) -> String {
+    if v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{}", (v * 1e3).round() / 1e3)
+    }
 }
 
 /// "No bands", with the reason of the metric that came closest.

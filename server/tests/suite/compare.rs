@@ -232,6 +232,54 @@ async fn a_fleet_of_agents_is_split_into_its_slow_band_and_explained() {
         .await;
     assert_eq!(status, 400, "{body}");
 
+    // The same from the `bimodal` CLI: the verdict and the explanation as text, and the pprof
+    // pair of the bands.
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_bimodal"))
+            .args(["--server-url", &server.url()])
+            .args(args)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), text)
+    };
+    let from = start.to_string();
+    let (ok, text) = cli(&["compare", "--from", &from]);
+    assert!(ok, "{text}");
+    std::fs::write(artifacts.join("compare.txt"), &text).unwrap();
+    assert!(text.contains("two bands in page_fault per CPU-second"), "{text}");
+    assert!(text.contains("high band (slow), median"), "{text}");
+    assert!(
+        text.contains("instance_type=\"big\": 3 of 3 high-band nodes, 0 of 5"),
+        "{text}"
+    );
+    assert!(text.contains("touch_fresh_pages (self)"), "{text}");
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, text) = cli(&[
+        "diff",
+        "--event",
+        "page_fault",
+        "--groups",
+        "bands",
+        "--from",
+        &from,
+        "--format",
+        "pprof",
+        "--output",
+    ]
+    .into_iter()
+    .chain([dir.path().to_str().unwrap()])
+    .collect::<Vec<_>>());
+    assert!(ok, "{text}");
+    assert!(
+        dir.path().join("a.pb.gz").exists() && dir.path().join("b.pb.gz").exists(),
+        "{text}"
+    );
+    // A wrong selector is the server's clear error, not a crash.
+    let (ok, text) = cli(&["compare", "--selector", "{zone=}"]);
+    assert!(!ok);
+    assert!(text.contains("the server answered 400: `selector`"), "{text}");
+
     let _ = stop_agents.send(true);
     for agent in agents {
         agent.await.unwrap().expect("agent stops cleanly");

@@ -1,0 +1,392 @@
+//! `bimodal`: the fleet from a terminal, through a server's HTTP API.
+//!
+//! - `bimodal compare`: which nodes are slow, what differs in their labels, and where in the code
+//!   (`GET /api/v1/compare`), as text or JSON;
+//! - `bimodal diff`: the differential flame graph of the bands or of two selectors
+//!   (`GET /api/v1/diff`), as folded pairs or as two pprof profiles for
+//!   `go tool pprof -diff_base=a.pb.gz b.pb.gz`.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use serde_json::Value;
+
+#[derive(Parser, Debug)]
+#[command(name = "bimodal", version, about = "Find the slow band of a fleet and explain it")]
+struct Cli {
+    /// The server's HTTP address.
+    #[arg(
+        long,
+        global = true,
+        env = "BIMODAL_SERVER_URL",
+        default_value = "http://127.0.0.1:7070"
+    )]
+    server_url: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The time range of a command: the last `--last`, or `--from`/`--to`.
+#[derive(clap::Args, Debug)]
+struct Range {
+    /// How far back from now (e.g. 15m, 1h).
+    #[arg(long, env = "BIMODAL_LAST", default_value = "15m", conflicts_with = "from")]
+    last: humantime::Duration,
+    /// Start, Unix seconds or RFC 3339.
+    #[arg(long, env = "BIMODAL_FROM")]
+    from: Option<String>,
+    /// End, Unix seconds or RFC 3339 (default now).
+    #[arg(long, env = "BIMODAL_TO", requires = "from")]
+    to: Option<String>,
+}
+
+impl Range {
+    fn query(&self) -> Vec<(&'static str, String)> {
+        match &self.from {
+            Some(from) => {
+                let mut q = vec![("from", from.clone())];
+                if let Some(to) = &self.to {
+                    q.push(("to", to.clone()));
+                }
+                q
+            }
+            None => {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_secs();
+                let last: Duration = self.last.into();
+                vec![
+                    ("from", now.saturating_sub(last.as_secs()).to_string()),
+                    ("to", (now + 1).to_string()),
+                ]
+            }
+        }
+    }
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// Split the nodes matching a selector into a fast and a slow band, without being told the
+    /// groups, and rank what differs: labels and facts, and functions per event kind.
+    Compare {
+        /// Nodes to compare (Prometheus label matchers, e.g. '{zone="a"}').
+        #[arg(long, env = "BIMODAL_SELECTOR", default_value = "{}")]
+        selector: String,
+        #[command(flatten)]
+        range: Range,
+        /// Code differences listed at most.
+        #[arg(long, env = "BIMODAL_LIMIT", default_value_t = 10)]
+        limit: u32,
+        /// Print the server's JSON answer instead of text.
+        #[arg(long, env = "BIMODAL_JSON")]
+        json: bool,
+    },
+    /// The differential flame graph of the bands (`--groups bands`) or of two selectors
+    /// (`--a`, `--b`): each node's samples per CPU-second, averaged over its group.
+    Diff {
+        /// The event kind (cpu, page_fault, remote_access, cache_miss, ...).
+        #[arg(long, env = "BIMODAL_EVENT")]
+        event: String,
+        /// Its source (default: the one with the most samples).
+        #[arg(long, env = "BIMODAL_SOURCE")]
+        source: Option<String>,
+        /// Compare the bands `bimodal compare` finds among the nodes of `--selector`.
+        #[arg(long, env = "BIMODAL_GROUPS", value_parser = ["bands"], conflicts_with_all = ["a", "b"])]
+        groups: Option<String>,
+        /// The nodes whose bands are compared.
+        #[arg(long, env = "BIMODAL_SELECTOR", default_value = "{}", requires = "groups")]
+        selector: String,
+        /// The baseline group's selector.
+        #[arg(long, env = "BIMODAL_A", requires = "b")]
+        a: Option<String>,
+        /// The other group's selector.
+        #[arg(long, env = "BIMODAL_B", requires = "a")]
+        b: Option<String>,
+        #[command(flatten)]
+        range: Range,
+        /// absolute (per CPU-second) or relative (shares of each group's total).
+        #[arg(long, env = "BIMODAL_MODE", default_value = "absolute", value_parser = ["absolute", "relative"])]
+        mode: String,
+        /// folded (`stack a b` lines, difffolded.pl's format) or pprof (a.pb.gz and b.pb.gz).
+        #[arg(long, env = "BIMODAL_FORMAT", default_value = "folded", value_parser = ["folded", "pprof"])]
+        format: String,
+        /// Where to write: a file for folded (default standard output), a directory for pprof
+        /// (default the current one).
+        #[arg(long, short, env = "BIMODAL_OUTPUT")]
+        output: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(&cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bimodal: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: &Cli) -> anyhow::Result<()> {
+    let api = Api {
+        base: cli.server_url.trim_end_matches('/').to_owned(),
+        agent: ureq::AgentBuilder::new().timeout(Duration::from_secs(300)).build(),
+    };
+    match &cli.command {
+        Command::Compare {
+            selector,
+            range,
+            limit,
+            json,
+        } => {
+            let mut query = vec![("selector", selector.clone()), ("limit", limit.to_string())];
+            query.extend(range.query());
+            let answer: Value = serde_json::from_slice(&api.get("/api/v1/compare", &query)?)
+                .context("the server's answer is not JSON")?;
+            let mut out = std::io::stdout().lock();
+            if *json {
+                writeln!(out, "{answer:#}")?;
+            } else {
+                write!(out, "{}", compare_text(&answer))?;
+            }
+            Ok(())
+        }
+        Command::Diff {
+            event,
+            source,
+            groups,
+            selector,
+            a,
+            b,
+            range,
+            mode,
+            format,
+            output,
+        } => {
+            let mut query = vec![
+                ("event", event.clone()),
+                ("mode", mode.clone()),
+                ("format", format.clone()),
+            ];
+            if let Some(s) = source {
+                query.push(("source", s.clone()));
+            }
+            match (groups, a, b) {
+                (Some(g), _, _) => query.extend([("groups", g.clone()), ("selector", selector.clone())]),
+                (None, Some(a), Some(b)) => query.extend([("a", a.clone()), ("b", b.clone())]),
+                _ => bail!("give --groups bands, or both --a and --b"),
+            }
+            query.extend(range.query());
+            if format == "folded" {
+                let body = api.get("/api/v1/diff", &query)?;
+                match output {
+                    Some(path) => {
+                        std::fs::write(path, &body).with_context(|| format!("failed to write {}", path.display()))?
+                    }
+                    None => std::io::stdout().lock().write_all(&body)?,
+                }
+                return Ok(());
+            }
+            let dir = output.clone().unwrap_or_else(|| PathBuf::from("."));
+            std::fs::create_dir_all(&dir).with_context(|| format!("failed to create {}", dir.display()))?;
+            for side in ["a", "b"] {
+                let mut q = query.clone();
+                q.push(("side", side.to_owned()));
+                let body = api.get("/api/v1/diff", &q)?;
+                let path = dir.join(format!("{side}.pb.gz"));
+                std::fs::write(&path, body).with_context(|| format!("failed to write {}", path.display()))?;
+                eprintln!("bimodal: wrote {}", path.display());
+            }
+            eprintln!(
+                "bimodal: compare with: go tool pprof -diff_base={} {}",
+                dir.join("a.pb.gz").display(),
+                dir.join("b.pb.gz").display()
+            );
+            Ok(())
+        }
+    }
+}
+
+struct Api {
+    base: String,
+    agent: ureq::Agent,
+}
+
+impl Api {
+    /// GET `path?query`; the body, or the server's error message.
+    fn get(&self, path: &str, query: &[(&str, String)]) -> anyhow::Result<Vec<u8>> {
+        let url = format!("{}{path}", self.base);
+        let mut request = self.agent.get(&url);
+        for (k, v) in query {
+            request = request.query(k, v);
+        }
+        let response = match request.call() {
+            Ok(r) => r,
+            Err(ureq::Error::Status(code, r)) => {
+                let body = r.into_string().unwrap_or_default();
+                let message = serde_json::from_str::<Value>(&body)
+                    .ok()
+                    .and_then(|v| v["error"].as_str().map(str::to_owned))
+                    .unwrap_or(body);
+                bail!("the server answered {code}: {message}");
+            }
+            Err(e) => bail!("cannot reach the server at {}: {e}", self.base),
+        };
+        let mut body = Vec::new();
+        std::io::Read::read_to_end(&mut response.into_reader(), &mut body).context("the server's answer was cut")?;
+        Ok(body)
+    }
+}
+
+/// A number as people read it: thousands separated, two decimals below 100.
+fn number(v: f64) -> String {
+    if v.abs() >= 100.0 {
+        let digits = format!("{:.0}", v.abs());
+        let mut out = String::new();
+        for (i, c) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i) % 3 == 0 {
+                out.push(',');
+            }
+            out.push(c);
+        }
+        if v < 0.0 {
+            out.insert(0, '-');
+        }
+        out
+    } else if v.abs() >= 0.01 || v == 0.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.2e}")
+    }
+}
+
+fn names(v: &Value) -> String {
+    v.as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// The compare answer as text: the verdict, the bands, labels, code, then every metric.
+fn compare_text(a: &Value) -> String {
+    let mut s = String::new();
+    let mut line = |text: String| {
+        s.push_str(&text);
+        s.push('\n');
+    };
+    line(format!(
+        "{} nodes matching {} from {} to {}",
+        a["nodes"].as_array().map_or(0, Vec::len),
+        a["selector"].as_str().unwrap_or(""),
+        a["from"].as_str().unwrap_or(""),
+        a["to"].as_str().unwrap_or("")
+    ));
+    line(a["verdict"].as_str().unwrap_or("").to_owned());
+    let bands = &a["bands"];
+    if !bands.is_null() {
+        let slow = bands["slow"].as_str();
+        for band in ["high", "low"] {
+            let tag = match slow {
+                Some(s) if s == band => " (slow)",
+                Some(_) => " (fast)",
+                None => "",
+            };
+            line(format!(
+                "  {band} band{tag}, median {} {}: {}",
+                number(bands[format!("{band}_median")].as_f64().unwrap_or(0.0)),
+                bands["unit"].as_str().unwrap_or(""),
+                names(&bands[band])
+            ));
+        }
+        line(format!(
+            "  separation {:.1} robust SDs, p = {:.4} (each metric held to {:.4})",
+            bands["separation"].as_f64().unwrap_or(0.0),
+            bands["p_value"].as_f64().unwrap_or(1.0),
+            a["alpha_per_metric"].as_f64().unwrap_or(0.0)
+        ));
+        let previous = &bands["previous_window"];
+        let changed = previous["changed"].as_array().cloned().unwrap_or_default();
+        if previous["found"] == true {
+            if changed.is_empty() {
+                line("  no node changed band since the previous window".into());
+            }
+            for c in changed {
+                line(format!(
+                    "  {} moved to the {} band (was {})",
+                    c["node"].as_str().unwrap_or(""),
+                    c["now"].as_str().unwrap_or(""),
+                    c["before"].as_str().unwrap_or("in none")
+                ));
+            }
+        } else {
+            line(format!(
+                "  previous window: no bands ({})",
+                previous["reason"].as_str().unwrap_or("no data")
+            ));
+        }
+        let labels = a["explanation"]["labels"].as_array().cloned().unwrap_or_default();
+        if !labels.is_empty() {
+            line(String::new());
+            line("labels and facts that split the bands (Fisher's exact test):".into());
+        }
+        for l in labels.iter().take(5) {
+            line(format!(
+                "  {}=\"{}\": {} of {} high-band nodes, {} of {} low-band nodes, p = {:.4}",
+                l["label"].as_str().unwrap_or(""),
+                l["value"].as_str().unwrap_or(""),
+                l["high_with"],
+                l["high_nodes"],
+                l["low_with"],
+                l["low_nodes"],
+                l["p_value"].as_f64().unwrap_or(1.0)
+            ));
+        }
+        let code = a["explanation"]["code"].as_array().cloned().unwrap_or_default();
+        line(String::new());
+        if code.is_empty() {
+            line("no function differs consistently between the bands".into());
+        } else {
+            line("functions that differ, per node (medians low → high; effect: rank-biserial over nodes):".into());
+        }
+        for c in &code {
+            line(format!(
+                "  {:<12} {} ({}): {} → {} {}, effect {:+.2}, p = {:.4}, q = {:.4}",
+                c["event"].as_str().unwrap_or(""),
+                c["function"].as_str().unwrap_or(""),
+                if c["measure"] == "self_value" { "self" } else { "total" },
+                number(c["low_median"].as_f64().unwrap_or(0.0)),
+                number(c["high_median"].as_f64().unwrap_or(0.0)),
+                c["unit"].as_str().unwrap_or(""),
+                c["effect"].as_f64().unwrap_or(0.0),
+                c["p_value"].as_f64().unwrap_or(1.0),
+                c["q_value"].as_f64().unwrap_or(1.0)
+            ));
+        }
+    }
+    line(String::new());
+    line("metrics:".into());
+    for m in a["metrics"].as_array().cloned().unwrap_or_default() {
+        let b = &m["bands"];
+        let verdict = if b["found"] == true {
+            format!(
+                "two bands, {} and {} nodes, p = {:.4}",
+                b["low"].as_array().map_or(0, Vec::len),
+                b["high"].as_array().map_or(0, Vec::len),
+                b["p_value"].as_f64().unwrap_or(1.0)
+            )
+        } else {
+            format!("no bands: {}", b["reason"].as_str().unwrap_or(""))
+        };
+        line(format!(
+            "  {} ({}): {verdict}",
+            m["name"].as_str().unwrap_or(""),
+            m["unit"].as_str().unwrap_or("")
+        ));
+    }
+    s
+}
