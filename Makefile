@@ -24,7 +24,7 @@ build: web
 release: web
 	$(CARGO) build --release --workspace --bins
 
-## demo: server with a managed ClickHouse, an agent on this machine, demo workloads; prints the UI URL
+## demo: server with a managed ClickHouse and a fleet of eight agents on this machine (three slow); prints the UI URL and the comparison
 demo: release
 	tools/demo.sh
 

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# `make demo`: the bimodal server (with its managed ClickHouse), an agent for this machine and
-# two small demo workloads. Prints the UI URL; Ctrl-C stops everything this script started.
+# `make demo`: the bimodal server (with its managed ClickHouse) and a simulated fleet on this
+# machine: eight real agents, each sampling its own workload (--pid) under its own node name. The
+# same program runs everywhere; on three nodes (labelled instance_type=big) it page-faults about
+# six times as often per CPU-second. Prints the UI URL, then, once a minute of samples is in,
+# what `bimodal compare` finds without being told which nodes differ. Ctrl-C stops everything
+# this script started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 listen=${BIMODAL_LISTEN:-127.0.0.1:7070}
 data=${BIMODAL_DATA_DIR:-.demo}
-node=${BIMODAL_NODE_NAME:-$(cat /proc/sys/kernel/hostname)}
 mkdir -p "$data"
 pids=()
 cleanup() {
@@ -42,24 +45,44 @@ if [ -z "$ready" ]; then
 	exit 1
 fi
 
-target/release/bimodal-agent run --server-url "http://$listen" --node-name "$node" --label demo=true \
-	--event cpu --event page_fault --interval 5s 2>"$data/agent.log" &
-pids+=($!)
-
-# Demo workloads with known stacks: a page-faulting loop and a CPU-bound loop, restarted forever.
+# One program everywhere: a CPU-bound loop that also touches fresh pages once every EVERY
+# spins; the slow nodes touch them far more often.
 cc -O1 -g -fno-omit-frame-pointer -o "$data/workload" testdata/fixtures/workload.c
-(while true; do "$data/workload" fault 20 >/dev/null; done) &
-pids+=($!)
-(while true; do "$data/workload" spin 20 >/dev/null; done) &
+nodes=(demo-a demo-b demo-c demo-d demo-e demo-f demo-g demo-h)
+for i in "${!nodes[@]}"; do
+	name=${nodes[$i]}
+	case $i in 2 | 5 | 7) every=4 type=big ;; *) every=2000 type=small ;; esac
+	"$data/workload" mixed 86400 "$every" >/dev/null &
+	workload=$!
+	pids+=("$workload")
+	target/release/bimodal-agent run --server-url "http://$listen" --node-name "$name" \
+		--label demo=true --label "instance_type=$type" --pid "$workload" \
+		--event cpu --event page_fault --interval 5s 2>"$data/agent-$name.log" &
+	pids+=($!)
+done
+node=${nodes[0]}
+
+# The answer, once a minute of samples is in.
+(
+	sleep 75
+	echo
+	echo "demo: bimodal compare --last 1m"
+	target/release/bimodal compare --server-url "http://$listen" --last 1m --limit 6 || true
+	echo
+	echo "demo: still running; Ctrl-C to stop"
+) &
 pids+=($!)
 
 cat <<MSG
 
-  bimodal is running.
+  bimodal is running: a fleet of ${#nodes[@]} nodes on this machine.
     UI:       http://$listen/?node=$node&event=page_fault
-    API:      http://$listen/api/v1/nodes
-    logs:     $data/server.log, $data/agent.log
-  The first samples arrive within 5 seconds. Press Ctrl-C to stop.
+    compare:  target/release/bimodal compare --server-url http://$listen --last 5m
+              http://$listen/api/v1/compare
+    diff:     target/release/bimodal diff --server-url http://$listen --event page_fault --groups bands --last 5m
+    logs:     $data/server.log, $data/agent-*.log
+  The first samples arrive within 5 seconds; the comparison is printed here in about a
+  minute. Press Ctrl-C to stop.
 
 MSG
 wait

@@ -301,7 +301,7 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
     Ok(Json(answer))
 }
 
-/// A value as a sentence shows it: whole above 100, three significant digits below.
+/// A value as a sentence shows it: whole from 100, to three decimals below.
 fn figure(v: f64) -> String {
     if v.abs() >= 100.0 {
         format!("{v:.0}")
