@@ -39,6 +39,8 @@ pub enum MetricKind {
     EventRate { event: String, source: String },
     /// A node counter's increase per second (node-wide, not per workload).
     Counter { name: String },
+    /// The share of placed memory held far from its threads.
+    RemoteMemory,
 }
 
 /// One value per node (aligned with the comparison's nodes; `None`: not measured there).
@@ -207,6 +209,62 @@ pub fn label_splits(labels: &[BTreeMap<String, String>], groups: &Groups) -> Vec
         })
         .collect();
     splits.sort_by(|a, b| a.p_value.total_cmp(&b.p_value).then_with(|| a.label.cmp(&b.label)));
+    splits
+}
+
+/// A finding (memory held far from its threads, ...) present on nodes of one band more than
+/// the other.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FindingSplit {
+    /// What is found, the same words on every node (e.g. `bss of scylla (/usr/bin/scylla) on
+    /// a NUMA node none of its threads ran on`).
+    pub finding: String,
+    pub high_with: usize,
+    pub high_nodes: usize,
+    pub low_with: usize,
+    pub low_nodes: usize,
+    /// Fisher's exact test of "the finding does not go with the band".
+    pub p_value: f64,
+    /// One node's finding in full, with its figures.
+    pub example: String,
+}
+
+/// Findings per node (finding, that node's text), each tested against the bands; strongest
+/// first. A finding on every node of the bands or on none of them says nothing.
+pub fn finding_splits(findings: &[Vec<(String, String)>], groups: &Groups) -> Vec<FindingSplit> {
+    let mut on: BTreeMap<&str, (BTreeSet<usize>, &str)> = BTreeMap::new();
+    for &i in groups.low.iter().chain(&groups.high) {
+        for (finding, text) in &findings[i] {
+            on.entry(finding.as_str())
+                .or_insert_with(|| (BTreeSet::new(), text.as_str()))
+                .0
+                .insert(i);
+        }
+    }
+    let total = groups.low.len() + groups.high.len();
+    let mut splits: Vec<FindingSplit> = on
+        .into_iter()
+        .filter(|(_, (nodes, _))| nodes.len() < total)
+        .map(|(finding, (nodes, example))| {
+            let high_with = groups.high.iter().filter(|i| nodes.contains(i)).count();
+            let low_with = groups.low.iter().filter(|i| nodes.contains(i)).count();
+            FindingSplit {
+                finding: finding.to_owned(),
+                high_with,
+                high_nodes: groups.high.len(),
+                low_with,
+                low_nodes: groups.low.len(),
+                p_value: rank::fisher(
+                    high_with,
+                    groups.high.len() - high_with,
+                    low_with,
+                    groups.low.len() - low_with,
+                ),
+                example: example.to_owned(),
+            }
+        })
+        .collect();
+    splits.sort_by(|a, b| a.p_value.total_cmp(&b.p_value).then_with(|| a.finding.cmp(&b.finding)));
     splits
 }
 
@@ -463,6 +521,40 @@ mod tests {
         assert!(splits[0].exact());
         assert!((splits[0].p_value - 1.0 / 120.0).abs() < 1e-9, "{:?}", splits[0]);
         assert_eq!(splits[1].label, "kernel");
+        assert!(splits[1].p_value > 0.5);
+    }
+
+    /// Remote .bss on every slow node and no fast one comes first; a finding on every node says
+    /// nothing.
+    #[test]
+    fn findings_that_go_with_the_slow_band() {
+        let groups = Groups {
+            low: (0..6).collect(),
+            high: vec![6, 7, 8],
+            slow: Some("high"),
+        };
+        let findings: Vec<Vec<(String, String)>> = (0..9)
+            .map(|i| {
+                let mut f = vec![("remote heap of logger".to_owned(), format!("node {i}"))];
+                if i >= 6 {
+                    f.push((
+                        "remote bss of scylla".to_owned(),
+                        format!("node {i}: 16384 pages on node 1"),
+                    ));
+                }
+                if i == 2 {
+                    f.push(("remote anon of cron".to_owned(), "node 2".to_owned()));
+                }
+                f
+            })
+            .collect();
+        let splits = finding_splits(&findings, &groups);
+        assert_eq!(splits.len(), 2, "{splits:?}");
+        assert_eq!(splits[0].finding, "remote bss of scylla");
+        assert_eq!((splits[0].high_with, splits[0].low_with), (3, 0));
+        assert!((splits[0].p_value - 1.0 / 84.0).abs() < 1e-9, "{:?}", splits[0]);
+        assert_eq!(splits[0].example, "node 6: 16384 pages on node 1");
+        assert_eq!(splits[1].finding, "remote anon of cron");
         assert!(splits[1].p_value > 0.5);
     }
 

@@ -1,14 +1,17 @@
 //! `GET /api/v1/compare?selector=&from=&to=&limit=`: the nodes matching the selector, split into
 //! two bands by the metric that splits them best (or "no bands", with each metric's reason), the
 //! nodes that changed band since the previous window of the same length, and what differs
-//! between the bands: labels and facts, and functions per event kind, normalized per node.
+//! between the bands: labels and facts, placement findings, and functions per event kind,
+//! normalized per node.
 //!
 //! Per-node metrics, from what is stored:
 //! - `cpu`: CPU-seconds per second the node reported in the window;
 //! - per event and source other than `cpu`: the event's value per CPU-second (the `cpu` event's
 //!   source with the most nodes is the CPU-seconds of every rate);
 //! - node counters per second: remote NUMA hinting faults, `numa_miss`, pages migrated, major
-//!   faults (node-wide, not per workload).
+//!   faults (node-wide, not per workload);
+//! - `remote_memory`: the share of the placed processes' data, bss, heap and anonymous pages
+//!   held on NUMA nodes none of their threads ran on (when some node has any).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -54,6 +57,8 @@ struct Window {
     metrics: Vec<Metric>,
     /// (event, source, unit of a sample's value) with samples in the window.
     sources: Vec<(&'static str, String, String)>,
+    /// Placement findings per node: (what, this node's text).
+    findings: Vec<Vec<(String, String)>>,
 }
 
 impl Window {
@@ -176,11 +181,40 @@ impl Window {
                 });
             }
         }
+        // Memory placement: the share of each node's judged pages held on NUMA nodes none of
+        // their process's threads ran on, and the findings (the ScyllaDB .bss case).
+        let mut findings: Vec<Vec<(String, String)>> = vec![Vec::new(); nodes.len()];
+        let mut remote: Vec<Option<f64>> = vec![None; nodes.len()];
+        for (node, processes) in store.placements_of(&names, from, to).await? {
+            let Some(&i) = index.get(&node) else { continue };
+            let (far, all) = processes
+                .iter()
+                .map(|p| p.remote_pages())
+                .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+            remote[i] = (all > 0).then(|| far as f64 / all as f64);
+            for r in processes.iter().flat_map(|p| p.remote_memory()) {
+                let finding = format!(
+                    "{} of {} ({}) held on a NUMA node none of its threads ran on",
+                    r.kind, r.comm, r.path
+                );
+                findings[i].push((finding, format!("{}: {}", node, r.text)));
+            }
+        }
+        if remote.iter().any(|v| v.is_some_and(|v| v > 0.0)) {
+            metrics.push(Metric {
+                kind: MetricKind::RemoteMemory,
+                name: "remote_memory".into(),
+                unit: "share of data, bss, heap and anonymous pages far from their threads".into(),
+                direction: Direction::HigherIsSlower,
+                values: remote,
+            });
+        }
         Ok(Window {
             nodes,
             cpu_ns,
             metrics,
             sources,
+            findings,
         })
     }
 
@@ -296,6 +330,7 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
     let tables = function_tables(&state.store, &selector, from, to, &window).await?;
     answer["explanation"] = json!({
         "labels": compare::label_splits(&labels, groups),
+        "placement": compare::finding_splits(&window.findings, groups),
         "code": compare::code_differences(&tables, groups, limit as usize),
     });
     Ok(Json(answer))

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::rows::{CounterPointRow, PlacementRow};
+use super::rows::CounterPointRow;
 use super::{queries, StorageError, Store};
 
 /// One mapping of a process and its resident pages per NUMA node.
@@ -52,15 +52,34 @@ const MIN_PAGES: u64 = 256;
 const MIN_REMOTE_PERCENT: u64 = 80;
 
 impl ProcessPlacement {
+    /// The mappings whose placement is judged: data, bss, heap and anonymous memory.
+    fn judged(&self) -> impl Iterator<Item = &MappingPages> {
+        self.mappings
+            .iter()
+            .filter(|m| matches!(m.kind.as_str(), "data" | "bss" | "heap" | "anon"))
+    }
+
+    /// Pages of the judged mappings on NUMA nodes none of the threads ran on, and all of them;
+    /// (0, 0) when no thread's node is known.
+    pub fn remote_pages(&self) -> (u64, u64) {
+        if self.threads_per_node.is_empty() {
+            return (0, 0);
+        }
+        self.judged()
+            .flat_map(|m| m.pages_per_node.iter())
+            .fold((0, 0), |(remote, total), (node, &pages)| {
+                let far = !self.threads_per_node.contains_key(node);
+                (remote + if far { pages } else { 0 }, total + pages)
+            })
+    }
+
     /// Data, bss, heap and anonymous mappings mostly on nodes none of the threads ran on.
     pub fn remote_memory(&self) -> Vec<RemoteMemory> {
         let thread_nodes: Vec<u32> = self.threads_per_node.keys().copied().collect();
         if thread_nodes.is_empty() {
             return Vec::new();
         }
-        self.mappings
-            .iter()
-            .filter(|m| matches!(m.kind.as_str(), "data" | "bss" | "heap" | "anon"))
+        self.judged()
             .filter_map(|m| {
                 let total: u64 = m.pages_per_node.values().sum();
                 let remote: u64 = m
@@ -89,43 +108,82 @@ impl ProcessPlacement {
     }
 }
 
+/// One mapping of one process in one placement snapshot, with its node (a read).
+#[derive(clickhouse::Row, serde::Deserialize)]
+struct NodePlacementRow {
+    node: String,
+    time: u32,
+    pid: u32,
+    comm: String,
+    executable: String,
+    thread_nodes: Vec<u32>,
+    thread_counts: Vec<u32>,
+    kind: String,
+    path: String,
+    start: u64,
+    end: u64,
+    permissions: String,
+    page_nodes: Vec<u32>,
+    page_counts: Vec<u64>,
+    page_size: u64,
+}
+
 impl Store {
     /// The newest placement snapshot of every process of `node` within [from, to).
     pub async fn placements(&self, node: &str, from: u32, to: u32) -> Result<Vec<ProcessPlacement>, StorageError> {
-        let rows = queries::placements(node, from, to)
-            .query(&self.client)
-            .fetch_all::<PlacementRow>()
-            .await
-            .map_err(StorageError::query("read placements"))?;
-        let mut newest: BTreeMap<u32, ProcessPlacement> = BTreeMap::new();
-        for r in rows {
-            let p = newest.entry(r.pid).or_insert_with(|| ProcessPlacement {
-                time: r.time,
-                pid: r.pid,
-                comm: String::new(),
-                executable: String::new(),
-                threads_per_node: BTreeMap::new(),
-                mappings: Vec::new(),
-            });
-            // Rows come oldest first: a newer snapshot replaces the one collected so far.
-            if r.time > p.time || p.mappings.is_empty() {
-                p.time = r.time;
-                p.mappings.clear();
+        let mut of = self.placements_of(&[node.to_owned()], from, to).await?;
+        Ok(of.remove(node).unwrap_or_default())
+    }
+
+    /// [`Store::placements`] of every listed node that has some, in one read per 1,000 nodes.
+    pub async fn placements_of(
+        &self,
+        nodes: &[String],
+        from: u32,
+        to: u32,
+    ) -> Result<BTreeMap<String, Vec<ProcessPlacement>>, StorageError> {
+        let mut out = BTreeMap::new();
+        for chunk in nodes.chunks(1000) {
+            let rows = queries::placements(chunk, from, to)
+                .query(&self.client)
+                .fetch_all::<NodePlacementRow>()
+                .await
+                .map_err(StorageError::query("read placements"))?;
+            let mut newest: BTreeMap<(String, u32), ProcessPlacement> = BTreeMap::new();
+            for r in rows {
+                let p = newest
+                    .entry((r.node.clone(), r.pid))
+                    .or_insert_with(|| ProcessPlacement {
+                        time: r.time,
+                        pid: r.pid,
+                        comm: String::new(),
+                        executable: String::new(),
+                        threads_per_node: BTreeMap::new(),
+                        mappings: Vec::new(),
+                    });
+                // Rows come oldest first: a newer snapshot replaces the one collected so far.
+                if r.time > p.time || p.mappings.is_empty() {
+                    p.time = r.time;
+                    p.mappings.clear();
+                }
+                p.comm = r.comm;
+                p.executable = r.executable;
+                p.threads_per_node = r.thread_nodes.into_iter().zip(r.thread_counts).collect();
+                p.mappings.push(MappingPages {
+                    kind: r.kind,
+                    path: r.path,
+                    start: r.start,
+                    end: r.end,
+                    permissions: r.permissions,
+                    pages_per_node: r.page_nodes.into_iter().zip(r.page_counts).collect(),
+                    page_size: r.page_size,
+                });
             }
-            p.comm = r.comm;
-            p.executable = r.executable;
-            p.threads_per_node = r.thread_nodes.into_iter().zip(r.thread_counts).collect();
-            p.mappings.push(MappingPages {
-                kind: r.kind,
-                path: r.path,
-                start: r.start,
-                end: r.end,
-                permissions: r.permissions,
-                pages_per_node: r.page_nodes.into_iter().zip(r.page_counts).collect(),
-                page_size: r.page_size,
-            });
+            for ((node, _), p) in newest {
+                out.entry(node).or_insert_with(Vec::new).push(p);
+            }
         }
-        Ok(newest.into_values().collect())
+        Ok(out)
     }
 
     /// Per-interval increases of node counters, oldest first; `names` empty means all.

@@ -493,17 +493,17 @@ pub(super) fn sources() -> Sql {
 }
 
 /// Placement rows of a node in a time range, oldest first.
-pub(super) fn placements(node: &str, from: u32, to: u32) -> Sql {
+pub(super) fn placements(nodes: &[String], from: u32, to: u32) -> Sql {
     let mut sql = Sql::new(
-        "SELECT toUInt32(time) AS time, pid, comm, executable, thread_nodes, thread_counts, kind, \
-         path, start, end, permissions, page_nodes, page_counts, page_size FROM placements WHERE node = ",
+        "SELECT node, toUInt32(time) AS time, pid, comm, executable, thread_nodes, thread_counts, kind, \
+         path, start, end, permissions, page_nodes, page_counts, page_size FROM placements WHERE time >= toDateTime(",
     );
-    sql.bind(Value::Str(node.to_owned()))
-        .push(" AND time >= toDateTime(")
-        .bind(Value::U32(from))
+    sql.bind(Value::U32(from))
         .push(") AND time < toDateTime(")
         .bind(Value::U32(to))
-        .push(") ORDER BY pid, time, start");
+        .push(")")
+        .append(selector_filter(&Selector::all(), Nodes::In(nodes)))
+        .push(" ORDER BY node, pid, time, start");
     sql
 }
 
@@ -697,7 +697,7 @@ pub fn examples(client: &Client) -> Vec<String> {
         debuginfo_files(&["0a1b".into(), "ff00".into()]),
         debuginfo_segments("0a1b", 2),
         debuginfo_functions("0a1b", 2),
-        placements("web-1", 1_795_000_000, 1_795_000_900),
+        placements(&["web-1".into()], 1_795_000_000, 1_795_000_900),
         counters("web-1", &["pgfault".into()], 1_795_000_000, 1_795_000_900),
         counters("web-1", &[], 1_795_000_000, 1_795_000_900),
     ]

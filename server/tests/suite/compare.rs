@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use bimodal_agent::events::EventKind;
 use bimodal_agent::ship::{self, RunOptions};
+use bimodal_proto::v1;
 use serde_json::Value;
 
 use super::common::{agent_options, TestServer};
@@ -285,5 +286,140 @@ async fn a_fleet_of_agents_is_split_into_its_slow_band_and_explained() {
         agent.await.unwrap().expect("agent stops cleanly");
     }
     drop(workloads);
+    server.stop().await;
+}
+
+/// One simulated NUMA machine's batch: a second of CPU, `remote` NUMA hinting faults on remote
+/// pages under `scan_table` (the rest of the CPU in `parse_request`), and, when `bss_far`, the
+/// database's .bss held on node 1 while its threads run on node 0.
+fn numa_batch(id: u8, node: usize, remote: u64, bss_far: bool) -> v1::Batch {
+    let now = super::wire::now_nanos();
+    let frame = |f: &str| v1::Frame {
+        kind: v1::FrameKind::User as i32,
+        function: f.into(),
+        module: "/usr/bin/scylla".into(),
+        ..Default::default()
+    };
+    let source = |event: v1::EventKind, name: &str, unit: &str| v1::EventSource {
+        event: event as i32,
+        description: name.into(),
+        name: name.into(),
+        unit: unit.into(),
+        period: 1,
+        dropped: 0,
+    };
+    let sample = |event: v1::EventKind, stack: u32, count: u64, value: u64| v1::Sample {
+        event: event as i32,
+        stack_index: stack,
+        pid: 42,
+        tid: 42,
+        comm: "scylla".into(),
+        count,
+        value,
+    };
+    let mapping = |kind: &str, numa: u32, pages: u64| v1::MappingPlacement {
+        kind: kind.into(),
+        path: "/usr/bin/scylla".into(),
+        start: 0x1000,
+        end: 0x1000 + pages * 4096,
+        permissions: "rw-p".into(),
+        pages_per_node: [(numa, pages)].into(),
+        page_size: 4096,
+    };
+    v1::Batch {
+        batch_id: vec![
+            id, node as u8, 0x5c, 0x11, 0xa, 0xb, 0xc, 0xd, 0xe, 0xf, 1, 2, 3, 4, 5, 6,
+        ],
+        start_unix_nanos: now - 1_000_000_000,
+        end_unix_nanos: now,
+        frames: vec![frame("main"), frame("scan_table"), frame("parse_request")],
+        stacks: vec![
+            v1::Stack {
+                frame_indices: vec![1, 0],
+            },
+            v1::Stack {
+                frame_indices: vec![2, 0],
+            },
+        ],
+        samples: vec![
+            sample(v1::EventKind::Cpu, 0, 40, 400_000_000),
+            sample(v1::EventKind::Cpu, 1, 60, 600_000_000),
+            sample(v1::EventKind::RemoteAccess, 0, remote, remote),
+        ],
+        sources: vec![
+            source(v1::EventKind::Cpu, "cpu-clock", "nanoseconds"),
+            source(v1::EventKind::RemoteAccess, "task_numa_fault", "pages"),
+        ],
+        placements: vec![v1::Placement {
+            pid: 42,
+            comm: "scylla".into(),
+            executable: "/usr/bin/scylla".into(),
+            threads_per_node: [(0, 8)].into(),
+            mappings: vec![
+                mapping("bss", if bss_far { 1 } else { 0 }, 16_384),
+                mapping("heap", 0, 4096),
+            ],
+        }],
+        ..Default::default()
+    }
+}
+
+/// The ScyllaDB case on a simulated fleet of NUMA machines (batches as agents send them, over
+/// real gRPC into a real ClickHouse; no NUMA hardware here): on three of eight nodes the
+/// database's .bss sits on the NUMA node its threads do not run on, and remote accesses (NUMA
+/// hinting faults on remote pages) per CPU-second are five times the others'. Compare must find
+/// those three as the slow band, name the remote .bss as the placement finding that goes with
+/// it, and `scan_table` as the function whose remote accesses differ.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_bss_on_the_slow_nodes_is_the_placement_that_splits_them() {
+    let server = TestServer::start().await;
+    let start = super::common::unix_now() - 5;
+    let slow = [1usize, 4, 6];
+    for node in 0..8 {
+        let far = slow.contains(&node);
+        let remote = if far { 5_000 } else { 1_000 } + 20 * node as u64;
+        let mut messages = vec![super::wire::hello(&format!("numa-{node}"))];
+        messages.extend((0..3).map(|id| super::wire::req(numa_batch(id, node, remote, far))));
+        let acks = super::wire::exchange(&server, messages).await.unwrap();
+        assert_eq!(acks.len(), 3, "{acks:?}");
+    }
+    let (status, body) = server
+        .get(&format!(
+            "/api/v1/compare?from={start}&to={}",
+            super::common::unix_now() + 1
+        ))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    let bands = &answer["bands"];
+    assert_eq!(bands["metric"], "remote_access per CPU-second", "{answer:#}");
+    assert_eq!(
+        bands["high"],
+        serde_json::json!(["numa-1", "numa-4", "numa-6"]),
+        "{answer:#}"
+    );
+    assert_eq!(bands["slow"], "high");
+    let remote = answer["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "remote_memory");
+    assert!(remote.is_some(), "the placement metric is measured: {answer:#}");
+    let placement = answer["explanation"]["placement"].as_array().unwrap();
+    assert_eq!(
+        placement[0]["finding"], "bss of scylla (/usr/bin/scylla) held on a NUMA node none of its threads ran on",
+        "{placement:#?}"
+    );
+    assert_eq!(
+        (&placement[0]["high_with"], &placement[0]["low_with"]),
+        (&3.into(), &0.into())
+    );
+    let code = answer["explanation"]["code"].as_array().unwrap();
+    let first = code
+        .iter()
+        .find(|d| d["event"] == "remote_access")
+        .expect("a remote-access difference");
+    assert_eq!(first["function"], "scan_table", "{code:#?}");
+    assert_eq!(first["effect"], 1.0);
     server.stop().await;
 }
