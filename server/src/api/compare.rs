@@ -1,5 +1,6 @@
-//! `GET /api/v1/compare?selector=&from=&to=&limit=`: the nodes matching the selector, split into
-//! two bands by the metric that splits them best (or "no bands", with each metric's reason), the
+//! `GET /api/v1/compare?selector=&from=&to=&limit=&metric=`: the nodes matching the selector,
+//! split into two bands by the metric that splits them best, or by `metric` when given (or "no
+//! bands", with each metric's reason), the
 //! nodes that changed band since the previous window of the same length, and what differs
 //! between the bands: labels and facts, placement findings, and functions per event kind,
 //! normalized per node.
@@ -131,6 +132,7 @@ impl Window {
             });
         }
         let mut sources = Vec::new();
+        let sources_of = |event: &str| totals.iter().filter(|t| t.0 == event).count();
         for (event, source, values) in &totals {
             let unit = units
                 .get(&(event.to_string(), source.clone()))
@@ -145,7 +147,11 @@ impl Window {
                     event: event.to_string(),
                     source: source.clone(),
                 },
-                name: format!("{event} per CPU-second"),
+                // Named by its source too when the event has several: they are never one number.
+                name: match sources_of(event) {
+                    1 => format!("{event} per CPU-second"),
+                    _ => format!("{event} per CPU-second ({source})"),
+                },
                 unit: format!("{unit} per CPU-second"),
                 direction: Direction::HigherIsSlower,
                 // A node with CPU time and none of this event had none of it.
@@ -218,6 +224,40 @@ impl Window {
         })
     }
 
+    /// Only the metric named `wanted` (its name, or its event or counter name), when given.
+    fn keep_metric(&mut self, wanted: Option<&str>) -> Result<(), AppError> {
+        let Some(wanted) = wanted.filter(|w| !w.is_empty()) else {
+            return Ok(());
+        };
+        let matches = |m: &Metric| {
+            m.name == wanted
+                || match &m.kind {
+                    MetricKind::EventRate { event, .. } => event == wanted,
+                    MetricKind::Counter { name } => name == wanted,
+                    MetricKind::Cpu { .. } | MetricKind::RemoteMemory => false,
+                }
+        };
+        let kept: Vec<Metric> = self.metrics.iter().filter(|m| matches(m)).cloned().collect();
+        match kept.len() {
+            1 => {
+                self.metrics = kept;
+                Ok(())
+            }
+            0 => Err(AppError::BadRequest(format!(
+                "unknown metric `{wanted}`; this range has: {}",
+                self.metrics
+                    .iter()
+                    .map(|m| m.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
+            _ => Err(AppError::BadRequest(format!(
+                "`{wanted}` names several metrics: {}",
+                kept.iter().map(|m| m.name.as_str()).collect::<Vec<_>>().join(", ")
+            ))),
+        }
+    }
+
     fn names(&self, indices: &[usize]) -> Vec<&str> {
         indices.iter().map(|&i| self.nodes[i].node.as_str()).collect()
     }
@@ -264,11 +304,12 @@ fn bands_json(w: &Window, measured: &[usize], bands: &Bands) -> Value {
 }
 
 pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Result<Json<Value>, AppError> {
-    let p = Params::parse(raw.as_deref(), &["selector", "from", "to", "limit"])?;
+    let p = Params::parse(raw.as_deref(), &["selector", "from", "to", "limit", "metric"])?;
     let selector = p.selector()?;
     let (from, to) = p.time_range(now())?;
     let limit = p.bounded("limit", DEFAULT_LIMIT, MAX_LIMIT)?;
-    let window = Window::read(&state.store, &selector, from, to).await?;
+    let mut window = Window::read(&state.store, &selector, from, to).await?;
+    window.keep_metric(p.one("metric"))?;
     let (metrics, choice) = find_bands(window.metrics.clone(), state.bands_null.clone()).await?;
     let metrics_json: Vec<Value> = metrics
         .iter()
@@ -495,10 +536,12 @@ pub(super) struct BandNodes {
 pub(super) async fn bands_of(
     state: &AppState,
     selector: &Selector,
+    metric: Option<&str>,
     from: u32,
     to: u32,
 ) -> Result<Result<BandNodes, String>, AppError> {
-    let window = Window::read(&state.store, selector, from, to).await?;
+    let mut window = Window::read(&state.store, selector, from, to).await?;
+    window.keep_metric(metric)?;
     let (metrics, choice) = find_bands(window.metrics.clone(), state.bands_null.clone()).await?;
     Ok(match (choice.chosen, &choice.groups) {
         (Some(i), Some(groups)) => Ok(BandNodes {

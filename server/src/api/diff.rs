@@ -1,5 +1,5 @@
 //! `GET /api/v1/diff?event=&source=&from=&to=&a=SELECTOR&b=SELECTOR` or
-//! `…&selector=S&groups=bands`, `&format=json|folded|pprof&side=a|b&mode=absolute|relative`:
+//! `…&selector=S&groups=bands[&metric=M]`, `&format=json|folded|pprof&side=a|b&mode=absolute|relative`:
 //! the differential flame graph of two groups of nodes.
 //!
 //! Each node's samples are divided by the node's CPU-seconds in the range (its `cpu` event,
@@ -56,6 +56,7 @@ pub(super) async fn diff(State(state): State<AppState>, RawQuery(raw): RawQuery)
             "b",
             "selector",
             "groups",
+            "metric",
             "format",
             "side",
             "mode",
@@ -87,7 +88,7 @@ pub(super) async fn diff(State(state): State<AppState>, RawQuery(raw): RawQuery)
                 ));
             }
             let selector = p.selector()?;
-            let bands = super::compare::bands_of(&state, &selector, from, to)
+            let bands = super::compare::bands_of(&state, &selector, p.one("metric"), from, to)
                 .await?
                 .map_err(|verdict| AppError::BadRequest(format!("no groups to compare: {verdict}")))?;
             let (a, b) = match bands.slow {

@@ -79,6 +79,9 @@ enum Command {
         selector: String,
         #[command(flatten)]
         range: Range,
+        /// Band the nodes by this metric only (its name, event or counter, e.g. page_fault).
+        #[arg(long, env = "BIMODAL_METRIC")]
+        metric: Option<String>,
         /// Code differences listed at most.
         #[arg(long, env = "BIMODAL_LIMIT", default_value_t = 10)]
         limit: u32,
@@ -101,6 +104,9 @@ enum Command {
         /// The nodes whose bands are compared.
         #[arg(long, env = "BIMODAL_SELECTOR", default_value = "{}", requires = "groups")]
         selector: String,
+        /// The metric the bands are found in (default: the one that splits the nodes best).
+        #[arg(long, env = "BIMODAL_METRIC", requires = "groups")]
+        metric: Option<String>,
         /// The baseline group's selector.
         #[arg(long, env = "BIMODAL_A", requires = "b")]
         a: Option<String>,
@@ -142,10 +148,14 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
         Command::Compare {
             selector,
             range,
+            metric,
             limit,
             json,
         } => {
             let mut query = vec![("selector", selector.clone()), ("limit", limit.to_string())];
+            if let Some(m) = metric {
+                query.push(("metric", m.clone()));
+            }
             query.extend(range.query());
             let answer: Value = serde_json::from_slice(&api.get("/api/v1/compare", &query)?)
                 .context("the server's answer is not JSON")?;
@@ -162,6 +172,7 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
             source,
             groups,
             selector,
+            metric,
             a,
             b,
             range,
@@ -178,7 +189,12 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
                 query.push(("source", s.clone()));
             }
             match (groups, a, b) {
-                (Some(g), _, _) => query.extend([("groups", g.clone()), ("selector", selector.clone())]),
+                (Some(g), _, _) => {
+                    query.extend([("groups", g.clone()), ("selector", selector.clone())]);
+                    if let Some(m) = metric {
+                        query.push(("metric", m.clone()));
+                    }
+                }
                 (None, Some(a), Some(b)) => query.extend([("a", a.clone()), ("b", b.clone())]),
                 _ => bail!("give --groups bands, or both --a and --b"),
             }

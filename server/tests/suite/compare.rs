@@ -421,5 +421,60 @@ async fn remote_bss_on_the_slow_nodes_is_the_placement_that_splits_them() {
         .expect("a remote-access difference");
     assert_eq!(first["function"], "scan_table", "{code:#?}");
     assert_eq!(first["effect"], 1.0);
+
+    // Bad input gets a clear answer, never a made-up band.
+    let range = format!("from={start}&to={}", super::common::unix_now() + 1);
+    let verdict = |body: &str| -> (Value, String) {
+        let v: Value = serde_json::from_str(body).unwrap();
+        let text = v["verdict"].as_str().unwrap_or_default().to_owned();
+        (v, text)
+    };
+    let (status, body) = server
+        .get(&format!(
+            "/api/v1/compare?{range}&{}",
+            super::common::selector(r#"{node="nope"}"#)
+        ))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (v, text) = verdict(&body);
+    assert!(v["bands"].is_null() && text.contains("no node matches"), "{body}");
+    let (_, body) = server.get("/api/v1/compare?from=1000000000&to=1000000600").await;
+    assert!(
+        verdict(&body).1.contains("no node matches the selector in this range"),
+        "{body}"
+    );
+    let (_, body) = server
+        .get(&format!(
+            "/api/v1/compare?{range}&{}",
+            super::common::selector(r#"{node=~"numa-[0-2]"}"#)
+        ))
+        .await;
+    let (v, text) = verdict(&body);
+    assert!(v["bands"].is_null() && text.contains("at least 5 are needed"), "{body}");
+    let (status, body) = server.get(&format!("/api/v1/compare?{range}&metric=bogus")).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("unknown metric `bogus`; this range has: cpu, remote_access per CPU-second"),
+        "{body}"
+    );
+    // A metric chosen by hand is the only one tested: remote memory is zero on most nodes.
+    let (status, body) = server
+        .get(&format!("/api/v1/compare?{range}&metric=remote_memory"))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (v, text) = verdict(&body);
+    assert!(
+        v["bands"].is_null() && text.contains("most nodes have no value above zero"),
+        "{body}"
+    );
+    assert_eq!(v["metrics"].as_array().unwrap().len(), 1);
+    // A diff of bands that are not there says so.
+    let (status, body) = server
+        .get(&format!(
+            "/api/v1/diff?event=cpu&groups=bands&metric=remote_memory&{range}"
+        ))
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("no groups to compare: no bands"), "{body}");
     server.stop().await;
 }
