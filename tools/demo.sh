@@ -2,7 +2,7 @@
 # `make demo`: the bimodal server (with its managed ClickHouse) and a simulated fleet on this
 # machine: eight real agents, each sampling its own workload (--pid) under its own node name. The
 # same program runs everywhere; on three nodes (labelled instance_type=big) it page-faults about
-# six times as often per CPU-second. Prints the UI URL, then, once a minute of samples is in,
+# ten times as often per CPU-second. Prints the UI URL, then, once a minute of samples is in,
 # what `bimodal compare` finds without being told which nodes differ. Ctrl-C stops everything
 # this script started.
 set -euo pipefail
@@ -45,19 +45,19 @@ if [ -z "$ready" ]; then
 	exit 1
 fi
 
-# One program everywhere: a CPU-bound loop that also touches fresh pages once every EVERY
-# spins; the slow nodes touch them far more often.
+# One program everywhere: a paced server (1,000 requests a second) whose session path
+# page-faults on one request in sixteen, and on every request on the slow nodes.
 cc -O1 -g -fno-omit-frame-pointer -o "$data/workload" testdata/fixtures/workload.c
 nodes=(demo-a demo-b demo-c demo-d demo-e demo-f demo-g demo-h)
 for i in "${!nodes[@]}"; do
 	name=${nodes[$i]}
-	case $i in 2 | 5 | 7) every=4 type=big ;; *) every=2000 type=small ;; esac
-	"$data/workload" mixed 86400 "$every" >/dev/null &
+	case $i in 2 | 5 | 7) every=1 type=big ;; *) every=16 type=small ;; esac
+	"$data/workload" paced 86400 1000 "$every" >/dev/null &
 	workload=$!
 	pids+=("$workload")
 	target/release/bimodal-agent run --server-url "http://$listen" --node-name "$name" \
 		--label demo=true --label "instance_type=$type" --pid "$workload" \
-		--event cpu --event page_fault --interval 5s 2>"$data/agent-$name.log" &
+		--event cpu --event page_fault --cpu-frequency 499 --interval 5s 2>"$data/agent-$name.log" &
 	pids+=($!)
 done
 node=${nodes[0]}

@@ -67,12 +67,16 @@ impl Window {
         let mut nodes = store.nodes(selector, from, to).await?;
         nodes.sort_by(|a, b| a.node.cmp(&b.node));
         let index: HashMap<String, usize> = nodes.iter().enumerate().map(|(i, n)| (n.node.clone(), i)).collect();
-        // Seconds each node reported within the window (at least one).
+        // Seconds each node reported within the window (at least one): from its first report,
+        // to now or to its last one (`last_seen` is refreshed once per NODE_REFRESH while a node
+        // reports, so a node is counted as reporting until a refresh later than that).
+        let now = super::params::now();
+        let refresh = crate::storage::writer::NODE_REFRESH.as_secs() as u32;
         let seconds: Vec<f64> = nodes
             .iter()
             .map(|n| {
                 let start = n.first_seen.max(from);
-                let end = n.last_seen.saturating_add(1).min(to);
+                let end = to.min(now).min(n.last_seen.saturating_add(refresh));
                 f64::from(end.saturating_sub(start).max(1))
             })
             .collect();

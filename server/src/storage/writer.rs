@@ -240,7 +240,7 @@ struct NodeState {
 }
 
 /// How often a node's row is rewritten while its batches come (its `last_seen`).
-const NODE_REFRESH: Duration = Duration::from_secs(60);
+pub const NODE_REFRESH: Duration = Duration::from_secs(60);
 /// How often an event source's row is rewritten while in use.
 const SOURCE_REFRESH: Duration = Duration::from_secs(600);
 

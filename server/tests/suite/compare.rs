@@ -24,13 +24,14 @@ fn urlencode(s: &str) -> String {
 }
 use crate::fixture;
 
-/// Eight nodes run one program; on three of them it page-faults in `touch_fresh_pages` about
-/// eight times as often per CPU-second (the `mixed` fixture with a smaller EVERY), and those three
-/// carry `instance_type=big`. `/api/v1/compare` must split exactly those three into the high,
-/// slow band of `page_fault per CPU-second`, name `instance_type` as the label that splits them,
-/// rank `touch_fresh_pages` first among the page-fault differences with every slow node above
-/// every fast one, and `spin_hot_loop` first among the CPU differences, below on every slow node;
-/// the differential flame graph of the bands, in JSON, folded pairs and pprof, agrees. The
+/// Eight nodes run one paced server (the `paced` fixture: the same binary, 1,000 requests a
+/// second); on three of them the session path (`load_session`) page-faults on every request
+/// instead of one in sixteen (about ten times the faults per CPU-second), and those three carry
+/// `instance_type=big`. `/api/v1/compare`, told no groups, must split exactly those three into
+/// the high, slow band of `page_fault per CPU-second`, name `instance_type` as the label that
+/// splits them, rank `load_session` first among the page-fault differences with every slow node
+/// above every fast one, and find it higher in the CPU profile too; the differential flame graph
+/// of the bands, in JSON, folded pairs and pprof, agrees. The
 /// answers are kept in target/artifacts/compare.json and diff.json.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_of_agents_is_split_into_its_slow_band_and_explained() {
@@ -45,12 +46,18 @@ async fn a_fleet_of_agents_is_split_into_its_slow_band_and_explained() {
     let (stop_agents, agents_stopped) = tokio::sync::watch::channel(false);
     for name in names {
         let is_slow = slow.contains(&name);
-        let every = if is_slow { "4" } else { "2000" };
-        let workload = fixture::spawn(fixture::workload(), &["mixed", "300", every]);
+        let every = if is_slow { "1" } else { "16" };
+        let workload = fixture::spawn(fixture::workload(), &["paced", "300", "1000", every]);
         let instance_type = if is_slow { "big" } else { "small" };
         agents.push(tokio::spawn(ship::run(
             RunOptions {
                 labels: [("instance_type".to_owned(), instance_type.to_owned())].into(),
+                // A paced server uses a tenth of a CPU: more CPU samples keep its CPU-seconds,
+                // the divisor of every rate, within a few percent over the test's 20 s.
+                rates: bimodal_agent::events::Rates {
+                    cpu_frequency_hz: 499,
+                    ..Default::default()
+                },
                 ..agent_options(
                     server.url(),
                     name,
@@ -104,6 +111,17 @@ async fn a_fleet_of_agents_is_split_into_its_slow_band_and_explained() {
 
     let bands = &answer["bands"];
     assert_eq!(bands["metric"], "page_fault per CPU-second", "{answer:#}");
+    // A paced server at 1,000 requests a second uses a small share of one CPU.
+    let cpu = answer["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "cpu")
+        .unwrap();
+    for v in cpu["values"].as_array().unwrap() {
+        let v = v.as_f64().unwrap();
+        assert!(v > 0.005 && v < 0.6, "CPU-seconds per second {v}: {cpu}");
+    }
     assert_eq!(bands["slow"], "high");
     let high: Vec<&str> = bands["high"]
         .as_array()
@@ -132,28 +150,27 @@ async fn a_fleet_of_agents_is_split_into_its_slow_band_and_explained() {
 
     // Per event, the largest difference first: the faulting function's own samples.
     let code = answer["explanation"]["code"].as_array().unwrap();
-    let touch = code
+    let session = code
         .iter()
         .find(|d| d["event"] == "page_fault")
         .unwrap_or_else(|| panic!("no page-fault differences: {code:#?}"));
     assert_eq!(
-        (&touch["function"], &touch["measure"]),
-        (&"touch_fresh_pages".into(), &"self_value".into()),
+        (&session["function"], &session["measure"]),
+        (&"load_session".into(), &"self_value".into()),
         "{code:#?}"
     );
-    assert_eq!(touch["effect"], 1.0, "{touch:#}");
-    assert_eq!(touch["high"].as_array().unwrap().len(), 3);
-    assert_eq!(touch["low"].as_array().unwrap().len(), 5);
-    // On the cpu event, the slow nodes spend a smaller share in the spinning function.
-    let spin = code
-        .iter()
-        .find(|d| d["event"] == "cpu")
-        .unwrap_or_else(|| panic!("no CPU differences: {code:#?}"));
-    assert_eq!(spin["function"], "spin_hot_loop", "{code:#?}");
-    assert_eq!(spin["effect"], -1.0, "{spin:#}");
+    assert_eq!(session["effect"], 1.0, "{session:#}");
+    assert_eq!(session["high"].as_array().unwrap().len(), 3);
+    assert_eq!(session["low"].as_array().unwrap().len(), 5);
+    // On the cpu event, the slow nodes spend a larger share under the session path.
+    assert!(
+        code.iter()
+            .any(|d| d["event"] == "cpu" && d["function"] == "load_session" && d["effect"] == 1.0),
+        "{code:#?}"
+    );
 
     // The differential flame graph of the bands: per node and CPU-second, the slow band (b)
-    // faults several times as much under touch_fresh_pages as the fast one (a).
+    // faults several times as much under load_session as the fast one (a).
     let range = format!("from={start}&to={}", super::common::unix_now() + 1);
     let (status, body) = server
         .get(&format!("/api/v1/diff?event=page_fault&groups=bands&{range}"))
@@ -170,7 +187,7 @@ async fn a_fleet_of_agents_is_split_into_its_slow_band_and_explained() {
     assert_eq!(diff["b"]["label"], "high band (slow)");
     assert_eq!(diff["b"]["nodes"].as_array().unwrap().len(), 3);
     assert_eq!(diff["a"]["nodes"].as_array().unwrap().len(), 5);
-    let touch = find(&diff["root"], "touch_fresh_pages").expect("touch_fresh_pages in the diff");
+    let touch = find(&diff["root"], "load_session").expect("load_session in the diff");
     let (a, b) = (touch["a"].as_f64().unwrap(), touch["b"].as_f64().unwrap());
     assert!(b > 2.0 * a && a > 0.0, "a {a} b {b}");
     // Within a factor of the band medians of the compare answer (both per node per CPU-second).
@@ -197,8 +214,8 @@ async fn a_fleet_of_agents_is_split_into_its_slow_band_and_explained() {
     assert_eq!(status, 200, "{folded}");
     let line = folded
         .lines()
-        .find(|l| l.contains(";touch_fresh_pages"))
-        .unwrap_or_else(|| panic!("no touch_fresh_pages stack:\n{folded}"));
+        .find(|l| l.contains(";load_session"))
+        .unwrap_or_else(|| panic!("no load_session stack:\n{folded}"));
     let numbers: Vec<f64> = line.rsplitn(3, ' ').take(2).map(|n| n.parse().unwrap()).collect();
     assert!(numbers[0] > numbers[1], "{line}");
     for side in ["a", "b"] {
@@ -254,7 +271,7 @@ async fn a_fleet_of_agents_is_split_into_its_slow_band_and_explained() {
         text.contains("instance_type=\"big\": 3 of 3 high-band nodes, 0 of 5"),
         "{text}"
     );
-    assert!(text.contains("touch_fresh_pages (self)"), "{text}");
+    assert!(text.contains("load_session (self)"), "{text}");
     let dir = tempfile::tempdir().unwrap();
     let (ok, text) = cli(&[
         "diff",
