@@ -311,3 +311,26 @@ int BPF_PROG(page_migration, unsigned long succeeded)
 		record_sample(ctx, EVENT_KIND_PAGE_MIGRATION, succeeded, 0);
 	return 0;
 }
+
+/*
+ * Units of work (`--work-uprobe BINARY:SYMBOL`): calls of one function, e.g. a request handler,
+ * counted per CPU. The agent attaches the uprobe to the sampled process only when it has one,
+ * and reads the sum every drain: work per CPU-second is what tells slow nodes from busy ones.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u64);
+} work_calls SEC(".maps");
+
+SEC("uprobe")
+int count_work(void *ctx)
+{
+	u32 zero = 0;
+	u64 *calls = bpf_map_lookup_elem(&work_calls, &zero);
+
+	if (calls)
+		*calls += 1;
+	return 0;
+}

@@ -34,7 +34,7 @@ enum Command {
     /// Profile this machine for a while and write a file; no server needed.
     Record(RecordArgs),
     /// Sample continuously and stream to a bimodal server.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Show which source samples each event kind on this machine, and why others were rejected.
     Probe(ProbeArgs),
     /// Show where a process's memory lives, per mapping and NUMA node, and where its threads run.
@@ -164,6 +164,11 @@ struct RunArgs {
     /// How many processes' placement is read each time.
     #[arg(long, env = "BIMODAL_PLACEMENT_PROCESSES", default_value_t = 5)]
     placement_processes: usize,
+    /// A function whose calls are this node's units of work, BINARY:SYMBOL (e.g. a request
+    /// handler): the server then compares nodes by work per CPU-second. Counted in the
+    /// sampled process only when --pid is given.
+    #[arg(long, env = "BIMODAL_WORK_UPROBE")]
+    work_uprobe: Option<bimodal_agent::bpf::WorkUprobe>,
     /// Where user frames are named: `server` sends (build id, offset) and uploads each image
     /// with symbols once; `local` names them here.
     #[arg(long, env = "BIMODAL_SYMBOLIZE", value_enum, default_value_t = Symbolize::Server)]
@@ -331,6 +336,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 placement_every: a.placement_every,
                 placement_processes: a.placement_processes,
                 kubernetes,
+                work_uprobe: a.work_uprobe,
             };
             let runtime = tokio::runtime::Runtime::new().context("failed to start the async runtime")?;
             runtime.block_on(async {

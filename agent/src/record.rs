@@ -71,6 +71,7 @@ pub fn record(opts: &RecordOptions) -> anyhow::Result<RecordSummary> {
         map_sizes: opts.map_sizes,
         unwind: opts.unwind,
         data_addresses: opts.data_objects,
+        work_uprobe: None,
     })?;
     let frames = Frames::default();
     let mut profile = Profile::new(opts.event.name(), opts.event.unit());

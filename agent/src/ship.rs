@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::StreamExt;
 
 use crate::batch::{self, Interval};
-use crate::bpf::{MapSizes, Sampler, SamplerOptions, UnwindMode};
+use crate::bpf::{MapSizes, Sampler, SamplerOptions, UnwindMode, WorkUprobe};
 use crate::counters::{CounterDelta, NodeCounters};
 use crate::events::counting::CountingEvents;
 use crate::events::{self, EventKind, LiveProber, Machine, Rates};
@@ -53,6 +53,8 @@ pub struct RunOptions {
     /// The Kubernetes API server that names the pods of sampled processes (namespace, pod and
     /// container name); `None`: samples carry pod UIDs only.
     pub kubernetes: Option<ApiConfig>,
+    /// Calls of this function are the node's units of work, sent as the counter `work`.
+    pub work_uprobe: Option<WorkUprobe>,
 }
 
 /// Where user frames are named.
@@ -95,6 +97,7 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
         unwind: opts.unwind,
         // The server stores what data the samples touched.
         data_addresses: true,
+        work_uprobe: opts.work_uprobe.clone(),
     })?;
     for s in sampler.sources() {
         tracing::info!(event = s.event.name(), source = %s.description, "sampling");
@@ -152,6 +155,12 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
                 b.counters = facts::counters(&CounterDelta::between(prev, next));
             }
             counters = now;
+            if let Some(work) = sampler.work_done() {
+                b.counters.push(v1::Counter {
+                    name: bimodal_proto::WORK_COUNTER.into(),
+                    value: work,
+                });
+            }
             for (name, value) in counting.deltas() {
                 b.counters.push(v1::Counter {
                     name: name.into(),

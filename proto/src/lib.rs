@@ -52,6 +52,10 @@ impl v1::EventKind {
     }
 }
 
+/// The node counter carrying units of work (`bimodal-agent run --work-uprobe`): calls of one
+/// function per batch interval. The server compares nodes by work per CPU-second.
+pub const WORK_COUNTER: &str = "work";
+
 /// Bytes of file data per `DebuginfoChunk`.
 pub const DEBUGINFO_CHUNK_BYTES: usize = 1 << 20;
 

@@ -78,6 +78,14 @@ pub enum SamplerError {
         map: &'static str,
         source: libbpf_rs::Error,
     },
+    #[error(
+        "cannot count units of work at `{binary}:{symbol}` (is the path an ELF file with that function?): {source}"
+    )]
+    WorkUprobe {
+        binary: String,
+        symbol: String,
+        source: libbpf_rs::Error,
+    },
 }
 
 /// Sizes of the BPF maps, in entries.
@@ -181,6 +189,31 @@ pub struct SamplerOptions {
     /// Send the data address of samples that carry one (costs a ring-buffer record each).
     pub data_addresses: bool,
     pub unwind: UnwindMode,
+    /// Calls of this function count units of work.
+    pub work_uprobe: Option<WorkUprobe>,
+}
+
+/// A function whose calls are the node's units of work (`--work-uprobe BINARY:SYMBOL`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkUprobe {
+    pub binary: std::path::PathBuf,
+    pub symbol: String,
+}
+
+impl std::str::FromStr for WorkUprobe {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.rsplit_once(':') {
+            Some((binary, symbol)) if !binary.is_empty() && !symbol.is_empty() => Ok(WorkUprobe {
+                binary: binary.into(),
+                symbol: symbol.into(),
+            }),
+            _ => Err(format!(
+                "`{s}` is not BINARY:SYMBOL (e.g. /usr/bin/server:handle_request)"
+            )),
+        }
+    }
 }
 
 /// The loaded programs and their attachments. Dropping it detaches everything.
@@ -200,6 +233,8 @@ pub struct Sampler {
     classified: HashMap<u32, bool>,
     /// The same judgement by executable (device, inode), shared by its processes.
     classified_images: HashMap<(u64, u64), bool>,
+    /// Units of work counted up to the previous drain, when a work uprobe is attached.
+    work_seen: Option<u64>,
 }
 
 /// What the unwinding thread accumulated between two drains.
@@ -375,6 +410,9 @@ fn open_for(
     progs.numa_fault_fentry.set_autoload(wants(&Attach::NumaFaultFentry));
     progs.numa_fault_kprobe.set_autoload(wants(&Attach::NumaFaultKprobe));
     progs.page_migration.set_autoload(wants(&Attach::MigrateTracepoint));
+    progs
+        .count_work
+        .set_autoload(opts.is_some_and(|o| o.work_uprobe.is_some()));
     Ok(open)
 }
 
@@ -504,6 +542,28 @@ impl Sampler {
             attached.push(&source.attach);
         }
 
+        if let Some(work) = &opts.work_uprobe {
+            let pid = opts.pid.map_or(-1, |p| p as i32);
+            let link = skel
+                .progs
+                .count_work
+                .attach_uprobe_with_opts(
+                    pid,
+                    &work.binary,
+                    0,
+                    libbpf_rs::UprobeOpts {
+                        func_name: Some(work.symbol.clone()),
+                        ..Default::default()
+                    },
+                )
+                .map_err(|source| SamplerError::WorkUprobe {
+                    binary: work.binary.display().to_string(),
+                    symbol: work.symbol.clone(),
+                    source,
+                })?;
+            links.push(link);
+        }
+
         let ring_out: Arc<Mutex<Vec<DataSample>>> = Arc::default();
         let sink = ring_out.clone();
         let mut builder = RingBufferBuilder::new();
@@ -558,6 +618,7 @@ impl Sampler {
             unwind_thread,
             classified: HashMap::new(),
             classified_images: HashMap::new(),
+            work_seen: opts.work_uprobe.as_ref().map(|_| 0),
         };
         // Judge the processes running now, so their first samples are unwound already.
         if opts.unwind == UnwindMode::Auto {
@@ -570,6 +631,29 @@ impl Sampler {
             sampler.classify(&tgids);
         }
         Ok(sampler)
+    }
+
+    /// Units of work since the previous call, when a work uprobe is attached.
+    pub fn work_done(&mut self) -> Option<u64> {
+        let seen = self.work_seen?;
+        let total: u64 = match self
+            .skel
+            .maps
+            .work_calls
+            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+        {
+            Ok(Some(per_cpu)) => per_cpu
+                .iter()
+                .map(|v| v.get(..8).and_then(|b| b.try_into().ok()).map_or(0, u64::from_ne_bytes))
+                .sum(),
+            Ok(None) => seen,
+            Err(e) => {
+                tracing::warn!("cannot read the units of work: {e}");
+                seen
+            }
+        };
+        self.work_seen = Some(total);
+        Some(total.saturating_sub(seen))
     }
 
     /// In `auto` mode, marks processes whose executable lacks frame pointers for `.eh_frame`

@@ -41,6 +41,8 @@ pub enum MetricKind {
     Counter { name: String },
     /// The share of placed memory held far from its threads.
     RemoteMemory,
+    /// Units of work per CPU-second (`--work-uprobe`).
+    Work,
 }
 
 /// One value per node (aligned with the comparison's nodes; `None`: not measured there).

@@ -11,6 +11,8 @@
 //!   source with the most nodes is the CPU-seconds of every rate);
 //! - node counters per second: remote NUMA hinting faults, `numa_miss`, pages migrated, major
 //!   faults (node-wide, not per workload);
+//! - `work per CPU-second`: calls of the function the agents count (`--work-uprobe`), per
+//!   CPU-second;
 //! - `remote_memory`: the share of the placed processes' data, bss, heap and anonymous pages
 //!   held on NUMA nodes none of their threads ran on (when some node has any).
 
@@ -210,6 +212,22 @@ impl Window {
                 findings[i].push((finding, format!("{}: {}", node, r.text)));
             }
         }
+        // Units of work (calls of the function the agent was given) per CPU-second.
+        let work: Vec<Option<f64>> = (0..nodes.len())
+            .map(|i| {
+                let calls = counters.get(&(i, bimodal_proto::WORK_COUNTER.to_owned()))?;
+                cpu_seconds[i].map(|c| calls / c)
+            })
+            .collect();
+        if work.iter().any(|v| v.is_some_and(|v| v > 0.0)) {
+            metrics.push(Metric {
+                kind: MetricKind::Work,
+                name: "work per CPU-second".into(),
+                unit: "units of work per CPU-second".into(),
+                direction: Direction::LowerIsSlower,
+                values: work,
+            });
+        }
         if remote.iter().any(|v| v.is_some_and(|v| v > 0.0)) {
             metrics.push(Metric {
                 kind: MetricKind::RemoteMemory,
@@ -238,7 +256,7 @@ impl Window {
                 || match &m.kind {
                     MetricKind::EventRate { event, .. } => event == wanted,
                     MetricKind::Counter { name } => name == wanted,
-                    MetricKind::Cpu { .. } | MetricKind::RemoteMemory => false,
+                    MetricKind::Cpu { .. } | MetricKind::RemoteMemory | MetricKind::Work => false,
                 }
         };
         let kept: Vec<Metric> = self.metrics.iter().filter(|m| matches(m)).cloned().collect();

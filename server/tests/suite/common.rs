@@ -168,6 +168,7 @@ pub fn agent_options(server_url: String, node: &str, pid: u32, events: Vec<Event
         placement_every: 0,
         placement_processes: 0,
         kubernetes: None,
+        work_uprobe: None,
     }
 }
 

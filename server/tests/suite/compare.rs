@@ -30,8 +30,9 @@ use crate::fixture;
 /// `instance_type=big`. `/api/v1/compare`, told no groups, must split exactly those three into
 /// the high, slow band of `page_fault per CPU-second`, name `instance_type` as the label that
 /// splits them, rank `load_session` first among the page-fault differences with every slow node
-/// above every fast one, and find it higher in the CPU profile too; the differential flame graph
-/// of the bands, in JSON, folded pairs and pprof, agrees. The
+/// above every fast one, and find it higher in the CPU profile too; requests counted by a uprobe
+/// on `handle_request` give fewer units of work per CPU-second on every slow node; the
+/// differential flame graph of the bands, in JSON, folded pairs and pprof, agrees. The
 /// answers are kept in target/artifacts/compare.json and diff.json.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_of_agents_is_split_into_its_slow_band_and_explained() {
@@ -58,6 +59,11 @@ async fn a_fleet_of_agents_is_split_into_its_slow_band_and_explained() {
                     cpu_frequency_hz: 499,
                     ..Default::default()
                 },
+                // Each request is a unit of work.
+                work_uprobe: Some(bimodal_agent::bpf::WorkUprobe {
+                    binary: fixture::workload().to_owned(),
+                    symbol: "handle_request".into(),
+                }),
                 ..agent_options(
                     server.url(),
                     name,
@@ -111,6 +117,22 @@ async fn a_fleet_of_agents_is_split_into_its_slow_band_and_explained() {
 
     let bands = &answer["bands"];
     assert_eq!(bands["metric"], "page_fault per CPU-second", "{answer:#}");
+    // Every node serves 1,000 requests a second; the slow ones spend more CPU on each: fewer
+    // units of work per CPU-second on every slow node than on any fast one.
+    let work = answer["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "work per CPU-second");
+    let work: Vec<f64> = work.unwrap_or_else(|| panic!("no work metric: {answer:#}"))["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    let slow_max = [2, 5, 7].iter().map(|&i| work[i]).fold(0.0, f64::max);
+    let fast_min = [0, 1, 3, 4, 6].iter().map(|&i| work[i]).fold(f64::MAX, f64::min);
+    assert!(slow_max < fast_min, "work per CPU-second {work:?}");
     // A paced server at 1,000 requests a second uses a small share of one CPU.
     let cpu = answer["metrics"]
         .as_array()
