@@ -24,6 +24,7 @@ pub mod symbolize;
 pub mod topology;
 pub mod unwind;
 pub mod upload;
+pub mod work;
 
 #[cfg(test)]
 #[path = "../../testdata/fixtures/http.rs"]

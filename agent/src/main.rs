@@ -169,6 +169,10 @@ struct RunArgs {
     /// sampled process only when --pid is given.
     #[arg(long, env = "BIMODAL_WORK_UPROBE")]
     work_uprobe: Option<bimodal_agent::bpf::WorkUprobe>,
+    /// Or a counter on a local Prometheus endpoint whose increase is this node's units of work,
+    /// URL#NAME (e.g. http://127.0.0.1:9100/metrics#http_requests_total, summed over series).
+    #[arg(long, env = "BIMODAL_WORK_METRIC", conflicts_with = "work_uprobe")]
+    work_metric: Option<bimodal_agent::work::WorkMetric>,
     /// Where user frames are named: `server` sends (build id, offset) and uploads each image
     /// with symbols once; `local` names them here.
     #[arg(long, env = "BIMODAL_SYMBOLIZE", value_enum, default_value_t = Symbolize::Server)]
@@ -337,6 +341,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 placement_processes: a.placement_processes,
                 kubernetes,
                 work_uprobe: a.work_uprobe,
+                work_metric: a.work_metric,
             };
             let runtime = tokio::runtime::Runtime::new().context("failed to start the async runtime")?;
             runtime.block_on(async {

@@ -24,6 +24,7 @@ use crate::kubernetes::{ApiConfig, PodResolver};
 use crate::placement::{self, Placement};
 use crate::symbolize::Frames;
 use crate::topology::Topology;
+use crate::work::{WorkMetric, WorkScraper};
 use crate::{facts, probe, upload};
 
 /// Settings of `bimodal-agent run`.
@@ -55,6 +56,8 @@ pub struct RunOptions {
     pub kubernetes: Option<ApiConfig>,
     /// Calls of this function are the node's units of work, sent as the counter `work`.
     pub work_uprobe: Option<WorkUprobe>,
+    /// Or the increase of this Prometheus counter.
+    pub work_metric: Option<WorkMetric>,
 }
 
 /// Where user frames are named.
@@ -119,6 +122,7 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
     let placement_processes = opts.placement_processes;
     let mut stop = shutdown.clone();
     let by_server = opts.symbolize == Symbolize::Server;
+    let work_metric = opts.work_metric.clone();
     let (images_tx, images_rx) = mpsc::channel::<Vec<upload::ImageRef>>(16);
     if by_server {
         tokio::spawn(upload::run(opts.server_url.clone(), opts.upload_max_bytes, images_rx));
@@ -132,6 +136,13 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
         let mut start = SystemTime::now();
         let mut counters = NodeCounters::read_from(root).ok();
         let mut counting = CountingEvents::open();
+        let mut scraper = work_metric.map(WorkScraper::new);
+        if let Some(scraper) = &mut scraper {
+            // The baseline: the first interval's increase is measured from here.
+            if let Err(e) = scraper.work_done() {
+                tracing::warn!("units of work: {e}");
+            }
+        }
         for (name, reason) in &counting.unavailable {
             tracing::info!(counter = name, %reason, "cannot be counted here");
         }
@@ -155,7 +166,15 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
                 b.counters = facts::counters(&CounterDelta::between(prev, next));
             }
             counters = now;
-            if let Some(work) = sampler.work_done() {
+            let work = match &mut scraper {
+                Some(scraper) => scraper.work_done().unwrap_or_else(|e| {
+                    // Not measured is not zero work: the interval goes without the counter.
+                    tracing::warn!("units of work: {e}");
+                    None
+                }),
+                None => sampler.work_done(),
+            };
+            if let Some(work) = work {
                 b.counters.push(v1::Counter {
                     name: bimodal_proto::WORK_COUNTER.into(),
                     value: work,

@@ -169,6 +169,7 @@ pub fn agent_options(server_url: String, node: &str, pid: u32, events: Vec<Event
         placement_processes: 0,
         kubernetes: None,
         work_uprobe: None,
+        work_metric: None,
     }
 }
 
