@@ -3,10 +3,11 @@
 //! the differential flame graph of two groups of nodes.
 //!
 //! Each node's samples are divided by the node's CPU-seconds in the range (its `cpu` event,
-//! the source with the most nodes) and by the number of nodes of its group, so a value is the
-//! **mean over the group's nodes of the events per CPU-second** under a frame: a big node or a
-//! large group does not outweigh a small one, and a node without CPU samples is left out (and
-//! listed). With `groups=bands`, `a` is the band that is not slow and `b` the slow one (when the
+//! the source with the most nodes), or with `per=work` by its units of work (the agents'
+//! `--work-uprobe`/`--work-metric` counter), and by the number of nodes of its group, so a value
+//! is the **mean over the group's nodes of the events per CPU-second** (or per unit of work)
+//! under a frame: a big node or a large group does not outweigh a small one, and a node with
+//! nothing to divide by is left out (and listed). With `groups=bands`, `a` is the band that is not slow and `b` the slow one (when the
 //! band metric says which is slow; else `a` is the low band).
 //!
 //! `mode=relative` divides each group's values by its total: shares in the JSON tree, percent in
@@ -39,8 +40,9 @@ struct Group {
     /// The selector or band it came from.
     label: String,
     nodes: Vec<String>,
-    /// Nodes of the group with no CPU samples in the range: not normalized, left out.
-    without_cpu: Vec<String>,
+    /// Nodes of the group with nothing to divide by in the range (no CPU samples, no units of
+    /// work): not normalized, left out.
+    left_out: Vec<String>,
     graph: FlameGraph,
 }
 
@@ -56,6 +58,7 @@ pub(super) async fn diff(State(state): State<AppState>, RawQuery(raw): RawQuery)
             "b",
             "selector",
             "groups",
+            "per",
             "metric",
             "format",
             "side",
@@ -129,25 +132,48 @@ pub(super) async fn diff(State(state): State<AppState>, RawQuery(raw): RawQuery)
         from,
         to,
     };
-    let cpu = cpu_seconds(&state, from, to, &sides).await?;
+    // What each node's values are divided by: its CPU-seconds, or its units of work.
+    let per_work = match p.one("per").unwrap_or("cpu_second") {
+        "cpu_second" => false,
+        "work" => true,
+        other => {
+            return Err(AppError::BadRequest(format!(
+                "unknown per `{other}`; expected cpu_second or work"
+            )))
+        }
+    };
+    let divisors = if per_work {
+        work_units(&state, from, to, &sides).await?
+    } else {
+        cpu_seconds(&state, from, to, &sides).await?
+    };
     let mut groups = Vec::new();
     for (label, nodes) in sides {
-        let (with, without_cpu): (Vec<String>, Vec<String>) = nodes
+        let (with, left_out): (Vec<String>, Vec<String>) = nodes
             .iter()
             .cloned()
-            .partition(|n| cpu.get(n).is_some_and(|&s| s > 0.0));
+            .partition(|n| divisors.get(n).is_some_and(|&s| s > 0.0));
         let count = with.len() as f64;
-        let weights: Vec<(String, f64)> = with.iter().map(|n| (n.clone(), SCALE / (cpu[n] * count))).collect();
+        let weights: Vec<(String, f64)> = with
+            .iter()
+            .map(|n| (n.clone(), SCALE / (divisors[n] * count)))
+            .collect();
         let mut graph = state.store.weighted_flame_graph(&scope, &weights, max_stacks).await?;
         state.names.name_profile(&mut graph.profile).await?;
         groups.push(Group {
             label,
             nodes: with,
-            without_cpu,
+            left_out,
             graph,
         });
     }
-    let unit = format!("{} per CPU-second", groups[0].graph.profile.unit);
+    if groups.iter().all(|g| g.nodes.is_empty()) && per_work {
+        return Err(AppError::BadRequest(
+            "no node of either group counted units of work in this range (bimodal-agent run --work-uprobe or --work-metric)".into(),
+        ));
+    }
+    let per = if per_work { "unit of work" } else { "CPU-second" };
+    let unit = format!("{} per {per}", groups[0].graph.profile.unit);
     let [a, b] = <[Group; 2]>::try_from(groups).map_err(|_| AppError::Internal("two groups expected".into()))?;
     // What each side's fixed-point values are divided by: to units per CPU-second, or to shares
     // of the side's total (percent in folded text).
@@ -168,7 +194,7 @@ pub(super) async fn diff(State(state): State<AppState>, RawQuery(raw): RawQuery)
             "event": event.name(),
             "source": source,
             "unit": unit,
-            "normalization": "mean over each group's nodes of the node's value per CPU-second",
+            "normalization": format!("mean over each group's nodes of the node's value per {per}"),
             "mode": if relative { "relative" } else { "absolute" },
             "from": rfc3339(from),
             "to": rfc3339(to),
@@ -193,7 +219,7 @@ pub(super) async fn diff(State(state): State<AppState>, RawQuery(raw): RawQuery)
             profile.unit = if relative {
                 "parts per million of the group".into()
             } else {
-                format!("{} per 1000 CPU-seconds", profile.unit)
+                format!("{} per 1000 {per}s", profile.unit)
             };
             (
                 [
@@ -229,7 +255,7 @@ fn side_json(g: &Group) -> serde_json::Value {
     serde_json::json!({
         "label": g.label,
         "nodes": g.nodes,
-        "nodes_without_cpu": g.without_cpu,
+        "nodes_left_out": g.left_out,
         "total": g.graph.profile.total() as f64 / SCALE,
         "truncated_stacks": g.graph.truncated_stacks,
     })
@@ -255,6 +281,24 @@ async fn cpu_seconds(
         .into_values()
         .max_by_key(|nodes| nodes.len())
         .unwrap_or_default())
+}
+
+/// Units of work per node of both groups over [from, to) (the agents' `work` counter).
+async fn work_units(
+    state: &AppState,
+    from: u32,
+    to: u32,
+    sides: &[(String, Vec<String>); 2],
+) -> Result<HashMap<String, f64>, AppError> {
+    let nodes: Vec<String> = sides.iter().flat_map(|s| s.1.iter().cloned()).collect();
+    Ok(state
+        .store
+        .node_counters(&nodes, from, to)
+        .await?
+        .into_iter()
+        .filter(|(_, name, _)| name == bimodal_proto::WORK_COUNTER)
+        .map(|(node, _, value)| (node, value as f64))
+        .collect())
 }
 
 /// The source of `event` with the most samples on the groups' nodes.

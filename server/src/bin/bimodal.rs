@@ -115,7 +115,11 @@ enum Command {
         b: Option<String>,
         #[command(flatten)]
         range: Range,
-        /// absolute (per CPU-second) or relative (shares of each group's total).
+        /// What each node's values are divided by: cpu_second, or work (units of work the agents
+        /// count with --work-uprobe or --work-metric).
+        #[arg(long, env = "BIMODAL_PER", default_value = "cpu_second", value_parser = ["cpu_second", "work"])]
+        per: String,
+        /// absolute (per CPU-second or unit of work) or relative (shares of each group's total).
         #[arg(long, env = "BIMODAL_MODE", default_value = "absolute", value_parser = ["absolute", "relative"])]
         mode: String,
         /// folded (`stack a b` lines, difffolded.pl's format) or pprof (a.pb.gz and b.pb.gz).
@@ -176,12 +180,14 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
             a,
             b,
             range,
+            per,
             mode,
             format,
             output,
         } => {
             let mut query = vec![
                 ("event", event.clone()),
+                ("per", per.clone()),
                 ("mode", mode.clone()),
                 ("format", format.clone()),
             ];

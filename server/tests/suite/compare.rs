@@ -218,6 +218,21 @@ async fn a_fleet_of_agents_is_split_into_its_slow_band_and_explained() {
         b > high_median / 3.0 && b < high_median * 3.0,
         "b {b}, band median {high_median}"
     );
+    // Per unit of work (requests counted by the uprobe): still several times more on the slow
+    // band, now per request.
+    let (status, body) = server
+        .get(&format!("/api/v1/diff?event=page_fault&groups=bands&per=work&{range}"))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let per_work: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(per_work["unit"], "faults per unit of work");
+    let session = find(&per_work["root"], "load_session").expect("load_session per unit of work");
+    let (a, b) = (session["a"].as_f64().unwrap(), session["b"].as_f64().unwrap());
+    // One request in sixteen faults 16 pages on the fast band, every request on the slow one.
+    assert!(
+        a > 0.3 && a < 3.0 && b > 8.0 && b < 32.0,
+        "faults per request: a {a} b {b}"
+    );
     // Relative mode: shares of each group's total.
     let (status, body) = server
         .get(&format!(
