@@ -69,6 +69,8 @@ impl Range {
     }
 }
 
+// Parsed once per run: the size of the larger variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(clap::Subcommand, Debug)]
 enum Command {
     /// Split the nodes matching a selector into a fast and a slow band, without being told the
