@@ -39,6 +39,18 @@ enum Command {
     Probe(ProbeArgs),
     /// Show where a process's memory lives, per mapping and NUMA node, and where its threads run.
     Placement(PlacementArgs),
+    /// Send batches `run --output-dir` wrote to a server (safe to repeat: stored once).
+    Import(ImportArgs),
+}
+
+#[derive(Args, Debug)]
+struct ImportArgs {
+    /// gRPC URL of the bimodal server.
+    #[arg(long, env = "BIMODAL_SERVER_URL", default_value = "http://127.0.0.1:7070")]
+    server_url: String,
+    /// Directories `run --output-dir` wrote, one per node.
+    #[arg(required = true)]
+    dirs: Vec<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -169,6 +181,10 @@ struct RunArgs {
     /// sampled process only when --pid is given.
     #[arg(long, env = "BIMODAL_WORK_UPROBE")]
     work_uprobe: Option<bimodal_agent::bpf::WorkUprobe>,
+    /// Write batches as files in this directory instead of sending them (a node that cannot
+    /// reach the server); `bimodal-agent import DIR` sends them later. Frames are named here.
+    #[arg(long, env = "BIMODAL_OUTPUT_DIR")]
+    output_dir: Option<PathBuf>,
     /// Or a counter on a local Prometheus endpoint whose increase is this node's units of work,
     /// URL#NAME (e.g. http://127.0.0.1:9100/metrics#http_requests_total, summed over series).
     #[arg(long, env = "BIMODAL_WORK_METRIC", conflicts_with = "work_uprobe")]
@@ -301,6 +317,18 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Import(a) => {
+            let runtime = tokio::runtime::Runtime::new().context("failed to start the async runtime")?;
+            for dir in &a.dirs {
+                let sent = runtime.block_on(ship::import(dir, &a.server_url))?;
+                eprintln!(
+                    "bimodal-agent: {}: {sent} batches acknowledged by {}",
+                    dir.display(),
+                    a.server_url
+                );
+            }
+            Ok(())
+        }
         Command::Placement(a) => {
             let root = std::path::Path::new("/");
             let topology = Topology::read_from(root)?;
@@ -342,6 +370,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 kubernetes,
                 work_uprobe: a.work_uprobe,
                 work_metric: a.work_metric,
+                output_dir: a.output_dir,
             };
             let runtime = tokio::runtime::Runtime::new().context("failed to start the async runtime")?;
             runtime.block_on(async {

@@ -7,7 +7,7 @@
 //! server refuses for good (malformed, undecodable, larger than it accepts).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
@@ -58,6 +58,8 @@ pub struct RunOptions {
     pub work_uprobe: Option<WorkUprobe>,
     /// Or the increase of this Prometheus counter.
     pub work_metric: Option<WorkMetric>,
+    /// Write the hello and every batch here instead of sending them (`import` sends them later).
+    pub output_dir: Option<PathBuf>,
 }
 
 /// Where user frames are named.
@@ -121,7 +123,8 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
     let placement_every = u64::from(opts.placement_every);
     let placement_processes = opts.placement_processes;
     let mut stop = shutdown.clone();
-    let by_server = opts.symbolize == Symbolize::Server;
+    // Batches written to files are imported later, maybe far away: named here.
+    let by_server = opts.symbolize == Symbolize::Server && opts.output_dir.is_none();
     let work_metric = opts.work_metric.clone();
     let (images_tx, images_rx) = mpsc::channel::<Vec<upload::ImageRef>>(16);
     if by_server {
@@ -211,10 +214,94 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
         Ok(())
     });
 
-    let shipping = ship(opts.clone(), hello, batches_rx, shutdown.clone());
+    let shipping = async {
+        match &opts.output_dir {
+            Some(dir) => write_out(dir, &hello, batches_rx).await,
+            None => {
+                ship(
+                    opts.server_url.clone(),
+                    opts.spool_batches,
+                    hello,
+                    batches_rx,
+                    shutdown.clone(),
+                )
+                .await
+            }
+        }
+    };
     let (sampled, shipped) = tokio::join!(sampling, shipping);
     sampled.context("sampling thread panicked")??;
     shipped
+}
+
+/// The hello of a node's written batches, and the batches' file names (in the order written).
+const HELLO_FILE: &str = "hello.pb";
+const BATCH_PREFIX: &str = "batch-";
+
+/// Writes the hello and every batch under `dir` (`run --output-dir`), each file complete or
+/// absent (written aside, then renamed): for nodes that cannot reach a server (air-gapped, a test
+/// guest). [`import`] sends them later, through the same shipping as `run`.
+async fn write_out(dir: &Path, hello: &v1::Hello, mut batches: mpsc::Receiver<v1::Batch>) -> anyhow::Result<()> {
+    let write = |name: String, bytes: Vec<u8>| -> anyhow::Result<()> {
+        let path = dir.join(&name);
+        let aside = dir.join(format!(".{name}.part"));
+        std::fs::write(&aside, bytes).with_context(|| format!("failed to write {}", aside.display()))?;
+        std::fs::rename(&aside, &path).with_context(|| format!("failed to write {}", path.display()))
+    };
+    std::fs::create_dir_all(dir).with_context(|| format!("failed to create {}", dir.display()))?;
+    write(HELLO_FILE.into(), prost::Message::encode_to_vec(hello))?;
+    let mut written = 0u64;
+    while let Some(b) = batches.recv().await {
+        // Sortable by time, then by order within the agent's run.
+        let name = format!("{BATCH_PREFIX}{:020}-{written:08}.pb", b.start_unix_nanos.max(0));
+        write(name, prost::Message::encode_to_vec(&b))?;
+        written += 1;
+    }
+    tracing::info!(batches = written, dir = %dir.display(), "wrote batches for import");
+    Ok(())
+}
+
+/// Sends the batches `run --output-dir` wrote under `dir` to the server at `server_url`, with
+/// `run`'s shipping: acks, resends and the server's retry delays; a batch the server holds
+/// already is acknowledged as a duplicate, so importing twice stores once. The number of
+/// batches sent.
+pub async fn import(dir: &Path, server_url: &str) -> anyhow::Result<usize> {
+    let hello_path = dir.join(HELLO_FILE);
+    let hello_bytes = std::fs::read(&hello_path)
+        .with_context(|| format!("{} is not a directory `run --output-dir` wrote", dir.display()))?;
+    let hello: v1::Hello = prost::Message::decode(&hello_bytes[..])
+        .with_context(|| format!("{} is not a hello bimodal-agent wrote", hello_path.display()))?;
+    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("failed to list {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(BATCH_PREFIX) && n.ends_with(".pb"))
+        })
+        .collect();
+    names.sort();
+    let count = names.len();
+    let (tx, rx) = mpsc::channel::<v1::Batch>(4);
+    let reader = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        for path in names {
+            let bytes = std::fs::read(&path).with_context(|| format!("failed to read {}", path.display()))?;
+            let batch: v1::Batch = prost::Message::decode(&bytes[..])
+                .with_context(|| format!("{} is not a batch bimodal-agent wrote", path.display()))?;
+            if tx.blocking_send(batch).is_err() {
+                break;
+            }
+        }
+        Ok(())
+    });
+    // Stopping from the start: a server that cannot be reached once every batch is read ends the
+    // import with an error (nothing is lost: the files stay, and importing again is safe).
+    let (_stop, stopping) = watch::channel(true);
+    // Every batch may wait unacknowledged at once: none is dropped for room.
+    let shipped = ship(server_url.to_owned(), count.max(1), hello, rx, stopping).await;
+    reader.await.context("reading the batches panicked")??;
+    shipped?;
+    Ok(count)
 }
 
 /// Sleeps for `interval` in short steps; true when shutdown was asked for.
@@ -294,21 +381,22 @@ impl Spool {
 }
 
 async fn ship(
-    opts: RunOptions,
+    server_url: String,
+    spool_batches: usize,
     hello: v1::Hello,
     mut batches: mpsc::Receiver<v1::Batch>,
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let mut spool = Spool {
         entries: VecDeque::new(),
-        limit: opts.spool_batches.max(1),
+        limit: spool_batches.max(1),
         dropped_full: 0,
         dropped_refused: 0,
     };
     let mut backoff = Duration::from_millis(200);
     let mut sampler_done = false;
     loop {
-        match stream_once(&opts.server_url, &hello, &mut spool, &mut batches, &mut sampler_done).await {
+        match stream_once(&server_url, &hello, &mut spool, &mut batches, &mut sampler_done).await {
             Ok(()) => return Ok(()),
             Err(e) => {
                 let stopping = *shutdown.borrow();
@@ -316,7 +404,7 @@ async fn ship(
                     anyhow::bail!(
                         "stopping with {} unacknowledged batches: the server at {} is unreachable: {e:#}",
                         spool.entries.len(),
-                        opts.server_url
+                        server_url
                     );
                 }
                 // A stream that got somewhere resets the backoff.

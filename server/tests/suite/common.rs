@@ -170,6 +170,7 @@ pub fn agent_options(server_url: String, node: &str, pid: u32, events: Vec<Event
         kubernetes: None,
         work_uprobe: None,
         work_metric: None,
+        output_dir: None,
     }
 }
 

@@ -55,3 +55,61 @@ async fn batches_taken_while_the_server_is_down_arrive_later() {
     agent.await.unwrap().expect("the agent stops cleanly once all is acked");
     server.stop().await;
 }
+
+/// A node that cannot reach any server writes its batches to a directory (`run --output-dir`);
+/// `import` sends them later: the workload's stacks reach the flame graph, a second import
+/// stores nothing twice, an import into an unreachable server fails with its reason, and a
+/// directory the agent did not write is a clear error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_written_offline_are_imported_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("offline-node");
+    let workload = fixture::start("fault", 60);
+    let (stop_agent, agent_stopped) = tokio::sync::watch::channel(false);
+    let agent = tokio::spawn(ship::run(
+        ship::RunOptions {
+            output_dir: Some(out.clone()),
+            ..agent_options(
+                // Nothing listens there: the agent must not try.
+                "http://127.0.0.1:1".into(),
+                "offline-node",
+                workload.pid(),
+                vec![EventKind::PageFault],
+            )
+        },
+        agent_stopped,
+    ));
+    // Wait for the files, not for a fixed time.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_dir(&out).map_or(0, |d| d.count()) < 4 {
+        assert!(Instant::now() < deadline, "no batches written to {}", out.display());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let _ = stop_agent.send(true);
+    agent.await.unwrap().expect("an agent writing files stops cleanly");
+    drop(workload);
+
+    // The server is down: the import says so.
+    let err = ship::import(&out, "http://127.0.0.1:1").await.unwrap_err();
+    assert!(format!("{err:#}").contains("unreachable"), "{err:#}");
+    let err = ship::import(dir.path(), "http://127.0.0.1:1").await.unwrap_err();
+    assert!(
+        format!("{err:#}").contains("is not a directory `run --output-dir` wrote"),
+        "{err:#}"
+    );
+
+    let server = TestServer::start().await;
+    let sent = ship::import(&out, &server.url()).await.unwrap();
+    assert!(sent >= 3, "{sent} batches");
+    let path = format!(
+        "/api/v1/flamegraph?event=page_fault&{}&format=folded",
+        selector(r#"{node="offline-node"}"#)
+    );
+    let (status, first) = server.get(&path).await;
+    assert_eq!(status, 200);
+    assert!(first.contains("fault_loop;touch_fresh_pages"), "{first}");
+    assert_eq!(ship::import(&out, &server.url()).await.unwrap(), sent);
+    let (_, second) = server.get(&path).await;
+    assert_eq!(first, second, "the second import stored nothing");
+    server.stop().await;
+}
