@@ -261,6 +261,22 @@ impl CounterDelta {
 }
 
 /// Keys of `next`; a key missing from `prev` or a value that went down is `None`.
+/// CPU time of process `pid`, all its threads, in nanoseconds: the first field of each thread's
+/// `schedstat` (time on CPU, exact, unlike the tick-based `stat`); `None` when the process is gone.
+pub fn process_cpu_ns(root: &Path, pid: u32) -> Option<u64> {
+    let tasks = std::fs::read_dir(root.join(format!("proc/{pid}/task"))).ok()?;
+    let mut total = 0u64;
+    for task in tasks.flatten() {
+        let text = std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
+        total += text
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    Some(total)
+}
+
 fn diff_counters(prev: &Counters, next: &Counters) -> Counters {
     next.iter()
         .map(|(name, value)| {
@@ -461,6 +477,21 @@ mod tests {
 
         let json = serde_json::to_string(&c).unwrap();
         assert_eq!(serde_json::from_str::<NodeCounters>(&json).unwrap(), c);
+    }
+
+    /// The agent's own CPU time grows while it spins, in nanoseconds.
+    #[test]
+    fn process_cpu_time_is_exact_and_grows() {
+        let root = Path::new("/");
+        let before = process_cpu_ns(root, std::process::id()).unwrap();
+        let end = std::time::Instant::now() + std::time::Duration::from_millis(30);
+        let mut x = 0u64;
+        while std::time::Instant::now() < end {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        let after = process_cpu_ns(root, std::process::id()).unwrap();
+        assert!(after >= before + 20_000_000, "{before} -> {after}");
+        assert_eq!(process_cpu_ns(root, u32::MAX), None);
     }
 
     #[test]

@@ -126,6 +126,7 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
     // Batches written to files are imported later, maybe far away: named here.
     let by_server = opts.symbolize == Symbolize::Server && opts.output_dir.is_none();
     let work_metric = opts.work_metric.clone();
+    let pid = opts.pid;
     let (images_tx, images_rx) = mpsc::channel::<Vec<upload::ImageRef>>(16);
     if by_server {
         tokio::spawn(upload::run(opts.server_url.clone(), opts.upload_max_bytes, images_rx));
@@ -140,6 +141,8 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
         let mut counters = NodeCounters::read_from(root).ok();
         let mut counting = CountingEvents::open();
         let mut scraper = work_metric.map(WorkScraper::new);
+        let sampled = pid;
+        let mut process_cpu = sampled.and_then(|pid| crate::counters::process_cpu_ns(root, pid));
         if let Some(scraper) = &mut scraper {
             // The baseline: the first interval's increase is measured from here.
             if let Err(e) = scraper.work_done() {
@@ -169,6 +172,16 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
                 b.counters = facts::counters(&CounterDelta::between(prev, next));
             }
             counters = now;
+            if let Some(pid) = sampled {
+                let now = crate::counters::process_cpu_ns(root, pid);
+                if let (Some(before), Some(now)) = (process_cpu, now) {
+                    b.counters.push(v1::Counter {
+                        name: bimodal_proto::PROCESS_CPU_COUNTER.into(),
+                        value: now.saturating_sub(before),
+                    });
+                }
+                process_cpu = now;
+            }
             let work = match &mut scraper {
                 Some(scraper) => scraper.work_done().unwrap_or_else(|e| {
                     // Not measured is not zero work: the interval goes without the counter.

@@ -56,6 +56,10 @@ impl v1::EventKind {
 /// function per batch interval. The server compares nodes by work per CPU-second.
 pub const WORK_COUNTER: &str = "work";
 
+/// The node counter carrying the sampled process's CPU time in nanoseconds, exact (`run --pid`):
+/// the CPU-seconds every per-CPU-second rate of that node is divided by.
+pub const PROCESS_CPU_COUNTER: &str = "process_cpu_ns";
+
 /// Bytes of file data per `DebuginfoChunk`.
 pub const DEBUGINFO_CHUNK_BYTES: usize = 1 << 20;
 

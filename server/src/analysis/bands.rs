@@ -100,6 +100,8 @@ pub enum NoBands {
     Constant,
     #[error("most nodes have no value above zero")]
     MostlyZero,
+    #[error("too many nodes share a value for bands of at least {min_band} nodes each")]
+    Tied { min_band: usize },
     #[error("the best split is no stronger than one in a fleet of one band (p = {p_value:.3})")]
     NotSignificant { p_value: f64 },
     #[error("the best split separates the bands by only {separation:.1} standard deviations")]
@@ -136,13 +138,15 @@ pub fn detect(values: &[f64], config: &BandConfig, null: &mut NullCache) -> Band
     }
     let min_band = config.min_band(n);
     let Some((k, d)) = best_split(&sorted, min_band) else {
-        return Bands::None {
-            reason: NoBands::TooFewNodes {
+        let reason = match n < 2 * min_band {
+            true => NoBands::TooFewNodes {
                 nodes: n,
                 needed: 2 * min_band,
             },
-            best: None,
+            // Every split with room on both sides would cut between equal values.
+            false => NoBands::Tied { min_band },
         };
+        return Bands::None { reason, best: None };
     };
     let p_value = null.p_value(n, min_band, d, config);
     let (lo, hi) = sorted.split_at(k);

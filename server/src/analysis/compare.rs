@@ -235,7 +235,8 @@ pub struct FindingSplit {
 /// first. A finding on every node of the bands or on none of them says nothing.
 pub fn finding_splits(findings: &[Vec<(String, String)>], groups: &Groups) -> Vec<FindingSplit> {
     let mut on: BTreeMap<&str, (BTreeSet<usize>, &str)> = BTreeMap::new();
-    for &i in groups.low.iter().chain(&groups.high) {
+    // The high band first: the example comes from it when it has the finding.
+    for &i in groups.high.iter().chain(&groups.low) {
         for (finding, text) in &findings[i] {
             on.entry(finding.as_str())
                 .or_insert_with(|| (BTreeSet::new(), text.as_str()))
@@ -309,7 +310,8 @@ pub struct CodeDifference {
     pub function: String,
     pub module: String,
     pub measure: Measure,
-    /// Per-node values of each band (in the groups' node order), for dot plots.
+    /// Per-node values of each band (in the groups' node order, nodes without a value left
+    /// out), for dot plots.
     pub low: Vec<f64>,
     pub high: Vec<f64>,
     pub low_median: f64,

@@ -55,8 +55,13 @@ const COUNTERS: &[(&str, &str, Option<&str>, Direction)] = &[
 /// The stored figures of one window, per node.
 struct Window {
     nodes: Vec<NodeInfo>,
-    /// CPU nanoseconds per node, from `cpu_source`.
-    cpu_ns: Vec<Option<f64>>,
+    /// CPU nanoseconds per node (the `cpu` source most nodes have) of every process of the node,
+    /// whatever the selector's process labels: what per-node function values (kept per node, not
+    /// per process) are divided by.
+    node_cpu_ns: Vec<Option<f64>>,
+    /// CPU-seconds of every process of the node ([`node_cpu_seconds`]): what per-node function
+    /// rates are divided by.
+    node_cpu_seconds: Vec<Option<f64>>,
     metrics: Vec<Metric>,
     /// (event, source, unit of a sample's value) with samples in the window.
     sources: Vec<(&'static str, String, String)>,
@@ -119,9 +124,25 @@ impl Window {
             .find(|t| t.0 == EventKind::Cpu.name() && Some(&t.1) == cpu_source.as_ref())
             .map(|t| t.2.clone())
             .unwrap_or_else(|| vec![None; nodes.len()]);
-        let cpu_seconds: Vec<Option<f64>> = cpu_ns
-            .iter()
-            .map(|v| v.map(|ns| ns / 1e9).filter(|&s| s > 0.0))
+        let names: Vec<String> = nodes.iter().map(|n| n.node.clone()).collect();
+        let mut counters: HashMap<(usize, String), f64> = HashMap::new();
+        for (node, name, value) in store.node_counters(&names, from, to).await? {
+            if let Some(&i) = index.get(&node) {
+                counters.insert((i, name), value as f64);
+            }
+        }
+        let picks_processes = selector.process_matchers().next().is_some();
+        let process_cpu = |i: usize| {
+            counters
+                .get(&(i, bimodal_proto::PROCESS_CPU_COUNTER.to_owned()))
+                .copied()
+        };
+        let cpu_seconds: Vec<Option<f64>> = (0..nodes.len())
+            .map(|i| node_cpu_seconds(cpu_ns[i], process_cpu(i), picks_processes))
+            .collect();
+        // Per-node function values are kept per node: their rates use the node's CPU-seconds.
+        let node_cpu_seconds_all: Vec<Option<f64>> = (0..nodes.len())
+            .map(|i| node_cpu_seconds(cpu_ns[i], process_cpu(i), false))
             .collect();
         let mut metrics = Vec::new();
         if let Some(source) = &cpu_source {
@@ -167,13 +188,6 @@ impl Window {
                     .map(|(v, c)| c.map(|c| v.unwrap_or(0.0) / c))
                     .collect(),
             });
-        }
-        let names: Vec<String> = nodes.iter().map(|n| n.node.clone()).collect();
-        let mut counters: HashMap<(usize, String), f64> = HashMap::new();
-        for (node, name, value) in store.node_counters(&names, from, to).await? {
-            if let Some(&i) = index.get(&node) {
-                counters.insert((i, name), value as f64);
-            }
         }
         for &(name, counter, minus, direction) in COUNTERS {
             let values: Vec<Option<f64>> = (0..nodes.len())
@@ -237,9 +251,32 @@ impl Window {
                 values: remote,
             });
         }
+        let node_cpu_ns = if selector.process_matchers().next().is_none() {
+            cpu_ns.clone()
+        } else {
+            let mut node_only = selector.clone();
+            node_only
+                .matchers
+                .retain(|m| m.scope() == crate::selector::LabelScope::Node);
+            let scope = Scope {
+                event: EventKind::Cpu.name(),
+                source: cpu_source.clone(),
+                selector: node_only,
+                from,
+                to,
+            };
+            let mut all = vec![None; nodes.len()];
+            for t in store.node_totals(&scope).await? {
+                if let Some(&i) = index.get(&t.node) {
+                    all[i] = Some(t.value as f64);
+                }
+            }
+            all
+        };
         Ok(Window {
             nodes,
-            cpu_ns,
+            node_cpu_ns,
+            node_cpu_seconds: node_cpu_seconds_all,
             metrics,
             sources,
             findings,
@@ -283,6 +320,22 @@ impl Window {
     fn names(&self, indices: &[usize]) -> Vec<&str> {
         indices.iter().map(|&i| self.nodes[i].node.as_str()).collect()
     }
+}
+
+/// A node's CPU-seconds in a window: the sampled process's exact CPU time when its agent sends it
+/// (`process_cpu_ns`, agents with `--pid`) and the selector does not pick processes itself;
+/// else estimated from its `cpu` samples (`samples_ns`: their value), which is coarse when the
+/// process uses a small share of a CPU or the kernel throttles sampling. `None` without either.
+pub(super) fn node_cpu_seconds(
+    samples_ns: Option<f64>,
+    process_cpu_ns: Option<f64>,
+    picks_processes: bool,
+) -> Option<f64> {
+    let ns = match (process_cpu_ns, picks_processes) {
+        (Some(exact), false) if exact > 0.0 => Some(exact),
+        _ => samples_ns,
+    };
+    ns.map(|ns| ns / 1e9).filter(|&s| s > 0.0)
 }
 
 /// Band detection on a blocking thread (the null distributions are drawn there once).
@@ -361,7 +414,7 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
     let Bands::Two(split) = &choice.tested[chosen].bands else {
         return Err(AppError::Internal("the chosen metric has no split".into()));
     };
-    let changed = changes(&state, &selector, from, to, &window, metric, groups).await?;
+    let changed = changes(&state, &selector, p.one("metric"), from, to, &window, metric, groups).await?;
     answer["verdict"] = json!(format!(
         "two bands in {}: {} nodes at a median of {} and {} at {} {}{}",
         metric.name,
@@ -391,11 +444,17 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
     });
     let labels: Vec<_> = window.nodes.iter().map(|n| n.labels.clone()).collect();
     let tables = function_tables(&state.store, &selector, from, to, &window).await?;
-    answer["explanation"] = json!({
-        "labels": compare::label_splits(&labels, groups),
-        "placement": compare::finding_splits(&window.findings, groups),
-        "code": compare::code_differences(&tables, groups, limit as usize),
-    });
+    let (groups, findings) = (groups.clone(), window.findings.clone());
+    // Hundreds of rank tests: on a blocking thread, not the server's workers.
+    answer["explanation"] = tokio::task::spawn_blocking(move || {
+        json!({
+            "labels": compare::label_splits(&labels, &groups),
+            "placement": compare::finding_splits(&findings, &groups),
+            "code": compare::code_differences(&tables, &groups, limit as usize),
+        })
+    })
+    .await
+    .map_err(|e| AppError::Internal(format!("explaining the bands failed: {e}")))?;
     Ok(Json(answer))
 }
 
@@ -436,9 +495,11 @@ fn no_bands_verdict(w: &Window, metrics: &[Metric], choice: &BandChoice) -> Stri
 
 /// The chosen metric in the previous window of the same length: its bands, and the nodes of
 /// this window's bands that were in another band (or none) then.
+#[allow(clippy::too_many_arguments)]
 async fn changes(
     state: &AppState,
     selector: &Selector,
+    wanted: Option<&str>,
     from: u32,
     to: u32,
     now: &Window,
@@ -446,7 +507,11 @@ async fn changes(
     groups: &Groups,
 ) -> Result<Value, AppError> {
     let (prev_from, prev_to) = (from.saturating_sub(to - from), from);
-    let before = Window::read(&state.store, selector, prev_from, prev_to).await?;
+    let mut before = Window::read(&state.store, selector, prev_from, prev_to).await?;
+    // Held to the same level as this window: the same metrics tested, or the one asked for.
+    if before.keep_metric(wanted).is_err() {
+        before.metrics.clear();
+    }
     let (before_metrics, before_choice) = find_bands(before.metrics.clone(), state.bands_null.clone()).await?;
     let position = before_metrics.iter().position(|m| m.kind == metric.kind);
     let band_before: HashMap<&str, &str> =
@@ -507,12 +572,12 @@ async fn function_tables(
         };
         let found = store.node_functions(&scope, FUNCTIONS_READ).await?;
         let is_cpu = *event == EventKind::Cpu.name();
-        // Per node: what a value is divided by (CPU-ns for shares, CPU-seconds for rates).
-        let divisor: Vec<Option<f64>> = w
-            .cpu_ns
-            .iter()
-            .map(|c| c.filter(|&c| c > 0.0).map(|c| if is_cpu { c } else { c / 1e9 }))
-            .collect();
+        // Per node: what a value is divided by (CPU-ns sampled for shares of the CPU samples,
+        // CPU-seconds for rates).
+        let divisor: Vec<Option<f64>> = match is_cpu {
+            true => w.node_cpu_ns.iter().map(|c| c.filter(|&c| c > 0.0)).collect(),
+            false => w.node_cpu_seconds.clone(),
+        };
         let columns: Vec<Option<usize>> = found.nodes.iter().map(|n| index.get(n.as_str()).copied()).collect();
         let normalize = |per_node: &[u64]| -> Vec<Option<f64>> {
             let mut out: Vec<Option<f64>> = divisor.iter().map(|d| d.map(|_| 0.0)).collect();

@@ -30,8 +30,12 @@ use super::{AppError, AppState};
 use crate::selector::Selector;
 use crate::storage::{FlameGraph, Scope};
 
-/// Fixed point of the weighted sums: values are kept in thousandths of a unit per CPU-second.
-const SCALE: f64 = 1000.0;
+/// Fixed point of the weighted sums: values are kept in millionths of a unit per CPU-second (or
+/// unit of work), rounded per (stack, process): fine enough that a stack sampled once on a node
+/// of a large group over an hour is not rounded away (1e3 lost most of a page-fault profile).
+const SCALE: f64 = 1e6;
+/// pprof values are integers: a unit per this many CPU-seconds (or units of work).
+const PPROF_PER: f64 = 1000.0;
 const DEFAULT_MAX_STACKS: u32 = 20_000;
 const MAX_STACKS: u32 = 200_000;
 
@@ -99,7 +103,10 @@ pub(super) async fn diff(State(state): State<AppState>, RawQuery(raw): RawQuery)
                 Some(_) => (("low band (fast)", bands.low), ("high band (slow)", bands.high)),
                 None => (("low band", bands.low), ("high band", bands.high)),
             };
-            ([(a.0.to_owned(), a.1), (b.0.to_owned(), b.1)], Some(bands.metric))
+            (
+                [(a.0.to_owned(), a.1, selector.clone()), (b.0.to_owned(), b.1, selector)],
+                Some(bands.metric),
+            )
         }
         Some(other) => {
             return Err(AppError::BadRequest(format!(
@@ -114,6 +121,7 @@ pub(super) async fn diff(State(state): State<AppState>, RawQuery(raw): RawQuery)
                 sides.push((
                     selector.to_string(),
                     nodes.into_iter().map(|n| n.node).collect::<Vec<_>>(),
+                    selector,
                 ));
             }
             let b = sides.pop().expect("two sides");
@@ -125,13 +133,6 @@ pub(super) async fn diff(State(state): State<AppState>, RawQuery(raw): RawQuery)
         Some(s) => s.to_owned(),
         None => busiest_source(&state, event, from, to, &sides).await?,
     };
-    let scope = Scope {
-        event: event.name(),
-        source: Some(source.clone()),
-        selector: Selector::all(),
-        from,
-        to,
-    };
     // What each node's values are divided by: its CPU-seconds, or its units of work.
     let per_work = match p.one("per").unwrap_or("cpu_second") {
         "cpu_second" => false,
@@ -142,13 +143,27 @@ pub(super) async fn diff(State(state): State<AppState>, RawQuery(raw): RawQuery)
             )))
         }
     };
-    let divisors = if per_work {
-        work_units(&state, from, to, &sides).await?
-    } else {
-        cpu_seconds(&state, from, to, &sides).await?
-    };
     let mut groups = Vec::new();
-    for (label, nodes) in sides {
+    for (label, nodes, selector) in sides {
+        // Process labels in a side's selector pick its samples and its CPU-seconds; units of work
+        // are counted per node.
+        let divisors = if per_work {
+            work_units(&state, from, to, &nodes).await?
+        } else {
+            cpu_seconds(&state, from, to, &selector, &nodes).await?
+        };
+        if nodes.is_empty() {
+            return Err(AppError::BadRequest(format!(
+                "the group `{label}` has no node in this range"
+            )));
+        }
+        let scope = Scope {
+            event: event.name(),
+            source: Some(source.clone()),
+            selector,
+            from,
+            to,
+        };
         let (with, left_out): (Vec<String>, Vec<String>) = nodes
             .iter()
             .cloned()
@@ -167,10 +182,14 @@ pub(super) async fn diff(State(state): State<AppState>, RawQuery(raw): RawQuery)
             graph,
         });
     }
-    if groups.iter().all(|g| g.nodes.is_empty()) && per_work {
-        return Err(AppError::BadRequest(
-            "no node of either group counted units of work in this range (bimodal-agent run --work-uprobe or --work-metric)".into(),
-        ));
+    if let Some(g) = groups.iter().find(|g| g.nodes.is_empty()) {
+        return Err(AppError::BadRequest(match per_work {
+            true => format!(
+                "no node of the group `{}` counted units of work in this range (bimodal-agent run --work-uprobe or --work-metric)",
+                g.label
+            ),
+            false => format!("no node of the group `{}` has CPU samples in this range", g.label),
+        }));
     }
     let per = if per_work { "unit of work" } else { "CPU-second" };
     let unit = format!("{} per {per}", groups[0].graph.profile.unit);
@@ -238,15 +257,16 @@ pub(super) async fn diff(State(state): State<AppState>, RawQuery(raw): RawQuery)
     })
 }
 
-/// A group's profile in thousandths of a unit per CPU-second (a unit per 1,000 CPU-seconds),
-/// or in parts per million of its total when `relative`.
+/// A group's profile for pprof: in units per [`PPROF_PER`] CPU-seconds (or units of work), or in
+/// parts per million of its total when `relative`.
 fn rescaled(g: &Group, relative: bool) -> Profile {
     let mut profile = g.graph.profile.clone();
-    if relative {
-        let total = profile.total().max(1) as f64;
-        for s in &mut profile.samples {
-            s.value = (s.value as f64 / total * 1e6).round() as u64;
-        }
+    let total = profile.total().max(1) as f64;
+    for s in &mut profile.samples {
+        s.value = match relative {
+            true => (s.value as f64 / total * 1e6).round() as u64,
+            false => (s.value as f64 / SCALE * PPROF_PER).round() as u64,
+        };
     }
     profile
 }
@@ -261,39 +281,56 @@ fn side_json(g: &Group) -> serde_json::Value {
     })
 }
 
-/// CPU-seconds per node of both groups over [from, to), from the `cpu` source with the most
-/// nodes.
+/// CPU-seconds of `nodes` over [from, to) under `selector` (its process labels pick the
+/// processes): [`super::compare::node_cpu_seconds`], samples from the `cpu` source with the
+/// most nodes (ties: the first by name).
 async fn cpu_seconds(
     state: &AppState,
     from: u32,
     to: u32,
-    sides: &[(String, Vec<String>); 2],
+    selector: &Selector,
+    nodes: &[String],
 ) -> Result<HashMap<String, f64>, AppError> {
-    let totals = node_totals(state, EventKind::Cpu, from, to, sides).await?;
-    let mut by_source: HashMap<&str, HashMap<String, f64>> = HashMap::new();
-    for t in &totals {
-        by_source
-            .entry(t.source.as_str())
-            .or_default()
-            .insert(t.node.clone(), t.value as f64 / 1e9);
+    let wanted: std::collections::HashSet<&str> = nodes.iter().map(String::as_str).collect();
+    let scope = Scope {
+        event: EventKind::Cpu.name(),
+        source: None,
+        selector: selector.clone(),
+        from,
+        to,
+    };
+    let mut by_source: std::collections::BTreeMap<String, HashMap<String, f64>> = Default::default();
+    for t in state.store.node_totals(&scope).await? {
+        if wanted.contains(t.node.as_str()) {
+            by_source.entry(t.source).or_default().insert(t.node, t.value as f64);
+        }
     }
-    Ok(by_source
-        .into_values()
-        .max_by_key(|nodes| nodes.len())
-        .unwrap_or_default())
+    let most = by_source.values().map(HashMap::len).max().unwrap_or(0);
+    let sampled = by_source.into_values().find(|n| n.len() == most).unwrap_or_default();
+    let exact: HashMap<String, f64> = state
+        .store
+        .node_counters(nodes, from, to)
+        .await?
+        .into_iter()
+        .filter(|(_, name, _)| name == bimodal_proto::PROCESS_CPU_COUNTER)
+        .map(|(node, _, value)| (node, value as f64))
+        .collect();
+    let picks_processes = selector.process_matchers().next().is_some();
+    Ok(nodes
+        .iter()
+        .filter_map(|n| {
+            let seconds =
+                super::compare::node_cpu_seconds(sampled.get(n).copied(), exact.get(n).copied(), picks_processes)?;
+            Some((n.clone(), seconds))
+        })
+        .collect())
 }
 
-/// Units of work per node of both groups over [from, to) (the agents' `work` counter).
-async fn work_units(
-    state: &AppState,
-    from: u32,
-    to: u32,
-    sides: &[(String, Vec<String>); 2],
-) -> Result<HashMap<String, f64>, AppError> {
-    let nodes: Vec<String> = sides.iter().flat_map(|s| s.1.iter().cloned()).collect();
+/// Units of work of `nodes` over [from, to) (the agents' `work` counter).
+async fn work_units(state: &AppState, from: u32, to: u32, nodes: &[String]) -> Result<HashMap<String, f64>, AppError> {
     Ok(state
         .store
-        .node_counters(&nodes, from, to)
+        .node_counters(nodes, from, to)
         .await?
         .into_iter()
         .filter(|(_, name, _)| name == bimodal_proto::WORK_COUNTER)
@@ -307,7 +344,7 @@ async fn busiest_source(
     event: EventKind,
     from: u32,
     to: u32,
-    sides: &[(String, Vec<String>); 2],
+    sides: &[(String, Vec<String>, Selector); 2],
 ) -> Result<String, AppError> {
     let mut samples: HashMap<String, u64> = HashMap::new();
     for t in node_totals(state, event, from, to, sides).await? {
@@ -325,7 +362,7 @@ async fn node_totals(
     event: EventKind,
     from: u32,
     to: u32,
-    sides: &[(String, Vec<String>); 2],
+    sides: &[(String, Vec<String>, Selector); 2],
 ) -> Result<Vec<crate::storage::NodeTotal>, AppError> {
     let wanted: std::collections::HashSet<&str> = sides.iter().flat_map(|s| s.1.iter().map(String::as_str)).collect();
     let scope = Scope {

@@ -123,6 +123,8 @@ impl IngestService {
         let in_flight = self.in_flight.clone();
         tokio::spawn(async move {
             // Acks go out in the order batches came, whatever order they are stored in.
+            // Each admitted batch is stored by its own task, so that it goes on (and frees its
+            // share of the bound) while this loop waits to admit the next one.
             let mut pending: FuturesOrdered<Pin<Box<dyn Future<Output = v1::IngestResponse> + Send>>> =
                 FuturesOrdered::new();
             let mut read = 0usize;
@@ -181,7 +183,14 @@ impl IngestService {
                         drop(encoded);
                         read += 1;
                         let (writer, names, sender) = (writer.clone(), names.clone(), sender.clone());
-                        pending.push_back(Box::pin(async move { store(&writer, &names, &sender, held, batch).await }));
+                        let batch_id = batch.batch_id.clone();
+                        let stored = tokio::spawn(async move { store(&writer, &names, &sender, held, batch).await });
+                        pending.push_back(Box::pin(async move {
+                            stored.await.unwrap_or_else(|e| {
+                                tracing::error!(error = %e, "storing a batch failed");
+                                ack(batch_id, v1::ack::Status::Retry, "the server failed storing this batch".into(), 5_000)
+                            })
+                        }));
                     }
                     Some(reply) = pending.next(), if !pending.is_empty() => {
                         if tx.send(Ok(reply)).await.is_err() {

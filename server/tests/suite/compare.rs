@@ -31,7 +31,8 @@ use crate::fixture;
 /// the high, slow band of `page_fault per CPU-second`, name `instance_type` as the label that
 /// splits them, rank `load_session` first among the page-fault differences with every slow node
 /// above every fast one, and find it higher in the CPU profile too; requests counted by a uprobe
-/// on `handle_request` give fewer units of work per CPU-second on every slow node; the
+/// on `handle_request` give fewer units of work per CPU-second on every slow node (bands of
+/// their own, the slow nodes below, with CPU-seconds measured exactly per process); the
 /// differential flame graph of the bands, in JSON, folded pairs and pprof, agrees. The
 /// answers are kept in target/artifacts/compare.json and diff.json.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -157,13 +158,15 @@ async fn a_fleet_of_agents_is_split_into_its_slow_band_and_explained() {
         bands["high_median"].as_f64().unwrap() > 2.0 * bands["low_median"].as_f64().unwrap(),
         "{bands:#}"
     );
-    let cpu = answer["metrics"]
+    // Units of work per CPU-second split the fleet the same way, the slow nodes below.
+    let work_bands = &answer["metrics"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|m| m["name"] == "cpu")
-        .unwrap();
-    assert_eq!(cpu["bands"]["found"], false, "{cpu:#}");
+        .find(|m| m["name"] == "work per CPU-second")
+        .unwrap()["bands"];
+    assert_eq!(work_bands["found"], true, "{work_bands:#}");
+    assert_eq!(work_bands["low"], serde_json::json!(slow), "{work_bands:#}");
 
     let labels = answer["explanation"]["labels"].as_array().unwrap();
     assert_eq!(labels[0]["label"], "instance_type", "{labels:#?}");
