@@ -149,26 +149,47 @@ fn groups_of(split: &Split, measured: &[usize], direction: Direction) -> Groups 
     }
 }
 
+/// How a yes/no property of nodes (a label value, a finding) goes with the bands.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Association {
+    /// Nodes of each band with the property, and the band's size.
+    pub high_with: usize,
+    pub high_nodes: usize,
+    pub low_with: usize,
+    pub low_nodes: usize,
+    /// Fisher's exact test of "the property does not go with the band".
+    pub p_value: f64,
+}
+
+impl Association {
+    /// The property's association with `groups`, `has` telling which nodes have it.
+    pub fn of(groups: &Groups, has: impl Fn(usize) -> bool) -> Association {
+        let high_with = groups.high.iter().filter(|&&i| has(i)).count();
+        let low_with = groups.low.iter().filter(|&&i| has(i)).count();
+        let (high_nodes, low_nodes) = (groups.high.len(), groups.low.len());
+        Association {
+            high_with,
+            high_nodes,
+            low_with,
+            low_nodes,
+            p_value: rank::fisher(high_with, high_nodes - high_with, low_with, low_nodes - low_with),
+        }
+    }
+
+    /// Whether the property holds on every node of one band and no node of the other.
+    pub fn exact(&self) -> bool {
+        (self.high_with == self.high_nodes && self.low_with == 0)
+            || (self.low_with == self.low_nodes && self.high_with == 0)
+    }
+}
+
 /// A label value that goes with one band.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct LabelSplit {
     pub label: String,
     pub value: String,
-    /// Nodes of each band with this value, and the band's size.
-    pub high_with: usize,
-    pub high_nodes: usize,
-    pub low_with: usize,
-    pub low_nodes: usize,
-    /// Fisher's exact test of "the value does not go with the band".
-    pub p_value: f64,
-}
-
-impl LabelSplit {
-    /// Whether the value holds on every node of one band and no node of the other.
-    pub fn exact(&self) -> bool {
-        (self.high_with == self.high_nodes && self.low_with == 0)
-            || (self.low_with == self.low_nodes && self.high_with == 0)
-    }
+    #[serde(flatten)]
+    pub association: Association,
 }
 
 /// Per label, the value that best goes with the bands, strongest first. Labels with one value
@@ -189,28 +210,20 @@ pub fn label_splits(labels: &[BTreeMap<String, String>], groups: &Groups) -> Vec
             }
             values
                 .into_iter()
-                .map(|v| {
-                    let high_with = groups.high.iter().filter(|&&i| value(i, key) == v).count();
-                    let low_with = groups.low.iter().filter(|&&i| value(i, key) == v).count();
-                    LabelSplit {
-                        label: key.to_owned(),
-                        value: v.to_owned(),
-                        high_with,
-                        high_nodes: groups.high.len(),
-                        low_with,
-                        low_nodes: groups.low.len(),
-                        p_value: rank::fisher(
-                            high_with,
-                            groups.high.len() - high_with,
-                            low_with,
-                            groups.low.len() - low_with,
-                        ),
-                    }
+                .map(|v| LabelSplit {
+                    label: key.to_owned(),
+                    value: v.to_owned(),
+                    association: Association::of(groups, |i| value(i, key) == v),
                 })
-                .min_by(|a, b| a.p_value.total_cmp(&b.p_value))
+                .min_by(|a, b| a.association.p_value.total_cmp(&b.association.p_value))
         })
         .collect();
-    splits.sort_by(|a, b| a.p_value.total_cmp(&b.p_value).then_with(|| a.label.cmp(&b.label)));
+    splits.sort_by(|a, b| {
+        a.association
+            .p_value
+            .total_cmp(&b.association.p_value)
+            .then_with(|| a.label.cmp(&b.label))
+    });
     splits
 }
 
@@ -221,12 +234,8 @@ pub struct FindingSplit {
     /// What is found, the same words on every node (e.g. `bss of scylla (/usr/bin/scylla) on
     /// a NUMA node none of its threads ran on`).
     pub finding: String,
-    pub high_with: usize,
-    pub high_nodes: usize,
-    pub low_with: usize,
-    pub low_nodes: usize,
-    /// Fisher's exact test of "the finding does not go with the band".
-    pub p_value: f64,
+    #[serde(flatten)]
+    pub association: Association,
     /// One node's finding in full, with its figures.
     pub example: String,
 }
@@ -248,26 +257,18 @@ pub fn finding_splits(findings: &[Vec<(String, String)>], groups: &Groups) -> Ve
     let mut splits: Vec<FindingSplit> = on
         .into_iter()
         .filter(|(_, (nodes, _))| nodes.len() < total)
-        .map(|(finding, (nodes, example))| {
-            let high_with = groups.high.iter().filter(|i| nodes.contains(i)).count();
-            let low_with = groups.low.iter().filter(|i| nodes.contains(i)).count();
-            FindingSplit {
-                finding: finding.to_owned(),
-                high_with,
-                high_nodes: groups.high.len(),
-                low_with,
-                low_nodes: groups.low.len(),
-                p_value: rank::fisher(
-                    high_with,
-                    groups.high.len() - high_with,
-                    low_with,
-                    groups.low.len() - low_with,
-                ),
-                example: example.to_owned(),
-            }
+        .map(|(finding, (nodes, example))| FindingSplit {
+            finding: finding.to_owned(),
+            association: Association::of(groups, |i| nodes.contains(&i)),
+            example: example.to_owned(),
         })
         .collect();
-    splits.sort_by(|a, b| a.p_value.total_cmp(&b.p_value).then_with(|| a.finding.cmp(&b.finding)));
+    splits.sort_by(|a, b| {
+        a.association
+            .p_value
+            .total_cmp(&b.association.p_value)
+            .then_with(|| a.finding.cmp(&b.finding))
+    });
     splits
 }
 
@@ -522,10 +523,14 @@ mod tests {
             (splits[0].label.as_str(), splits[0].value.as_str()),
             ("cpu_model", "big")
         );
-        assert!(splits[0].exact());
-        assert!((splits[0].p_value - 1.0 / 120.0).abs() < 1e-9, "{:?}", splits[0]);
+        assert!(splits[0].association.exact());
+        assert!(
+            (splits[0].association.p_value - 1.0 / 120.0).abs() < 1e-9,
+            "{:?}",
+            splits[0]
+        );
         assert_eq!(splits[1].label, "kernel");
-        assert!(splits[1].p_value > 0.5);
+        assert!(splits[1].association.p_value > 0.5);
     }
 
     /// Remote .bss on every slow node and no fast one comes first; a finding on every node says
@@ -555,11 +560,18 @@ mod tests {
         let splits = finding_splits(&findings, &groups);
         assert_eq!(splits.len(), 2, "{splits:?}");
         assert_eq!(splits[0].finding, "remote bss of scylla");
-        assert_eq!((splits[0].high_with, splits[0].low_with), (3, 0));
-        assert!((splits[0].p_value - 1.0 / 84.0).abs() < 1e-9, "{:?}", splits[0]);
+        assert_eq!(
+            (splits[0].association.high_with, splits[0].association.low_with),
+            (3, 0)
+        );
+        assert!(
+            (splits[0].association.p_value - 1.0 / 84.0).abs() < 1e-9,
+            "{:?}",
+            splits[0]
+        );
         assert_eq!(splits[0].example, "node 6: 16384 pages on node 1");
         assert_eq!(splits[1].finding, "remote anon of cron");
-        assert!(splits[1].p_value > 0.5);
+        assert!(splits[1].association.p_value > 0.5);
     }
 
     /// A function higher on every slow node ranks first; one large on a single node of the
