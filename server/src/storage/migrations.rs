@@ -43,6 +43,11 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
         "fleet_rollups",
         include_str!("../../migrations/008_fleet_rollups.sql"),
     ),
+    (
+        9,
+        "ledger_per_state",
+        include_str!("../../migrations/009_ledger_per_state.sql"),
+    ),
 ];
 
 /// The first migration of the current schema: a new database starts here.

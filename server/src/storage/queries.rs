@@ -582,7 +582,7 @@ fn id_list(ids: &[[u8; 16]]) -> String {
 pub(super) fn ledger_states(ids: &[[u8; 16]]) -> Sql {
     Sql::new(&format!(
         "SELECT batch_id, server, argMax(state, version) AS last_state, max(state = 2) AS stored, \
-         max(version) AS newest FROM batches WHERE batch_id IN ({}) GROUP BY batch_id, server",
+         max(version) AS newest FROM ledger WHERE batch_id IN ({}) GROUP BY batch_id, server",
         id_list(ids)
     ))
 }

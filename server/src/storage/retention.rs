@@ -28,6 +28,7 @@ enum Keep {
 /// Every partitioned table of schema v2 (a test checks this against the migrations).
 const TABLES: &[(&str, Partition, Keep)] = &[
     ("batches", Partition::Day, Keep::Ledger),
+    ("ledger", Partition::Day, Keep::Ledger),
     ("batch_progress", Partition::Day, Keep::Ledger),
     ("nodes", Partition::Month, Keep::Retention),
     ("node_facts", Partition::Month, Keep::Retention),

@@ -3,7 +3,7 @@
 //! acknowledged only once ClickHouse holds all of it.
 //!
 //! A flush, for the batches buffered since the last one:
-//! 1. claims every batch in the ledger (`batches`, state 1) and reads the ledger back: a batch
+//! 1. claims every batch in the ledger (`ledger`, state 1) and reads the ledger back: a batch
 //!    stored before is a duplicate, a batch another server claimed within the claim lease is
 //!    answered "retry later" (so two servers never write one batch at once, see
 //!    docs/design/007), the rest proceed;
@@ -473,7 +473,7 @@ impl Flusher {
     ) -> Result<(), StorageError> {
         let version = now_millis();
         let server = self.store.server_id;
-        let mut insert = begin::<LedgerRow<'static>>(client, "batches").await?;
+        let mut insert = begin::<LedgerRow<'static>>(client, "ledger").await?;
         let mut any = false;
         for b in batches {
             any = true;
@@ -494,9 +494,9 @@ impl Flusher {
                 source_names: &names,
                 source_dropped: &dropped,
             };
-            insert.write(&row).await.map_err(insert_error("batches"))?;
+            insert.write(&row).await.map_err(insert_error("ledger"))?;
         }
-        finish(insert, any, "batches").await
+        finish(insert, any, "ledger").await
     }
 
     /// Writes the stacks, frames, processes and functions not written today, the nodes whose

@@ -436,7 +436,7 @@ async fn a_half_written_batch_is_completed_without_duplicates() {
     // Undo what a crash after the samples' INSERT would not have done.
     let hex = bimodal_profile::hex(&id);
     for sql in [
-        format!("ALTER TABLE batches DELETE WHERE batch_id = unhex('{hex}')"),
+        format!("ALTER TABLE ledger DELETE WHERE batch_id = unhex('{hex}')"),
         format!("ALTER TABLE batch_progress DELETE WHERE batch_id = unhex('{hex}') AND part = 'counters'"),
         "ALTER TABLE counters DELETE WHERE node = 'half-node'".to_owned(),
     ] {
