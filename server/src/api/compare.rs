@@ -158,6 +158,15 @@ impl Window {
                     .collect(),
             });
         }
+        // Which (event, source) each node's agent sampled with, for the nodes the ledger still
+        // covers (it is kept for days, samples for weeks: older nodes count as sampling all).
+        let listed: Vec<String> = nodes.iter().map(|n| n.node.clone()).collect();
+        let sampled_with = store.node_sources(&listed, from, to).await?;
+        let sampled: std::collections::HashSet<(usize, &str, &str)> = sampled_with
+            .iter()
+            .filter_map(|(node, event, source)| Some((*index.get(node)?, event.as_str(), source.as_str())))
+            .collect();
+        let ledgered: std::collections::HashSet<usize> = sampled.iter().map(|s| s.0).collect();
         let mut sources = Vec::new();
         let sources_of = |event: &str| totals.iter().filter(|t| t.0 == event).count();
         for (event, source, values) in &totals {
@@ -181,11 +190,19 @@ impl Window {
                 },
                 unit: format!("{unit} per CPU-second"),
                 direction: Direction::HigherIsSlower,
-                // A node with CPU time and none of this event had none of it.
+                // A node with CPU time and none of this event had none of it, if its agent
+                // sampled the event with this source; else it was not measured.
                 values: values
                     .iter()
                     .zip(&cpu_seconds)
-                    .map(|(v, c)| c.map(|c| v.unwrap_or(0.0) / c))
+                    .enumerate()
+                    .map(|(i, (v, c))| {
+                        let unsampled = ledgered.contains(&i) && !sampled.contains(&(i, *event, source.as_str()));
+                        match (v, unsampled) {
+                            (None, true) => None,
+                            (v, _) => c.map(|c| v.unwrap_or(0.0) / c),
+                        }
+                    })
                     .collect(),
             });
         }

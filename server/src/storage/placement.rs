@@ -202,6 +202,32 @@ impl Store {
         Ok(rows.into_iter().map(|r| (r.time, r.name, r.value)).collect())
     }
 
+    /// The (node, event, source) triples the listed nodes' agents sampled with in [from, to):
+    /// a node without a source for an event has no value for it, not zero.
+    pub async fn node_sources(
+        &self,
+        nodes: &[String],
+        from: u32,
+        to: u32,
+    ) -> Result<Vec<(String, String, String)>, StorageError> {
+        #[derive(clickhouse::Row, serde::Deserialize)]
+        struct Row {
+            node: String,
+            event: String,
+            source: String,
+        }
+        let mut out = Vec::new();
+        for chunk in nodes.chunks(1000) {
+            let rows = queries::node_sources(chunk, from, to)
+                .query(&self.client)
+                .fetch_all::<Row>()
+                .await
+                .map_err(StorageError::query("read which sources nodes sampled with"))?;
+            out.extend(rows.into_iter().map(|r| (r.node, r.event, r.source)));
+        }
+        Ok(out)
+    }
+
     /// Each listed node's counters summed over [from, to): (node, counter, increase).
     pub async fn node_counters(
         &self,

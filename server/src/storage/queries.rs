@@ -530,6 +530,21 @@ pub(super) fn counters(node: &str, names: &[String], from: u32, to: u32) -> Sql 
     sql
 }
 
+/// The (event, source) pairs each listed node's agent sampled with in [from, to), from the
+/// ledger (every batch names its sources).
+pub(super) fn node_sources(nodes: &[String], from: u32, to: u32) -> Sql {
+    let mut sql = Sql::new(
+        "SELECT DISTINCT node, event, source FROM ledger ARRAY JOIN source_events AS event, source_names AS source \
+         WHERE start_time >= toDateTime(",
+    );
+    sql.bind(Value::U32(from.saturating_sub(600)))
+        .push(") AND start_time < toDateTime(")
+        .bind(Value::U32(to))
+        .push(")")
+        .append(selector_filter(&Selector::all(), Nodes::In(nodes)));
+    sql
+}
+
 /// Each node's counters summed over [from, to), for the nodes listed.
 pub(super) fn node_counters(nodes: &[String], from: u32, to: u32) -> Sql {
     let mut sql = Sql::new("SELECT node, name, sum(value) AS value FROM counters WHERE time >= toDateTime(");

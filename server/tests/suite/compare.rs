@@ -440,6 +440,13 @@ async fn remote_bss_on_the_slow_nodes_is_the_placement_that_splits_them() {
         let acks = super::wire::exchange(&server, messages).await.unwrap();
         assert_eq!(acks.len(), 3, "{acks:?}");
     }
+    // A ninth node whose agent does not sample remote accesses: not measured, not zero.
+    let mut cpu_only = numa_batch(9, 9, 0, false);
+    cpu_only.samples.retain(|s| s.event == v1::EventKind::Cpu as i32);
+    cpu_only.sources.retain(|s| s.event == v1::EventKind::Cpu as i32);
+    cpu_only.placements.clear();
+    let messages = vec![super::wire::hello("numa-cpu-only"), super::wire::req(cpu_only)];
+    assert_eq!(super::wire::exchange(&server, messages).await.unwrap().len(), 1);
     let (status, body) = server
         .get(&format!(
             "/api/v1/compare?from={start}&to={}",
@@ -448,6 +455,19 @@ async fn remote_bss_on_the_slow_nodes_is_the_placement_that_splits_them() {
         .await;
     assert_eq!(status, 200, "{body}");
     let answer: Value = serde_json::from_str(&body).unwrap();
+    let rates = answer["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "remote_access per CPU-second")
+        .unwrap();
+    let position = answer["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|n| n == "numa-cpu-only")
+        .unwrap();
+    assert!(rates["values"][position].is_null(), "{rates}");
     let bands = &answer["bands"];
     assert_eq!(bands["metric"], "remote_access per CPU-second", "{answer:#}");
     assert_eq!(
