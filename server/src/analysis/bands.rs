@@ -11,9 +11,10 @@
 //!   serves every metric; the p-value is the share of null fleets scoring at least as high.
 //! - **effect**: the bands' medians must lie at least [`BandConfig::min_separation`] robust
 //!   standard deviations (1.4826 × MAD within each band, pooled) apart, so that a large fleet's
-//!   tiny skew is not called a band.
+//!   tiny skew is not called a band, and differ by a factor of at least
+//!   [`BandConfig::min_ratio`], so that two tight clusters 1% apart are not either.
 //!
-//! Both must hold; otherwise the answer is "no bands", with the reason. Medians and MADs make the
+//! All must hold; otherwise the answer is "no bands", with the reason. Medians and MADs make the
 //! effect test robust to a few outliers; the minimum band size keeps one or two outliers from
 //! being a band on their own.
 
@@ -31,6 +32,9 @@ pub struct BandConfig {
     pub alpha: f64,
     /// Smallest distance between the bands' medians, in robust standard deviations.
     pub min_separation: f64,
+    /// Smallest ratio of the bands' medians: nodes that differ by less are one band however
+    /// tightly each side clusters (a node-wide counter read over windows a second apart).
+    pub min_ratio: f64,
     /// Null fleets drawn per fleet size (the smallest p-value is 1 / (draws + 1)).
     pub null_draws: usize,
     /// Seed of the null fleets: the same data always gets the same answer.
@@ -44,6 +48,7 @@ impl Default for BandConfig {
             min_band_nodes: 2,
             alpha: 0.01,
             min_separation: 2.0,
+            min_ratio: 1.1,
             null_draws: 999,
             seed: 0x6269_6d6f_6461_6c21,
         }
@@ -106,6 +111,8 @@ pub enum NoBands {
     NotSignificant { p_value: f64 },
     #[error("the best split separates the bands by only {separation:.1} standard deviations")]
     TooClose { separation: f64 },
+    #[error("the bands' medians differ by only {percent:.1}%")]
+    TooSimilar { percent: f64 },
 }
 
 /// Finds two bands in `values` (one per node; not finite values are left out by the caller).
@@ -180,6 +187,13 @@ pub fn detect(values: &[f64], config: &BandConfig, null: &mut NullCache) -> Band
     if separation < config.min_separation {
         return Bands::None {
             reason: NoBands::TooClose { separation },
+            best: Some(split),
+        };
+    }
+    if split.high_median < split.low_median * config.min_ratio {
+        let percent = 100.0 * (split.high_median / split.low_median - 1.0);
+        return Bands::None {
+            reason: NoBands::TooSimilar { percent },
             best: Some(split),
         };
     }
@@ -358,6 +372,31 @@ mod tests {
             none(&[0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0], &mut null),
             NoBands::MostlyZero
         );
+    }
+
+    /// Two tight clusters less than 1% apart (a node-wide counter read by agents whose windows
+    /// differ by a second) are one band; the same clusters 30% apart are two.
+    #[test]
+    fn tight_clusters_close_together_are_one_band() {
+        let mut values = vec![13.273; 6];
+        values.extend([13.364, 13.364]);
+        let got = detect(&values, &BandConfig::default(), &mut NullCache::default());
+        assert!(
+            matches!(
+                got,
+                Bands::None {
+                    reason: NoBands::TooSimilar { .. },
+                    ..
+                }
+            ),
+            "{got:?}"
+        );
+        values[6] = 17.3;
+        values[7] = 17.3;
+        assert!(matches!(
+            detect(&values, &BandConfig::default(), &mut NullCache::default()),
+            Bands::Two(_)
+        ));
     }
 
     /// Values equal within a band (an idle metric on fast nodes) still split cleanly.
