@@ -173,6 +173,11 @@ def copy_forward(sql, window, span, start):
         f"SELECT toDateTime(toUInt32(time) + k * {window}), {', '.join(cols)} FROM node_totals "
         f"ARRAY JOIN arrayMap(x -> x + 1, range({copies - 1})) AS k "
         f"WHERE time < toDateTime({start + window})")
+    # The nodes report through the window too (compare lists the nodes seen in its range).
+    out.append(
+        "INSERT INTO nodes (node, first_seen, last_seen, label_keys, label_values, agent_version, facts, version) "
+        f"SELECT node, first_seen, toDateTime({aligned(start) + span - 1}), label_keys, label_values, "
+        "agent_version, facts, version + 1 FROM nodes")
     scale = max(1, 600 // window)
     for coarse, minute in COARSE.items():
         cols = [c for c in columns(sql, minute) if c != "time"]
