@@ -17,6 +17,16 @@ cleanup() {
 	echo
 	echo "demo: stopping"
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	# The server stops ClickHouse on its way out; whatever is still there after 15 s is killed.
+	for _ in $(seq 1 75); do
+		alive=0
+		for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+		[ "$alive" = 0 ] && break
+		sleep 0.2
+	done
+	for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+	# A server killed that way leaves its managed ClickHouse behind.
+	pkill -f "clickhouse-server --config-file=$(realpath "$data")/" 2>/dev/null || true
 	wait 2>/dev/null || true
 }
 trap cleanup INT TERM EXIT
