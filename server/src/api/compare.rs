@@ -114,11 +114,13 @@ impl Window {
                     .map(|(source, values)| (event.name(), source, values)),
             );
         }
-        let cpu_source = totals
-            .iter()
-            .filter(|t| t.0 == EventKind::Cpu.name())
-            .max_by_key(|t| t.2.iter().filter(|v| v.is_some()).count())
-            .map(|t| t.1.clone());
+        let cpu_source = cpu_source_of(
+            totals
+                .iter()
+                .filter(|t| t.0 == EventKind::Cpu.name())
+                .map(|t| (t.1.as_str(), t.2.iter().filter(|v| v.is_some()).count())),
+        )
+        .map(str::to_owned);
         let cpu_ns: Vec<Option<f64>> = totals
             .iter()
             .find(|t| t.0 == EventKind::Cpu.name() && Some(&t.1) == cpu_source.as_ref())
@@ -140,9 +142,31 @@ impl Window {
         let cpu_seconds: Vec<Option<f64>> = (0..nodes.len())
             .map(|i| node_cpu_seconds(cpu_ns[i], process_cpu(i), picks_processes))
             .collect();
+        let node_cpu_ns = if !picks_processes {
+            cpu_ns.clone()
+        } else {
+            let mut node_only = selector.clone();
+            node_only
+                .matchers
+                .retain(|m| m.scope() == crate::selector::LabelScope::Node);
+            let scope = Scope {
+                event: EventKind::Cpu.name(),
+                source: cpu_source.clone(),
+                selector: node_only,
+                from,
+                to,
+            };
+            let mut all = vec![None; nodes.len()];
+            for t in store.node_totals(&scope).await? {
+                if let Some(&i) = index.get(&t.node) {
+                    all[i] = Some(t.value as f64);
+                }
+            }
+            all
+        };
         // Per-node function values are kept per node: their rates use the node's CPU-seconds.
         let node_cpu_seconds_all: Vec<Option<f64>> = (0..nodes.len())
-            .map(|i| node_cpu_seconds(cpu_ns[i], process_cpu(i), false))
+            .map(|i| node_cpu_seconds(node_cpu_ns[i], process_cpu(i), false))
             .collect();
         let mut metrics = Vec::new();
         if let Some(source) = &cpu_source {
@@ -160,8 +184,7 @@ impl Window {
         }
         // Which (event, source) each node's agent sampled with, for the nodes the ledger still
         // covers (it is kept for days, samples for weeks: older nodes count as sampling all).
-        let listed: Vec<String> = nodes.iter().map(|n| n.node.clone()).collect();
-        let sampled_with = store.node_sources(&listed, from, to).await?;
+        let sampled_with = store.node_sources(&names, from, to).await?;
         let sampled: std::collections::HashSet<(usize, &str, &str)> = sampled_with
             .iter()
             .filter_map(|(node, event, source)| Some((*index.get(node)?, event.as_str(), source.as_str())))
@@ -268,28 +291,6 @@ impl Window {
                 values: remote,
             });
         }
-        let node_cpu_ns = if selector.process_matchers().next().is_none() {
-            cpu_ns.clone()
-        } else {
-            let mut node_only = selector.clone();
-            node_only
-                .matchers
-                .retain(|m| m.scope() == crate::selector::LabelScope::Node);
-            let scope = Scope {
-                event: EventKind::Cpu.name(),
-                source: cpu_source.clone(),
-                selector: node_only,
-                from,
-                to,
-            };
-            let mut all = vec![None; nodes.len()];
-            for t in store.node_totals(&scope).await? {
-                if let Some(&i) = index.get(&t.node) {
-                    all[i] = Some(t.value as f64);
-                }
-            }
-            all
-        };
         Ok(Window {
             nodes,
             node_cpu_ns,
@@ -343,6 +344,15 @@ impl Window {
 /// (`process_cpu_ns`, agents with `--pid`) and the selector does not pick processes itself;
 /// else estimated from its `cpu` samples (`samples_ns`: their value), which is coarse when the
 /// process uses a small share of a CPU or the kernel throttles sampling. `None` without either.
+/// The `cpu` source CPU-seconds are read from: the one most nodes have (ties: the first by
+/// name), given each source's node count.
+pub(super) fn cpu_source_of<'a>(nodes_per_source: impl IntoIterator<Item = (&'a str, usize)>) -> Option<&'a str> {
+    nodes_per_source
+        .into_iter()
+        .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(a.0)))
+        .map(|(source, _)| source)
+}
+
 pub(super) fn node_cpu_seconds(
     samples_ns: Option<f64>,
     process_cpu_ns: Option<f64>,
@@ -402,7 +412,7 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
     let limit = p.bounded("limit", DEFAULT_LIMIT, MAX_LIMIT)?;
     let mut window = Window::read(&state.store, &selector, from, to).await?;
     window.keep_metric(p.one("metric"))?;
-    let (metrics, choice) = find_bands(window.metrics.clone(), state.bands_null.clone()).await?;
+    let (metrics, choice) = find_bands(std::mem::take(&mut window.metrics), state.bands_null.clone()).await?;
     let metrics_json: Vec<Value> = metrics
         .iter()
         .zip(&choice.tested)
@@ -529,7 +539,8 @@ async fn changes(
     if before.keep_metric(wanted).is_err() {
         before.metrics.clear();
     }
-    let (before_metrics, before_choice) = find_bands(before.metrics.clone(), state.bands_null.clone()).await?;
+    let (before_metrics, before_choice) =
+        find_bands(std::mem::take(&mut before.metrics), state.bands_null.clone()).await?;
     let position = before_metrics.iter().position(|m| m.kind == metric.kind);
     let band_before: HashMap<&str, &str> =
         match position.map(|i| (&before_choice.tested[i].measured, &before_choice.tested[i].bands)) {
@@ -646,7 +657,7 @@ pub(super) async fn bands_of(
 ) -> Result<Result<BandNodes, String>, AppError> {
     let mut window = Window::read(&state.store, selector, from, to).await?;
     window.keep_metric(metric)?;
-    let (metrics, choice) = find_bands(window.metrics.clone(), state.bands_null.clone()).await?;
+    let (metrics, choice) = find_bands(std::mem::take(&mut window.metrics), state.bands_null.clone()).await?;
     Ok(match (choice.chosen, &choice.groups) {
         (Some(i), Some(groups)) => Ok(BandNodes {
             metric: metrics[i].name.clone(),

@@ -305,8 +305,8 @@ async fn cpu_seconds(
             by_source.entry(t.source).or_default().insert(t.node, t.value as f64);
         }
     }
-    let most = by_source.values().map(HashMap::len).max().unwrap_or(0);
-    let sampled = by_source.into_values().find(|n| n.len() == most).unwrap_or_default();
+    let source = super::compare::cpu_source_of(by_source.iter().map(|(s, n)| (s.as_str(), n.len()))).map(str::to_owned);
+    let sampled = source.and_then(|s| by_source.remove(&s)).unwrap_or_default();
     let exact: HashMap<String, f64> = state
         .store
         .node_counters(nodes, from, to)
