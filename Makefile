@@ -28,11 +28,13 @@ release: web
 demo: release
 	tools/demo.sh
 
-## test: every test: Rust suites (BPF, ClickHouse 18.16, gRPC, browser), modern SQL in chdb, the NUMA guest
+## test: every test: Rust suites (BPF, ClickHouse 18.16, gRPC, browser), modern SQL in chdb, the NUMA guest,
+##       a fleet of eight NUMA guests compared
 test: web
 	$(CARGO) test --workspace --no-fail-fast
 	python3 tests/modern_sql.py target/debug/bimodal-server
 	tests/numa/run.sh
+	tests/numa/fleet.sh target/release/bimodal-agent
 
 ## bench: cost of bimodal-agent record vs perf record under a page-fault-heavy workload (BENCH_SECONDS=30),
 ##        frame-pointer against .eh_frame unwinding (tools/bench-unwind.sh), then storage and ingest

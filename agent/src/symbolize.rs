@@ -182,7 +182,7 @@ impl Frames {
         let mut frames: Vec<v1::Frame> = ips
             .iter()
             .map(|ip| v1::Frame {
-                module: "vmlinux".into(),
+                module: bimodal_proto::KERNEL_MODULE.into(),
                 ..unsymbolized(v1::FrameKind::Kernel, ip.address, String::new())
             })
             .collect();

@@ -60,6 +60,14 @@ pub const WORK_COUNTER: &str = "work";
 /// the CPU-seconds every per-CPU-second rate of that node is divided by.
 pub const PROCESS_CPU_COUNTER: &str = "process_cpu_ns";
 
+/// The module of kernel frames (named from kallsyms by the agent, kernel modules included).
+pub const KERNEL_MODULE: &str = "vmlinux";
+
+/// The node counter the server writes for every batch it stores: the milliseconds the batch
+/// covers. Summed over a window, it is how long a node reported in it, exact for live agents
+/// and imported batches alike (an agent's own counter of this name is ignored).
+pub const REPORTED_COUNTER: &str = "reported_ms";
+
 /// Bytes of file data per `DebuginfoChunk`.
 pub const DEBUGINFO_CHUNK_BYTES: usize = 1 << 20;
 

@@ -339,7 +339,9 @@ pub const WEIGHT_STEP: f64 = 0.05;
 /// Functions whose normalized per-node values differ between the bands consistently (|effect|
 /// at least [`MIN_LISTED_EFFECT`], p at most [`MAX_LISTED_P`]), the largest first: by
 /// [`CodeDifference::weight`] in steps of [`WEIGHT_STEP`], so that a function going from nothing
-/// to a trace does not outrank one that moved half the event; within a step a function's own
+/// to a trace does not outrank one that moved half the event; within a step user code before
+/// kernel code (the kernel path an event is taken on, a fault handler or `task_numa_fault`, is
+/// in every stack of the event: the code that drove it is the answer), a function's own
 /// samples before its callers' totals (which the callee's difference often accounts for), then
 /// by |effect| and weight.
 /// Every function is tested on its self value and, where it has callees, its total value.
@@ -400,8 +402,10 @@ pub fn code_differences(tables: &[FunctionTable], groups: &Groups, limit: usize)
     found.retain(|d| d.effect.abs() >= MIN_LISTED_EFFECT && d.p_value <= MAX_LISTED_P);
     let step = |d: &CodeDifference| (d.weight / WEIGHT_STEP).round() as i64;
     found.sort_by(|a, b| {
+        let kernel = |d: &CodeDifference| d.module == bimodal_proto::KERNEL_MODULE;
         step(b)
             .cmp(&step(a))
+            .then(kernel(a).cmp(&kernel(b)))
             .then((a.measure == Measure::TotalValue).cmp(&(b.measure == Measure::TotalValue)))
             .then(b.effect.abs().total_cmp(&a.effect.abs()))
             .then(b.weight.total_cmp(&a.weight))
@@ -613,5 +617,43 @@ mod tests {
         assert_eq!(top.effect, 1.0);
         assert_eq!(top.high.len(), 4);
         assert!((top.p_value - 2.0 / 495.0).abs() < 1e-12, "{top:?}");
+    }
+
+    /// Remote accesses taken in `task_numa_fault`: the kernel leaf has the whole event on every
+    /// node, as does the user function that faulted; the user function is named first.
+    #[test]
+    fn user_code_before_the_kernel_path_of_the_event() {
+        let groups = Groups {
+            low: (0..4).collect(),
+            high: (4..8).collect(),
+            slow: Some("high"),
+        };
+        let rates: Vec<Option<f64>> = (0..8)
+            .map(|i| Some(if i >= 4 { 7000.0 + i as f64 } else { 1.0 }))
+            .collect();
+        let function = |name: &str, module: &str, self_values: Vec<Option<f64>>| FunctionValues {
+            function: name.into(),
+            module: module.into(),
+            self_values,
+            total_values: rates.clone(),
+        };
+        let table = FunctionTable {
+            event: "remote_access".into(),
+            source: "task_numa_fault".into(),
+            unit: "pages per CPU-second".into(),
+            functions: vec![
+                function("task_numa_fault", bimodal_proto::KERNEL_MODULE, rates.clone()),
+                function("scan_bss_table", "numa_scan", vec![Some(0.0); 8]),
+            ],
+        };
+        let found = code_differences(&[table], &groups, 10);
+        let names: Vec<(&str, Measure)> = found.iter().map(|d| (d.function.as_str(), d.measure)).collect();
+        assert_eq!(
+            names,
+            [
+                ("scan_bss_table", Measure::TotalValue),
+                ("task_numa_fault", Measure::SelfValue)
+            ]
+        );
     }
 }

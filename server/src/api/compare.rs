@@ -74,12 +74,12 @@ impl Window {
         let mut nodes = store.nodes(selector, from, to).await?;
         nodes.sort_by(|a, b| a.node.cmp(&b.node));
         let index: HashMap<String, usize> = nodes.iter().enumerate().map(|(i, n)| (n.node.clone(), i)).collect();
-        // Seconds each node reported within the window (at least one): from its first report,
-        // to now or to its last one (`last_seen` is refreshed once per NODE_REFRESH while a node
-        // reports, so a node is counted as reporting until a refresh later than that).
+        // Where batches stored before the server counted their length: seconds from the node's
+        // first report to now or to its last one (`last_seen` is refreshed once per NODE_REFRESH
+        // while a node reports, so a node is counted as reporting until a refresh after it).
         let now = super::params::now();
         let refresh = crate::storage::writer::NODE_REFRESH.as_secs() as u32;
-        let seconds: Vec<f64> = nodes
+        let estimated: Vec<f64> = nodes
             .iter()
             .map(|n| {
                 let start = n.first_seen.max(from);
@@ -133,6 +133,16 @@ impl Window {
                 counters.insert((i, name), value as f64);
             }
         }
+        // Seconds each node reported within the window: the length of its batches.
+        let seconds: Vec<f64> = (0..nodes.len())
+            .map(|i| {
+                counters
+                    .get(&(i, bimodal_proto::REPORTED_COUNTER.to_owned()))
+                    .map(|ms| ms / 1000.0)
+                    .filter(|s| *s > 0.0)
+                    .unwrap_or(estimated[i])
+            })
+            .collect();
         let picks_processes = selector.process_matchers().next().is_some();
         let process_cpu = |i: usize| {
             counters

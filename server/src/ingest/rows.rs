@@ -280,6 +280,12 @@ pub fn unnamed(module: &str, file_offset: u64, address: u64) -> String {
     }
 }
 
+/// Milliseconds the batch covers, when its end is after its start.
+fn reported_ms(batch: &v1::Batch) -> Option<u64> {
+    let nanos = batch.end_unix_nanos.checked_sub(batch.start_unix_nanos)?;
+    (nanos > 0).then(|| (nanos as u64).div_ceil(1_000_000))
+}
+
 /// Turns a validated batch into rows. `namer` names frames the agent left to the server;
 /// dimension rows `known` to be written are left out.
 pub fn build(sender: &Sender, batch: &v1::Batch, namer: &dyn FrameNamer, known: &dyn Known) -> BatchRows {
@@ -566,7 +572,13 @@ pub fn build(sender: &Sender, batch: &v1::Batch, namer: &dyn FrameNamer, known: 
         end_time,
         samples,
         data_samples,
-        counters: batch.counters.iter().map(|c| (c.name.clone(), c.value)).collect(),
+        counters: batch
+            .counters
+            .iter()
+            .filter(|c| c.name != bimodal_proto::REPORTED_COUNTER)
+            .map(|c| (c.name.clone(), c.value))
+            .chain(reported_ms(batch).map(|ms| (bimodal_proto::REPORTED_COUNTER.to_owned(), ms)))
+            .collect(),
         placements,
         stacks,
         frames,

@@ -231,12 +231,34 @@ impl crate::ingest::rows::Known for KnownToday<'_> {
     }
 }
 
-/// A node as the writer keeps it: what to write, and when it last was.
+/// A node as the writer keeps it: what to write, and when it last was. Its first and last
+/// seen are its batches' times, never this server's clock: batches imported later
+/// (`bimodal-agent import`) list the node in the time they cover.
 struct NodeState {
     sender: Arc<Sender>,
+    /// The first_seen written (or stored before), once the node's row was written.
     first_seen: Option<u32>,
-    written: Option<Instant>,
-    last_batch_end: u32,
+    /// When the row was last written, and the last_seen it carried.
+    written: Option<(Instant, u32)>,
+    first_batch_start: Option<u32>,
+    last_batch_end: Option<u32>,
+}
+
+impl NodeState {
+    /// Whether the row is to be (re)written: it never was, a new Hello came, a batch started
+    /// before its first_seen, or its batches went on past its last_seen (at most once per
+    /// NODE_REFRESH while they come in order; at once when they jump ahead, as imports do).
+    fn due(&self) -> bool {
+        let Some(end) = self.last_batch_end else {
+            return false;
+        };
+        let Some((at, last_seen)) = self.written else {
+            return true;
+        };
+        let earlier = matches!((self.first_batch_start, self.first_seen), (Some(b), Some(f)) if b < f);
+        let refresh = NODE_REFRESH.as_secs() as u32;
+        earlier || (end > last_seen && (at.elapsed() >= NODE_REFRESH || end > last_seen.saturating_add(refresh)))
+    }
 }
 
 /// How often a node's row is rewritten while its batches come (its `last_seen`).
@@ -275,7 +297,7 @@ impl Flusher {
                 .pending
                 .first()
                 .map(|p| p.since + self.config.flush_interval)
-                .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+                .unwrap_or_else(|| Instant::now() + NODE_REFRESH);
             tokio::select! {
                 message = inbox.recv() => match message {
                     Some(message) => {
@@ -293,7 +315,10 @@ impl Flusher {
                         return;
                     }
                 },
-                _ = tokio::time::sleep_until(due.into()) => self.flush().await,
+                _ = tokio::time::sleep_until(due.into()) => match self.pending.is_empty() {
+                    true => self.refresh_nodes().await,
+                    false => self.flush().await,
+                },
             }
             if self.rows >= self.config.flush_rows {
                 self.flush().await;
@@ -313,7 +338,8 @@ impl Flusher {
             sender: sender.clone(),
             first_seen: None,
             written: None,
-            last_batch_end: now_secs(),
+            first_batch_start: None,
+            last_batch_end: None,
         });
         // A new Hello may carry new labels or facts: write it with the next flush.
         state.sender = sender;
@@ -329,6 +355,15 @@ impl Flusher {
         self.rows += p.rows.weight();
         self.by_id.insert(p.rows.batch_id, self.pending.len());
         self.pending.push(p);
+    }
+
+    /// Rewrites the rows of nodes whose last batches came after their row was written, when no
+    /// batch is pending (the end of an import, a node that stopped).
+    async fn refresh_nodes(&mut self) {
+        let store = self.store.clone();
+        if let Err(e) = self.write_nodes(&store.writer_client(), &[]).await {
+            tracing::warn!(error = %e, "rewriting node rows failed; trying again later");
+        }
     }
 
     async fn flush(&mut self) {
@@ -614,13 +649,14 @@ impl Flusher {
     async fn write_nodes(&mut self, client: &Client, batches: &[&BatchRows]) -> Result<(), StorageError> {
         for b in batches {
             if let Some(n) = self.nodes.get_mut(&b.node) {
-                n.last_batch_end = n.last_batch_end.max(b.end_time);
+                n.last_batch_end = Some(n.last_batch_end.map_or(b.end_time, |e| e.max(b.end_time)));
+                n.first_batch_start = Some(n.first_batch_start.map_or(b.start_time, |s| s.min(b.start_time)));
             }
         }
         let due: Vec<Arc<str>> = self
             .nodes
             .iter()
-            .filter(|(_, n)| n.written.is_none_or(|w| w.elapsed() >= NODE_REFRESH))
+            .filter(|(_, n)| n.due())
             .map(|(k, _)| k.clone())
             .collect();
         if due.is_empty() {
@@ -637,15 +673,22 @@ impl Flusher {
         } else {
             queries::first_seen(client, &unknown).await?
         };
-        let now = now_secs();
         let version = now_millis();
         let mut rows = Vec::with_capacity(due.len());
         for name in &due {
             let n = self.nodes.get_mut(name).expect("due nodes are known");
-            let first_seen = *n
-                .first_seen
-                .get_or_insert_with(|| known.get(&**name).copied().unwrap_or(now));
-            rows.push((n.sender.clone(), first_seen, n.last_batch_end.max(first_seen)));
+            let (start, end) = (n.first_batch_start, n.last_batch_end);
+            let (start, end) = (
+                start.expect("due nodes have batches"),
+                end.expect("due nodes have batches"),
+            );
+            let first_seen = [n.first_seen, known.get(&**name).copied(), Some(start)]
+                .into_iter()
+                .flatten()
+                .min()
+                .unwrap_or(start);
+            n.first_seen = Some(first_seen);
+            rows.push((n.sender.clone(), first_seen, end.max(first_seen)));
         }
         let mut insert = begin::<NodeWriteRow<'static>>(client, "nodes").await?;
         let mut facts_insert = begin::<NodeFactsRow<'static>>(client, "node_facts").await?;
@@ -687,9 +730,9 @@ impl Flusher {
         }
         finish(insert, true, "nodes").await?;
         finish(facts_insert, any_facts, "node_facts").await?;
-        for name in due {
+        for (name, (_, _, last_seen)) in due.into_iter().zip(rows) {
             if let Some(n) = self.nodes.get_mut(&name) {
-                n.written = Some(Instant::now());
+                n.written = Some((Instant::now(), last_seen));
             }
         }
         Ok(())

@@ -65,6 +65,7 @@ async fn batches_written_offline_are_imported_once() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("offline-node");
     let workload = fixture::start("fault", 60);
+    let written_from = super::common::unix_now();
     let (stop_agent, agent_stopped) = tokio::sync::watch::channel(false);
     let agent = tokio::spawn(ship::run(
         ship::RunOptions {
@@ -88,6 +89,11 @@ async fn batches_written_offline_are_imported_once() {
     let _ = stop_agent.send(true);
     agent.await.unwrap().expect("an agent writing files stops cleanly");
     drop(workload);
+    let written_to = super::common::unix_now() + 1;
+    // Imported strictly later than the batches were taken (the node is listed by their times).
+    while super::common::unix_now() <= written_to {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     // The server is down: the import says so.
     let err = ship::import(&out, "http://127.0.0.1:1").await.unwrap_err();
@@ -108,6 +114,26 @@ async fn batches_written_offline_are_imported_once() {
     let (status, first) = server.get(&path).await;
     assert_eq!(status, 200);
     assert!(first.contains("fault_loop;touch_fresh_pages"), "{first}");
+    // The node reported when its batches say, not when they were imported; and for as long
+    // as they cover (the server counts each batch's milliseconds).
+    let range = format!("from={written_from}&to={written_to}");
+    let (_, nodes) = server.get(&format!("/api/v1/nodes?{range}")).await;
+    assert!(nodes.contains("\"offline-node\""), "{nodes}");
+    let (_, counters) = server
+        .get(&format!("/api/v1/counters?node=offline-node&name=reported_ms&{range}"))
+        .await;
+    let counters: serde_json::Value = serde_json::from_str(&counters).unwrap();
+    let reported: u64 = counters["counters"]["reported_ms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["value"].as_u64().unwrap())
+        .sum();
+    let span_ms = 1000 * (written_to - written_from);
+    assert!(
+        reported >= 1000 * (sent as u64 - 1) && reported <= span_ms,
+        "{reported} ms reported by {sent} batches written over {span_ms} ms"
+    );
     assert_eq!(ship::import(&out, &server.url()).await.unwrap(), sent);
     let (_, second) = server.get(&path).await;
     assert_eq!(first, second, "the second import stored nothing");

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The NUMA fleet: eight real 2-node NUMA guests (qemu TCG, tools/numa-vm) run the same fixture
+# (numa_scan --bss) under `bimodal-agent run --output-dir`, one node name each. In four of them
+# the fixture's .bss is held on the NUMA node its threads do not run on; in the others on the
+# same node. Their batches are imported into a server on this machine (managed ClickHouse) and
+# `bimodal compare`, told nothing about the groups, must put exactly those four in the slow
+# band, name the remote .bss as the placement that goes with it, and name scan_bss_table as the
+# function whose remote accesses differ (tests/numa/fleet_check.py).
+# usage: tests/numa/fleet.sh [AGENT_BINARY]   (default: builds target/release/bimodal-agent)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=target/numa-fleet
+rm -rf "$out" && mkdir -p "$out/bin"
+
+agent=${1:-}
+if [ -z "$agent" ]; then
+	cargo build --release -p bimodal-agent --quiet
+	agent=target/release/bimodal-agent
+fi
+cargo build -p bimodal-server --bins --quiet
+cp "$agent" "$out/bin/bimodal-agent"
+strip --strip-debug "$out/bin/bimodal-agent"
+gcc -O1 -g -fno-omit-frame-pointer -pthread -Wall -o "$out/bin/numa_scan" testdata/fixtures/numa_scan.c
+
+# Which guests hold their .bss remote: not the first ones, nor every other one.
+remote=" 1 2 5 7 "
+start=$(date +%s)
+for k in 0 1 2 3 4 5 6 7; do
+	case "$remote" in *" $k "*) placement=remote ;; *) placement=local ;; esac
+	echo "numa-$k $placement" >>"$out/fleet.txt"
+	tools/numa-vm/run.sh -q --nodes 2 --cpus-per-node 1 --mem-per-node 768M --timeout 600 \
+		--copy "$out/bin/bimodal-agent:/opt/bimodal/bimodal-agent" \
+		--copy "$out/bin/numa_scan:/opt/bimodal/numa_scan" \
+		--copy tests/numa/fleet-guest.sh:/opt/bimodal/fleet-guest.sh \
+		--env "NODE_NAME=numa-$k" --env "PLACEMENT=$placement" \
+		--out-dir "$out/numa-$k" -- sh /opt/bimodal/fleet-guest.sh >"$out/numa-$k.log" 2>&1 || {
+		echo "numa fleet: guest numa-$k failed:" >&2
+		tail -40 "$out/numa-$k.log" >&2
+		exit 1
+	}
+done
+end=$(($(date +%s) + 1))
+
+listen=127.0.0.1:$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+target/debug/bimodal-server --listen "$listen" --data-dir "$out/server" 2>"$out/server.log" &
+server=$!
+trap 'kill -INT $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
+for _ in $(seq 1 600); do
+	curl -sf "http://$listen/healthz" >/dev/null 2>&1 && break
+	kill -0 $server 2>/dev/null || { cat "$out/server.log" >&2; exit 1; }
+	sleep 0.2
+done
+"$out/bin/bimodal-agent" import --server-url "http://$listen" "$out"/numa-*/batches 2>"$out/import.log"
+target/debug/bimodal compare --server-url "http://$listen" --from "$start" --to "$end" --json >"$out/compare.json"
+target/debug/bimodal compare --server-url "http://$listen" --from "$start" --to "$end" >"$out/compare.txt"
+python3 tests/numa/fleet_check.py "$out"
