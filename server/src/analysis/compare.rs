@@ -5,7 +5,8 @@
 //! 2. [`label_splits`]: node labels (operator labels and facts: CPU model, NUMA layout, kernel,
 //!    THP...) whose values go with the bands (Fisher's exact test per label value).
 //! 3. [`code_differences`]: functions whose per-node value, normalized per node, differs between
-//!    the bands (a rank test over nodes, [`rank::mann_whitney`]), ranked by effect size.
+//!    the bands (a rank test over nodes, [`rank::mann_whitney`]), ranked by effect size;
+//!    [`data_differences`]: the same over data objects (where sampled data addresses fell).
 //!
 //! Values are per node, never summed over a band first: a function large on one node of a band
 //! and absent on the others is one node's difference, not the band's.
@@ -413,6 +414,84 @@ pub fn code_differences(tables: &[FunctionTable], groups: &Groups, limit: usize)
     });
     found.truncate(limit);
     found
+}
+
+/// One data object's values per node for one event and source (`None`: nothing to normalize by).
+#[derive(Clone, Debug)]
+pub struct DataValues {
+    /// How a person reads it: `bss_table (bss of /usr/bin/app)`.
+    pub object: String,
+    /// The mapping's kind (bss, data, heap, anon...).
+    pub kind: String,
+    pub values: Vec<Option<f64>>,
+}
+
+/// The data objects of one event and source, normalized per node.
+#[derive(Clone, Debug)]
+pub struct DataTable {
+    pub event: String,
+    pub source: String,
+    pub unit: String,
+    pub objects: Vec<DataValues>,
+}
+
+/// A data object whose per-node value differs between the bands.
+#[derive(Clone, Debug, Serialize)]
+pub struct DataDifference {
+    pub event: String,
+    pub source: String,
+    pub unit: String,
+    pub object: String,
+    pub kind: String,
+    pub low: Vec<f64>,
+    pub high: Vec<f64>,
+    pub low_median: f64,
+    pub high_median: f64,
+    pub weight: f64,
+    pub effect: f64,
+    pub p_value: f64,
+    pub q_value: f64,
+}
+
+/// Data objects whose per-node values differ between the bands: the same test, thresholds and
+/// ranking as [`code_differences`], over where sampled data addresses fell instead of code.
+pub fn data_differences(tables: &[DataTable], groups: &Groups, limit: usize) -> Vec<DataDifference> {
+    let as_code: Vec<FunctionTable> = tables
+        .iter()
+        .map(|t| FunctionTable {
+            event: t.event.clone(),
+            source: t.source.clone(),
+            unit: t.unit.clone(),
+            functions: t
+                .objects
+                .iter()
+                .map(|o| FunctionValues {
+                    function: o.object.clone(),
+                    module: o.kind.clone(),
+                    self_values: o.values.clone(),
+                    total_values: o.values.clone(),
+                })
+                .collect(),
+        })
+        .collect();
+    code_differences(&as_code, groups, limit)
+        .into_iter()
+        .map(|d| DataDifference {
+            event: d.event,
+            source: d.source,
+            unit: d.unit,
+            object: d.function,
+            kind: d.module,
+            low: d.low,
+            high: d.high,
+            low_median: d.low_median,
+            high_median: d.high_median,
+            weight: d.weight,
+            effect: d.effect,
+            p_value: d.p_value,
+            q_value: d.q_value,
+        })
+        .collect()
 }
 
 fn median(values: &[f64]) -> f64 {

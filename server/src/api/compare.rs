@@ -28,13 +28,15 @@ use super::params::{now, rfc3339, Params};
 use super::{AppError, AppState};
 use crate::analysis::bands::{BandConfig, Bands, NullCache, Split};
 use crate::analysis::compare::{
-    self, BandChoice, Direction, FunctionTable, FunctionValues, Groups, Metric, MetricKind,
+    self, BandChoice, DataTable, DataValues, Direction, FunctionTable, FunctionValues, Groups, Metric, MetricKind,
 };
 use crate::selector::Selector;
 use crate::storage::{NodeInfo, Scope, Store};
 
 /// Functions read per event and source for the explanation (the largest over the fleet).
 const FUNCTIONS_READ: u32 = 200;
+/// Data objects read per event and source.
+const DATA_OBJECTS_READ: u32 = 100;
 /// Differences listed by default and at most.
 const DEFAULT_LIMIT: u32 = 50;
 const MAX_LIMIT: u32 = 1000;
@@ -481,6 +483,7 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
     });
     let labels: Vec<_> = window.nodes.iter().map(|n| n.labels.clone()).collect();
     let tables = function_tables(&state.store, &selector, from, to, &window).await?;
+    let data = data_tables(&state.store, &selector, from, to, &window).await?;
     let (groups, findings) = (groups.clone(), window.findings.clone());
     // Hundreds of rank tests: on a blocking thread, not the server's workers.
     answer["explanation"] = tokio::task::spawn_blocking(move || {
@@ -488,6 +491,7 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
             "labels": compare::label_splits(&labels, &groups),
             "placement": compare::finding_splits(&findings, &groups),
             "code": compare::code_differences(&tables, &groups, limit as usize),
+            "data": compare::data_differences(&data, &groups, limit as usize),
         })
     })
     .await
@@ -644,6 +648,57 @@ async fn function_tables(
                     total_values: normalize(&f.total_values),
                 })
                 .collect(),
+        });
+    }
+    Ok(tables)
+}
+
+/// The largest data objects of every event and source with data addresses, per CPU-second
+/// of each node.
+async fn data_tables(
+    store: &Store,
+    selector: &Selector,
+    from: u32,
+    to: u32,
+    w: &Window,
+) -> Result<Vec<DataTable>, AppError> {
+    let index: HashMap<&str, usize> = w.nodes.iter().enumerate().map(|(i, n)| (n.node.as_str(), i)).collect();
+    let mut tables = Vec::new();
+    for (event, source, unit) in w.sources.iter().filter(|s| s.0 != EventKind::Cpu.name()) {
+        let scope = Scope {
+            event,
+            source: Some(source.clone()),
+            selector: selector.clone(),
+            from,
+            to,
+        };
+        let found = store.node_data_objects(&scope, DATA_OBJECTS_READ).await?;
+        if found.objects.is_empty() {
+            continue;
+        }
+        let columns: Vec<Option<usize>> = found.nodes.iter().map(|n| index.get(n.as_str()).copied()).collect();
+        let objects = found
+            .objects
+            .iter()
+            .map(|(object, per_node)| {
+                let mut values: Vec<Option<f64>> = w.node_cpu_seconds.iter().map(|c| c.map(|_| 0.0)).collect();
+                for (column, value) in columns.iter().zip(per_node) {
+                    if let Some(i) = *column {
+                        values[i] = w.node_cpu_seconds[i].map(|c| *value as f64 / c);
+                    }
+                }
+                DataValues {
+                    object: object.to_string(),
+                    kind: object.kind.clone(),
+                    values,
+                }
+            })
+            .collect();
+        tables.push(DataTable {
+            event: event.to_string(),
+            source: source.clone(),
+            unit: format!("{unit} per CPU-second"),
+            objects,
         });
     }
     Ok(tables)

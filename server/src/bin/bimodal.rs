@@ -370,6 +370,40 @@ fn compare_text(a: &Value) -> String {
                 l["p_value"].as_f64().unwrap_or(1.0)
             ));
         }
+        let placement = a["explanation"]["placement"].as_array().cloned().unwrap_or_default();
+        if !placement.is_empty() {
+            line(String::new());
+            line("memory placement that splits the bands:".into());
+        }
+        for f in placement.iter().take(5) {
+            line(format!(
+                "  {}: {} of {} high-band nodes, {} of {} low-band nodes, p = {:.4}",
+                f["finding"].as_str().unwrap_or(""),
+                f["high_with"],
+                f["high_nodes"],
+                f["low_with"],
+                f["low_nodes"],
+                f["p_value"].as_f64().unwrap_or(1.0)
+            ));
+            line(format!("    e.g. {}", f["example"].as_str().unwrap_or("")));
+        }
+        let data = a["explanation"]["data"].as_array().cloned().unwrap_or_default();
+        if !data.is_empty() {
+            line(String::new());
+            line("data objects that differ, per node (where sampled data addresses fell):".into());
+        }
+        for d in &data {
+            line(format!(
+                "  {:<12} {}: {} → {} {}, effect {:+.2}, p = {:.4}",
+                d["event"].as_str().unwrap_or(""),
+                d["object"].as_str().unwrap_or(""),
+                number(d["low_median"].as_f64().unwrap_or(0.0)),
+                number(d["high_median"].as_f64().unwrap_or(0.0)),
+                d["unit"].as_str().unwrap_or(""),
+                d["effect"].as_f64().unwrap_or(0.0),
+                d["p_value"].as_f64().unwrap_or(1.0)
+            ));
+        }
         let code = a["explanation"]["code"].as_array().cloned().unwrap_or_default();
         line(String::new());
         if code.is_empty() {

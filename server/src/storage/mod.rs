@@ -25,7 +25,9 @@ use clickhouse::Client;
 
 pub use migrations::Dialect;
 pub use queries::{Reach, Scope};
-use rows::{FlameRow, FrameRow, FunctionRow, NodeFunctionRow, NodeRow, NodeTotalRow, ProcessRow, StackRow};
+use rows::{
+    FlameRow, FrameRow, FunctionRow, NodeDataRow, NodeFunctionRow, NodeRow, NodeTotalRow, ProcessRow, StackRow,
+};
 
 use crate::selector::Selector;
 
@@ -134,6 +136,42 @@ pub struct NodeFunctions {
     pub nodes: Vec<String>,
     /// Largest total value first.
     pub functions: Vec<FunctionValues>,
+}
+
+/// A data object: where sampled data addresses fell (the mapping, and the symbol when the
+/// address is in one).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DataObject {
+    /// bss, data, heap, anon, stack, file... (as placements' kinds)
+    pub kind: String,
+    pub path: String,
+    pub symbol: String,
+}
+
+impl std::fmt::Display for DataObject {
+    /// `bss_table (bss of /usr/bin/app)`, `heap of /usr/bin/app`, `anon`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The agent resolves data addresses when it drains: a mapping gone by then is unknown.
+        if self.kind == "unknown" && self.path.is_empty() && self.symbol.is_empty() {
+            return f.write_str("memory unmapped before the agent read the mappings");
+        }
+        let mapping = match self.path.is_empty() {
+            true => self.kind.clone(),
+            false => format!("{} of {}", self.kind, self.path),
+        };
+        match self.symbol.is_empty() {
+            true => f.write_str(&mapping),
+            false => write!(f, "{} ({mapping})", self.symbol),
+        }
+    }
+}
+
+/// The largest data objects of a read and their values per node, aligned with `nodes`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeDataObjects {
+    pub nodes: Vec<String>,
+    /// Largest over every node first, with their value on each node.
+    pub objects: Vec<(DataObject, Vec<u64>)>,
 }
 
 /// One function's values per node.
@@ -409,6 +447,41 @@ impl Store {
     /// Self and total values per node of the `limit` functions with the largest total value
     /// over `scope` (its source must be set). Functions are kept per node, not per process:
     /// process labels in the selector are ignored.
+    /// Per-node values of the `limit` data objects with the most of `scope`'s event (one
+    /// source; node labels of the selector only: data samples are kept per node).
+    pub async fn node_data_objects(&self, scope: &Scope, limit: u32) -> Result<NodeDataObjects, StorageError> {
+        let mut scope = scope.clone();
+        scope
+            .selector
+            .matchers
+            .retain(|m| m.scope() == crate::selector::LabelScope::Node);
+        let reach = self.reach(&scope).await?;
+        if reach == Reach::Nothing {
+            return Ok(NodeDataObjects::default());
+        }
+        let rows = queries::node_data_objects(&scope, &reach, limit)
+            .query(&self.client)
+            .fetch_all::<NodeDataRow>()
+            .await
+            .map_err(StorageError::query("sum data samples per node and object"))?;
+        let mut nodes: Vec<String> = rows.iter().map(|r| r.node.clone()).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        let column: HashMap<&str, usize> = nodes.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect();
+        let mut objects: BTreeMap<DataObject, Vec<u64>> = BTreeMap::new();
+        for r in &rows {
+            let object = DataObject {
+                kind: r.mapping_kind.clone(),
+                path: r.mapping_path.clone(),
+                symbol: r.symbol.clone(),
+            };
+            objects.entry(object).or_insert_with(|| vec![0; nodes.len()])[column[r.node.as_str()]] += r.value;
+        }
+        let mut objects: Vec<(DataObject, Vec<u64>)> = objects.into_iter().collect();
+        objects.sort_by_key(|(_, values)| std::cmp::Reverse(values.iter().sum::<u64>()));
+        Ok(NodeDataObjects { nodes, objects })
+    }
+
     pub async fn node_functions(&self, scope: &Scope, limit: u32) -> Result<NodeFunctions, StorageError> {
         let mut scope = scope.clone();
         scope

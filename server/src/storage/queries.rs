@@ -457,6 +457,33 @@ pub(super) fn node_functions(scope: &Scope, reach: &Reach, limit: u32) -> Sql {
     sql
 }
 
+/// The `limit` data objects (mapping kind, path, symbol) with the most of `scope`'s event
+/// (one source) over the nodes selected, and their value on each node.
+pub(super) fn node_data_objects(scope: &Scope, reach: &Reach, limit: u32) -> Sql {
+    let filter = || {
+        let mut sql = range_filter(
+            scope.event,
+            scope.source.as_deref(),
+            scope.from / MINUTE * MINUTE,
+            scope.to,
+        );
+        sql.append(selector_filter(&scope.selector, reach.per_node()));
+        sql
+    };
+    let mut sql =
+        Sql::new("SELECT node, mapping_kind, mapping_path, symbol, sum(value) AS value FROM data_samples WHERE ");
+    sql.append(filter())
+        .push(
+            " AND (mapping_kind, mapping_path, symbol) GLOBAL IN (SELECT mapping_kind, mapping_path, symbol \
+             FROM data_samples WHERE ",
+        )
+        .append(filter())
+        .push(" GROUP BY mapping_kind, mapping_path, symbol ORDER BY sum(value) DESC LIMIT ")
+        .bind(Value::U32(limit))
+        .push(") GROUP BY node, mapping_kind, mapping_path, symbol");
+    sql
+}
+
 /// The newest row of every node selected, seen in [from, to).
 pub(super) fn nodes(selector: &Selector, from: u32, to: u32) -> Sql {
     let mut sql = Sql::new(
@@ -698,6 +725,8 @@ pub fn examples(client: &Client) -> Vec<String> {
         node_functions(&nodes_only, &matching, 1000),
         node_functions(&nodes_only, &minus, 1000),
         node_functions(&short, &Reach::Fleet, 1000),
+        node_data_objects(&nodes_only, &matching, 100),
+        node_data_objects(&short, &Reach::Fleet, 100),
         nodes(&selector, 1_795_000_000, 1_795_003_600),
         by_ids("stacks", "stack_id", "stack_id, frame_ids", &[1, 2]),
         by_ids(

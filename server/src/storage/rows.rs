@@ -252,6 +252,15 @@ pub(super) struct NodeTotalRow {
 }
 
 #[derive(Row, Deserialize)]
+pub(super) struct NodeDataRow {
+    pub node: String,
+    pub mapping_kind: String,
+    pub mapping_path: String,
+    pub symbol: String,
+    pub value: u64,
+}
+
+#[derive(Row, Deserialize)]
 pub(super) struct NodeFunctionRow {
     pub node: String,
     pub function_id: u64,

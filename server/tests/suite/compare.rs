@@ -194,6 +194,19 @@ async fn a_fleet_of_agents_is_split_into_its_slow_band_and_explained() {
         "{code:#?}"
     );
 
+    // Where the faults fell, more on every slow node: the session's mapping, which
+    // load_session unmaps before the agent reads the process's mappings at the end of the
+    // interval, so it is "unknown" (the agent resolves data addresses when it drains).
+    let data = answer["explanation"]["data"].as_array().unwrap();
+    let first = data
+        .iter()
+        .find(|d| d["event"] == "page_fault")
+        .unwrap_or_else(|| panic!("no data object differs: {data:#?}"));
+    assert_eq!(first["kind"], "unknown", "{data:#?}");
+    assert_eq!(first["object"], "memory unmapped before the agent read the mappings");
+    assert_eq!(first["effect"], 1.0, "{first:#}");
+    assert_eq!(first["high"].as_array().unwrap().len(), 3);
+
     // The differential flame graph of the bands: per node and CPU-second, the slow band (b)
     // faults several times as much under load_session as the fast one (a).
     let range = format!("from={start}&to={}", super::common::unix_now() + 1);
