@@ -6,13 +6,18 @@
 //! ideal classifier that knows both distributions would misplace (the reference: overlap no
 //! method can undo), false bands in one-band fleets, and the time per detection.
 //!
+//! A second table: events that most nodes have none of (remote accesses, major faults): counts
+//! drawn from Poisson distributions, a minority with many, the rest with none or a few by
+//! chance, and one-band fleets of rare events; what `compare` runs on counts
+//! (`detect_counts`), beside `detect` on the same values.
+//!
 //! usage: cargo run --release -p bimodal-server --example bands_bench [TRIALS]
 
 use std::time::Instant;
 
-use bimodal_server::analysis::bands::{detect, BandConfig, Bands, NullCache};
+use bimodal_server::analysis::bands::{detect, detect_counts, BandConfig, Bands, Evidence, NullCache};
 use rand::SeedableRng;
-use rand_distr::{Distribution, StandardNormal};
+use rand_distr::{Distribution, Poisson, StandardNormal};
 
 fn main() {
     let trials: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(200);
@@ -87,6 +92,83 @@ fn main() {
                 pct(false_bands),
                 times[trials / 2] * 1e3,
                 times[trials * 95 / 100] * 1e3,
+            );
+        }
+    }
+    sparse(trials, &config, &mut null);
+}
+
+/// Bands in counts that are zero on most nodes: each node ran `EXPOSURE` CPU-seconds; a share
+/// of the nodes expects `slow_events` events, the rest `rest_events` (0: none at all); one-band
+/// fleets expect `rest_events` everywhere, with log-normal (σ 0.3) node-to-node variation.
+fn sparse(trials: usize, config: &BandConfig, null: &mut NullCache) {
+    const EXPOSURE: f64 = 10.0;
+    println!();
+    println!("| nodes | band | events expected, band / rest | bands found | band exact | false bands, one-band fleet of the rest | the same by `detect` on the values alone: found / exact / false |");
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    let pipeline = |events: &[f64], null: &mut NullCache| -> Bands {
+        let values: Vec<f64> = events.iter().map(|e| e / EXPOSURE).collect();
+        let evidence: Vec<Option<Evidence>> = events
+            .iter()
+            .map(|&events| {
+                Some(Evidence {
+                    events,
+                    exposure: EXPOSURE,
+                })
+            })
+            .collect();
+        detect_counts(&values, &evidence, config, null)
+    };
+    for &n in &[20usize, 100, 1000] {
+        for &(fraction, slow_events, rest_events) in &[
+            (0.1, 100.0, 0.0),
+            (0.1, 100.0, 0.3),
+            (0.1, 30.0, 1.0),
+            (0.3, 100.0, 0.3),
+            (0.1, 100.0, 3.0),
+        ] {
+            let slow = ((n as f64 * fraction).round() as usize).max(1);
+            let mut rng =
+                rand_chacha::ChaCha8Rng::seed_from_u64(n as u64 * 7 + slow_events as u64 + (rest_events * 10.0) as u64);
+            let mut draw = |mean: f64| -> f64 {
+                let z: f64 = StandardNormal.sample(&mut rng);
+                let mean = mean * (0.3 * z).exp();
+                if mean <= 0.0 {
+                    return 0.0;
+                }
+                Poisson::new(mean).map_or(0.0, |p| p.sample(&mut rng))
+            };
+            let (mut found, mut exact, mut false_bands) = (0, 0, 0);
+            let (mut plain_found, mut plain_exact, mut plain_false) = (0, 0, 0);
+            let slow_nodes: Vec<usize> = (0..slow).collect();
+            for _ in 0..trials {
+                let events: Vec<f64> = (0..n)
+                    .map(|i| draw(if i < slow { slow_events } else { rest_events }))
+                    .collect();
+                if let Bands::Two(split) = pipeline(&events, null) {
+                    found += 1;
+                    exact += usize::from(split.high == slow_nodes);
+                }
+                let rates: Vec<f64> = events.iter().map(|e| e / EXPOSURE).collect();
+                if let Bands::Two(split) = detect(&rates, config, null) {
+                    plain_found += 1;
+                    plain_exact += usize::from(split.high == slow_nodes);
+                }
+                let one: Vec<f64> = (0..n).map(|_| draw(rest_events)).collect();
+                false_bands += usize::from(matches!(pipeline(&one, null), Bands::Two(_)));
+                let rates: Vec<f64> = one.iter().map(|e| e / EXPOSURE).collect();
+                plain_false += usize::from(matches!(detect(&rates, config, null), Bands::Two(_)));
+            }
+            let pct = |x: usize| 100.0 * x as f64 / trials as f64;
+            println!(
+                "| {n} | {:.0}% ({slow}) | {slow_events} / {rest_events} | {:.1}% | {:.1}% | {:.1}% | {:.1}% / {:.1}% / {:.1}% |",
+                fraction * 100.0,
+                pct(found),
+                pct(exact),
+                pct(false_bands),
+                pct(plain_found),
+                pct(plain_exact),
+                pct(plain_false)
             );
         }
     }

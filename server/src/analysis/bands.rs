@@ -113,6 +113,87 @@ pub enum NoBands {
     TooClose { separation: f64 },
     #[error("the bands' medians differ by only {percent:.1}%")]
     TooSimilar { percent: f64 },
+    #[error("a node of the higher band rests on only {events} samples (at least {needed} are needed)")]
+    Stray { events: f64, needed: f64 },
+}
+
+/// What a node's value rests on: `events` independent events (samples taken, pages found far)
+/// over `exposure` (CPU-seconds, pages judged); the value is proportional to events / exposure.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Evidence {
+    pub events: f64,
+    pub exposure: f64,
+}
+
+/// Events each node of the higher band must rest on, so that a few samples on a few nodes
+/// (Poisson noise of a rare event) are not a band.
+pub const MIN_BAND_EVENTS: f64 = 10.0;
+
+/// [`detect`] for values that are counts over an exposure (events per CPU-second, pages far
+/// per page judged, counter increases per second), where most nodes may have none and a few
+/// samples are noise:
+/// - a value is raised to what half an event would give on its node (its resolution: a node
+///   that saw none saw fewer than one), not to a share of the median: a minority with thousands
+///   of events where the rest have none is a band, and the rest's zeros and ones are not two;
+/// - every node of the higher band must rest on at least [`MIN_BAND_EVENTS`] events.
+pub fn detect_counts(
+    values: &[f64],
+    evidence: &[Option<Evidence>],
+    config: &BandConfig,
+    null: &mut NullCache,
+) -> Bands {
+    let Some(evidence): Option<Vec<Evidence>> = evidence.iter().copied().collect() else {
+        return detect(values, config, null);
+    };
+    // What one event weighs per unit of exposure (pages per sample, ...): the median over the
+    // nodes that saw some, for the nodes that saw none.
+    let mut weights: Vec<f64> = (0..values.len())
+        .filter(|&i| evidence[i].events > 0.0)
+        .map(|i| values[i] * evidence[i].exposure / evidence[i].events)
+        .filter(|w| w.is_finite() && *w > 0.0)
+        .collect();
+    if weights.is_empty() {
+        return detect(values, config, null);
+    }
+    weights.sort_by(f64::total_cmp);
+    let weight = median(&weights);
+    let floored: Vec<f64> = values
+        .iter()
+        .zip(&evidence)
+        .map(|(&v, e)| match e.exposure > 0.0 {
+            true => v.max(0.5 * weight / e.exposure),
+            false => v,
+        })
+        .collect();
+    match detect(&floored, config, null) {
+        Bands::Two(mut split) => {
+            let fewest = split
+                .high
+                .iter()
+                .map(|&i| evidence[i].events)
+                .fold(f64::INFINITY, f64::min);
+            split.low_median = median_of(values, &split.low);
+            split.high_median = median_of(values, &split.high);
+            if fewest < MIN_BAND_EVENTS {
+                return Bands::None {
+                    reason: NoBands::Stray {
+                        events: fewest,
+                        needed: MIN_BAND_EVENTS,
+                    },
+                    best: Some(split),
+                };
+            }
+            Bands::Two(split)
+        }
+        Bands::None { reason, best } => Bands::None {
+            reason,
+            best: best.map(|mut split| {
+                split.low_median = median_of(values, &split.low);
+                split.high_median = median_of(values, &split.high);
+                split
+            }),
+        },
+    }
 }
 
 /// Finds two bands in `values` (one per node; not finite values are left out by the caller).
@@ -408,5 +489,68 @@ mod tests {
             panic!("no bands");
         };
         assert_eq!(split.high, [18, 19]);
+    }
+
+    fn exposed(events: &[f64], exposure: f64) -> Vec<Option<Evidence>> {
+        events
+            .iter()
+            .map(|&events| Some(Evidence { events, exposure }))
+            .collect()
+    }
+
+    /// Three of twelve nodes with thousands of remote accesses, none elsewhere over the same
+    /// CPU time: the three are a band; [`detect`] alone says "mostly zero".
+    #[test]
+    fn a_minority_above_zero_is_a_band() {
+        let mut events = vec![0.0; 12];
+        for i in [2, 5, 9] {
+            events[i] = 4000.0 + i as f64;
+        }
+        let values: Vec<f64> = events.iter().map(|e| e / 10.0).collect();
+        let config = BandConfig::default();
+        assert!(matches!(
+            detect(&values, &config, &mut NullCache::default()),
+            Bands::None {
+                reason: NoBands::MostlyZero,
+                ..
+            }
+        ));
+        let got = detect_counts(&values, &exposed(&events, 10.0), &config, &mut NullCache::default());
+        let Bands::Two(split) = got else {
+            panic!("no bands: {got:?}");
+        };
+        assert_eq!(split.high, [2, 5, 9]);
+        assert_eq!(split.low.len(), 9);
+        assert_eq!(split.low_median, 0.0);
+    }
+
+    /// A rare event, zero, one or two samples per node: neither the zeros against the rest
+    /// (which `detect` calls bands once the median is above zero) nor a few strays are a band.
+    #[test]
+    fn strays_are_not_bands() {
+        let config = BandConfig::default();
+        let events: Vec<f64> = (0..20).map(|i| [0.0, 1.0, 0.0, 2.0, 1.0][i % 5]).collect();
+        let values: Vec<f64> = events.iter().map(|e| e / 10.0).collect();
+        assert!(
+            matches!(detect(&values, &config, &mut NullCache::default()), Bands::Two(_)),
+            "the reason for detect_counts"
+        );
+        let got = detect_counts(&values, &exposed(&events, 10.0), &config, &mut NullCache::default());
+        assert!(matches!(got, Bands::None { .. }), "{got:?}");
+        let mut events = vec![0.0; 12];
+        for i in [2, 5, 9] {
+            events[i] = 3.0;
+        }
+        let got = detect_counts(&events, &exposed(&events, 10.0), &config, &mut NullCache::default());
+        assert!(
+            matches!(
+                got,
+                Bands::None {
+                    reason: NoBands::Stray { .. },
+                    ..
+                }
+            ),
+            "{got:?}"
+        );
     }
 }

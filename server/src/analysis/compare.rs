@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use super::bands::{self, BandConfig, Bands, NullCache, Split};
+use super::bands::{self, BandConfig, Bands, Evidence, NullCache, Split};
 use super::rank;
 
 /// Which way a metric goes on slow nodes.
@@ -57,6 +57,10 @@ pub struct Metric {
     pub unit: String,
     pub direction: Direction,
     pub values: Vec<Option<f64>>,
+    /// What each value rests on, for metrics that are counts (events per CPU-second, the share
+    /// of pages far, counters): tested as counts ([`bands::detect_counts`]).
+    #[serde(skip)]
+    pub evidence: Option<Vec<Option<Evidence>>>,
 }
 
 /// One metric's test.
@@ -105,10 +109,14 @@ pub fn find_bands(metrics: &[Metric], config: &BandConfig, null: &mut NullCache)
                 .filter(|&i| m.values[i].is_some_and(f64::is_finite))
                 .collect();
             let values: Vec<f64> = measured.iter().map(|&i| m.values[i].unwrap_or(0.0)).collect();
-            MetricBands {
-                bands: bands::detect(&values, &per_metric, null),
-                measured,
-            }
+            let bands = match &m.evidence {
+                Some(evidence) => {
+                    let evidence: Vec<Option<Evidence>> = measured.iter().map(|&i| evidence[i]).collect();
+                    bands::detect_counts(&values, &evidence, &per_metric, null)
+                }
+                None => bands::detect(&values, &per_metric, null),
+            };
+            MetricBands { bands, measured }
         })
         .collect();
     let chosen = tested
@@ -519,6 +527,7 @@ mod tests {
             unit: "per CPU-second".into(),
             direction,
             values,
+            evidence: None,
         }
     }
 

@@ -26,7 +26,7 @@ use serde_json::{json, Value};
 
 use super::params::{now, rfc3339, Params};
 use super::{AppError, AppState};
-use crate::analysis::bands::{BandConfig, Bands, NullCache, Split};
+use crate::analysis::bands::{BandConfig, Bands, Evidence, NullCache, Split};
 use crate::analysis::compare::{
     self, BandChoice, DataTable, DataValues, Direction, FunctionTable, FunctionValues, Groups, Metric, MetricKind,
 };
@@ -97,6 +97,8 @@ impl Window {
             .collect();
         // Values per (event, source), per node.
         let mut totals: Vec<(&'static str, String, Vec<Option<f64>>)> = Vec::new();
+        // Samples behind each total: what a rate rests on.
+        let mut samples: HashMap<(&'static str, String), Vec<f64>> = HashMap::new();
         for event in EventKind::ALL {
             let scope = Scope {
                 event: event.name(),
@@ -108,6 +110,9 @@ impl Window {
             let mut by_source: BTreeMap<String, Vec<Option<f64>>> = BTreeMap::new();
             for t in store.node_totals(&scope).await? {
                 let Some(&i) = index.get(&t.node) else { continue };
+                samples
+                    .entry((event.name(), t.source.clone()))
+                    .or_insert_with(|| vec![0.0; nodes.len()])[i] = t.samples as f64;
                 by_source.entry(t.source).or_insert_with(|| vec![None; nodes.len()])[i] = Some(t.value as f64);
             }
             totals.extend(
@@ -192,6 +197,7 @@ impl Window {
                     .zip(&seconds)
                     .map(|(c, s)| c.map(|c| c / s))
                     .collect(),
+                evidence: None,
             });
         }
         // Which (event, source) each node's agent sampled with, for the nodes the ledger still
@@ -239,14 +245,33 @@ impl Window {
                         }
                     })
                     .collect(),
+                evidence: Some(
+                    cpu_seconds
+                        .iter()
+                        .enumerate()
+                        .map(|(i, c)| {
+                            let events = samples.get(&(*event, source.clone())).map_or(0.0, |s| s[i]);
+                            c.map(|exposure| Evidence { events, exposure })
+                        })
+                        .collect(),
+                ),
             });
         }
         for &(name, counter, minus, direction) in COUNTERS {
-            let values: Vec<Option<f64>> = (0..nodes.len())
+            let increase: Vec<Option<f64>> = (0..nodes.len())
                 .map(|i| {
                     let v = counters.get(&(i, counter.to_owned()))?;
                     let less = minus.map_or(Some(0.0), |m| counters.get(&(i, m.to_owned())).copied())?;
-                    Some((v - less).max(0.0) / seconds[i])
+                    Some((v - less).max(0.0))
+                })
+                .collect();
+            let values: Vec<Option<f64>> = (0..nodes.len()).map(|i| increase[i].map(|v| v / seconds[i])).collect();
+            let evidence = (0..nodes.len())
+                .map(|i| {
+                    increase[i].map(|events| Evidence {
+                        events,
+                        exposure: seconds[i],
+                    })
                 })
                 .collect();
             if values.iter().any(|v| v.is_some_and(|v| v > 0.0)) {
@@ -256,6 +281,7 @@ impl Window {
                     unit: "per second".into(),
                     direction,
                     values,
+                    evidence: Some(evidence),
                 });
             }
         }
@@ -263,6 +289,9 @@ impl Window {
         // their process's threads ran on, and the findings (the ScyllaDB .bss case).
         let mut findings: Vec<Vec<(String, String)>> = vec![Vec::new(); nodes.len()];
         let mut remote: Vec<Option<f64>> = vec![None; nodes.len()];
+        // Pages found far over pages judged (the pages of one mapping often move together: a
+        // generous count of independent events, so a node with none is judged on many).
+        let mut remote_evidence: Vec<Option<Evidence>> = vec![None; nodes.len()];
         for (node, processes) in store.placements_of(&names, from, to).await? {
             let Some(&i) = index.get(&node) else { continue };
             let (far, all) = processes
@@ -270,6 +299,10 @@ impl Window {
                 .map(|p| p.remote_pages())
                 .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
             remote[i] = (all > 0).then(|| far as f64 / all as f64);
+            remote_evidence[i] = (all > 0).then_some(Evidence {
+                events: far as f64,
+                exposure: all as f64,
+            });
             for r in processes.iter().flat_map(|p| p.remote_memory()) {
                 let finding = format!(
                     "{} of {} ({}) held on a NUMA node none of its threads ran on",
@@ -292,6 +325,7 @@ impl Window {
                 unit: "units of work per CPU-second".into(),
                 direction: Direction::LowerIsSlower,
                 values: work,
+                evidence: None,
             });
         }
         if remote.iter().any(|v| v.is_some_and(|v| v > 0.0)) {
@@ -301,6 +335,7 @@ impl Window {
                 unit: "share of data, bss, heap and anonymous pages far from their threads".into(),
                 direction: Direction::HigherIsSlower,
                 values: remote,
+                evidence: Some(remote_evidence),
             });
         }
         Ok(Window {
