@@ -488,7 +488,12 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
     let Bands::Two(split) = &choice.tested[chosen].bands else {
         return Err(AppError::Internal("the chosen metric has no split".into()));
     };
-    let changed = changes(&state, &selector, p.one("metric"), from, to, &window, metric, groups).await?;
+    // The previous window and the explanation's reads, at once.
+    let (changed, tables, data) = tokio::try_join!(
+        changes(&state, &selector, p.one("metric"), from, to, &window, metric, groups),
+        function_tables(&state.store, &selector, from, to, &window),
+        data_tables(&state.store, &selector, from, to, &window),
+    )?;
     answer["verdict"] = json!(format!(
         "two bands in {}: {} nodes at a median of {} and {} at {} {}{}",
         metric.name,
@@ -517,8 +522,6 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
         "previous_window": changed,
     });
     let labels: Vec<_> = window.nodes.iter().map(|n| n.labels.clone()).collect();
-    let tables = function_tables(&state.store, &selector, from, to, &window).await?;
-    let data = data_tables(&state.store, &selector, from, to, &window).await?;
     let (groups, findings) = (groups.clone(), window.findings.clone());
     // Hundreds of rank tests: on a blocking thread, not the server's workers.
     answer["explanation"] = tokio::task::spawn_blocking(move || {
@@ -638,16 +641,22 @@ async fn function_tables(
     w: &Window,
 ) -> Result<Vec<FunctionTable>, AppError> {
     let index: HashMap<&str, usize> = w.nodes.iter().enumerate().map(|(i, n)| (n.node.as_str(), i)).collect();
-    let mut tables = Vec::new();
-    for (event, source, unit) in &w.sources {
-        let scope = Scope {
+    let scopes: Vec<Scope> = w
+        .sources
+        .iter()
+        .map(|(event, source, _)| Scope {
             event,
             source: Some(source.clone()),
             selector: selector.clone(),
             from,
             to,
-        };
-        let found = store.node_functions(&scope, FUNCTIONS_READ).await?;
+        })
+        .collect();
+    // One read per source, all at once: ClickHouse overlaps them.
+    let reads =
+        futures_util::future::try_join_all(scopes.iter().map(|s| store.node_functions(s, FUNCTIONS_READ))).await?;
+    let mut tables = Vec::new();
+    for ((event, source, unit), found) in w.sources.iter().zip(reads) {
         let is_cpu = *event == EventKind::Cpu.name();
         // Per node: what a value is divided by (CPU-ns sampled for shares of the CPU samples,
         // CPU-seconds for rates).
@@ -698,16 +707,22 @@ async fn data_tables(
     w: &Window,
 ) -> Result<Vec<DataTable>, AppError> {
     let index: HashMap<&str, usize> = w.nodes.iter().enumerate().map(|(i, n)| (n.node.as_str(), i)).collect();
-    let mut tables = Vec::new();
-    for (event, source, unit) in w.sources.iter().filter(|s| s.0 != EventKind::Cpu.name()) {
-        let scope = Scope {
+    let sources: Vec<_> = w.sources.iter().filter(|s| s.0 != EventKind::Cpu.name()).collect();
+    let scopes: Vec<Scope> = sources
+        .iter()
+        .map(|(event, source, _)| Scope {
             event,
             source: Some(source.clone()),
             selector: selector.clone(),
             from,
             to,
-        };
-        let found = store.node_data_objects(&scope, DATA_OBJECTS_READ).await?;
+        })
+        .collect();
+    let reads =
+        futures_util::future::try_join_all(scopes.iter().map(|s| store.node_data_objects(s, DATA_OBJECTS_READ)))
+            .await?;
+    let mut tables = Vec::new();
+    for ((event, source, unit), found) in sources.into_iter().zip(reads) {
         if found.objects.is_empty() {
             continue;
         }
