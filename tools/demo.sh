@@ -86,7 +86,8 @@ pids+=($!)
 cat <<MSG
 
   bimodal is running: a fleet of ${#nodes[@]} nodes on this machine.
-    UI:       http://$listen/?node=$node&event=page_fault
+    UI:       http://$listen/compare.html?selector=%7B%7D&range=5m   (the slow band, explained)
+              http://$listen/?node=$node&event=page_fault   (one node's flame graph)
     compare:  target/release/bimodal compare --server-url http://$listen --last 5m
               http://$listen/api/v1/compare
     diff:     target/release/bimodal diff --server-url http://$listen --event page_fault --groups bands --last 5m

@@ -1,4 +1,7 @@
+import { fileURLToPath } from 'node:url';
 import { defineConfig } from 'vite';
+
+const page = (name) => fileURLToPath(new URL(name, import.meta.url));
 
 // The Rust server serves web/dist at "/", so every asset path must be relative.
 export default defineConfig({
@@ -8,6 +11,10 @@ export default defineConfig({
     emptyOutDir: true,
     target: 'es2022',
     sourcemap: false,
+    // One page per view: the flame graph at /, the comparison at /compare.html.
+    rollupOptions: {
+      input: { main: page('./index.html'), compare: page('./compare.html') },
+    },
   },
   server: {
     // `npm run dev` proxies the API to a running server (or test/mock-server.mjs).

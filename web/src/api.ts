@@ -81,6 +81,13 @@ export async function fetchNodes(signal?: AbortSignal): Promise<ApiNode[]> {
   return Array.isArray(body.nodes) ? body.nodes : [];
 }
 
+/** Nodes matching `selector` that reported in [from, to), with their labels and facts. */
+export async function fetchNodesIn(selector: string, from: number, to: number, signal?: AbortSignal): Promise<ApiNode[]> {
+  const params = new URLSearchParams({ selector, from: String(from), to: String(to) });
+  const body = (await getJson('nodes', params, signal)) as { nodes?: ApiNode[] };
+  return Array.isArray(body.nodes) ? body.nodes : [];
+}
+
 export async function fetchEvents(signal?: AbortSignal): Promise<ApiEvent[]> {
   const body = (await getJson('events', null, signal)) as { events?: ApiEvent[] };
   return Array.isArray(body.events) ? body.events : [];
@@ -110,4 +117,148 @@ export async function fetchFlamegraph(q: FlamegraphQuery, signal?: AbortSignal):
   const body = (await getJson('flamegraph', params, signal)) as Partial<ApiFlamegraph>;
   if (typeof body.root !== 'object') throw new ApiError('the flame graph answer has no "root"', 200);
   return body as ApiFlamegraph;
+}
+
+/** One metric of a comparison: a value per node (aligned with `ApiCompare.nodes`). */
+export interface ApiMetric {
+  kind: string;
+  name: string;
+  unit: string;
+  direction: 'higher_is_slower' | 'lower_is_slower' | 'neither';
+  event?: string;
+  source?: string;
+  values: (number | null)[];
+  bands: {
+    found: boolean;
+    reason?: string;
+    low?: string[];
+    high?: string[];
+    threshold?: number;
+    p_value?: number;
+    best?: { low: string[]; high: string[]; threshold: number; p_value: number } | null;
+  };
+}
+
+/** How a yes/no property of nodes goes with the bands (Fisher's exact test). */
+export interface ApiAssociation {
+  high_with: number;
+  high_nodes: number;
+  low_with: number;
+  low_nodes: number;
+  p_value: number;
+}
+
+export interface ApiDifference {
+  event: string;
+  source: string;
+  unit: string;
+  low: number[];
+  high: number[];
+  low_median: number;
+  high_median: number;
+  weight: number;
+  effect: number;
+  p_value: number;
+  q_value: number;
+}
+
+export interface ApiCompare {
+  selector: string;
+  from: string;
+  to: string;
+  nodes: string[];
+  alpha: number;
+  alpha_per_metric: number;
+  verdict: string;
+  metrics: ApiMetric[];
+  bands: {
+    metric: string;
+    unit: string;
+    slow: 'high' | 'low' | null;
+    low: string[];
+    high: string[];
+    low_median: number;
+    high_median: number;
+    threshold: number;
+    separation: number | null;
+    p_value: number;
+    previous_window: {
+      found: boolean;
+      reason?: string | null;
+      from: string;
+      to: string;
+      changed: { node: string; now: string; before: string | null }[];
+    };
+  } | null;
+  explanation: {
+    labels: (ApiAssociation & { label: string; value: string })[];
+    placement: (ApiAssociation & { finding: string; example: string })[];
+    code: (ApiDifference & { function: string; module: string; measure: 'self_value' | 'total_value' })[];
+    data: (ApiDifference & { object: string; kind: string })[];
+  } | null;
+}
+
+export interface CompareQuery {
+  selector: string;
+  from: number;
+  to: number;
+  /** Band by this metric only; empty: every metric. */
+  metric: string;
+}
+
+export async function fetchCompare(q: CompareQuery, signal?: AbortSignal): Promise<ApiCompare> {
+  const params = new URLSearchParams({ selector: q.selector, from: String(q.from), to: String(q.to) });
+  if (q.metric) params.set('metric', q.metric);
+  const body = (await getJson('compare', params, signal)) as Partial<ApiCompare>;
+  if (!Array.isArray(body.nodes) || !Array.isArray(body.metrics)) {
+    throw new ApiError('the compare answer has no "nodes" or "metrics"', 200);
+  }
+  return body as ApiCompare;
+}
+
+/** A frame of a differential flame graph: `a` the fast band's value, `b` the slow band's. */
+export interface ApiDiffFrame {
+  name: string;
+  kind: FrameKind;
+  module?: string;
+  a: number;
+  b: number;
+  children?: ApiDiffFrame[];
+}
+
+export interface ApiDiff {
+  event: string;
+  source: string;
+  unit: string;
+  mode: 'absolute' | 'relative';
+  normalization: string;
+  bands_metric?: string;
+  a: { label: string; nodes: string[]; total: number };
+  b: { label: string; nodes: string[]; total: number };
+  root: ApiDiffFrame;
+}
+
+export interface DiffQuery {
+  selector: string;
+  from: number;
+  to: number;
+  metric: string;
+  event: string;
+  mode: 'absolute' | 'relative';
+}
+
+/** The differential flame graph of the bands of `selector` (`a` fast, `b` slow). */
+export async function fetchDiff(q: DiffQuery, signal?: AbortSignal): Promise<ApiDiff> {
+  const params = new URLSearchParams({
+    groups: 'bands',
+    selector: q.selector,
+    from: String(q.from),
+    to: String(q.to),
+    event: q.event,
+    mode: q.mode,
+  });
+  if (q.metric) params.set('metric', q.metric);
+  const body = (await getJson('diff', params, signal)) as Partial<ApiDiff>;
+  if (typeof body.root !== 'object') throw new ApiError('the diff answer has no "root"', 200);
+  return body as ApiDiff;
 }

@@ -4,6 +4,7 @@ import './style.css';
 import { ApiError, fetchEvents, fetchFlamegraph, fetchNodes, type ApiEvent, type ApiFlamegraph, type ApiNode } from './api';
 import { FlameGraph, buildTree, compileMatcher, pathOf, resolvePath, type Frame } from './flamegraph';
 import { formatAgo, formatCount, formatPercent, formatTime, formatValue } from './format';
+import { TopFunctions } from './topfunctions';
 
 const RANGES = { '5m': 300, '15m': 900, '1h': 3600, '6h': 21600, '24h': 86400 } as const;
 type RangeKey = keyof typeof RANGES;
@@ -27,6 +28,8 @@ interface ViewState {
   q: string;
   /** Frame names from below the root to the zoomed frame. */
   zoom: string[];
+  /** Root on top (icicle) or at the bottom (flame). */
+  orient: 'icicle' | 'flame';
 }
 
 function isRange(s: string | null): s is RangeKey {
@@ -44,6 +47,7 @@ function readState(): ViewState {
     q: p.get('q') ?? '',
     // Same separator as the API's folded format.
     zoom: zoom ? zoom.split(';').filter((s) => s !== '') : [],
+    orient: p.get('orient') === 'flame' ? 'flame' : 'icicle',
   };
 }
 
@@ -54,6 +58,7 @@ function writeState(s: ViewState, push: boolean): void {
   p.set('range', s.range);
   if (s.q) p.set('q', s.q);
   if (s.zoom.length > 0) p.set('zoom', s.zoom.join(';'));
+  if (s.orient === 'flame') p.set('orient', 'flame');
   // ';' is legal in a query string; leaving it unescaped keeps zoom paths readable.
   const url = `${location.pathname}?${p.toString().replaceAll('%3B', ';')}${location.hash}`;
   if (url === `${location.pathname}${location.search}${location.hash}`) return;
@@ -77,6 +82,7 @@ const ui = {
   searchStatus: $('search-status', HTMLSpanElement),
   breadcrumb: $('breadcrumb', HTMLElement),
   resetZoom: $('reset-zoom', HTMLButtonElement),
+  orient: $('orient', HTMLButtonElement),
   summary: $('summary', HTMLSpanElement),
   loading: $('loading', HTMLSpanElement),
   message: $('message', HTMLDivElement),
@@ -381,12 +387,27 @@ function onSearchInput(): void {
 // ---------------------------------------------------------------------------------------------
 // Wiring
 
+// Top functions beside the graph: a row click searches for that function.
+new TopFunctions(graph, (query) => {
+  ui.search.value = query;
+  onSearchInput();
+}).mountBeside(ui.graph);
+
 function applyStateToControls(): void {
   ui.range.value = state.range;
   ui.search.value = state.q;
+  graph.setOrientation(state.orient);
+  ui.orient.textContent = state.orient === 'flame' ? 'Icicle' : 'Flame';
+  ui.orient.setAttribute('aria-pressed', String(state.orient === 'flame'));
   if (nodes.length > 0 || state.node) renderNodeOptions();
   if (events.length > 0) renderEventOptions();
 }
+
+ui.orient.addEventListener('click', () => {
+  state.orient = state.orient === 'flame' ? 'icicle' : 'flame';
+  writeState(state, true);
+  applyStateToControls();
+});
 
 ui.node.addEventListener('change', () => {
   state.node = ui.node.value;

@@ -6,11 +6,16 @@
 //        [--range 1h] [--timeout 30] [--chromium /usr/bin/chromium]
 //
 // Opens the UI with ?node=NAME&event=EVENT&range=1h (retrying while the server does not answer),
-// waits up to --timeout seconds in all (clicking Refresh every 2 s) until a `.frame[data-name="FRAME"]` is drawn for every --expect, then with
-// the first --expect: hovers it and checks the tooltip shows its name and a percent, clicks it
-// and checks it now spans (nearly) the full width, types it into the search box and checks it is
-// highlighted. Saves a screenshot to PATH, prints one `ok: …` line and exits 0. On any failure
-// it still saves the screenshot, prints `FAIL: reason` and exits 1 (2 for bad usage).
+// waits up to --timeout seconds in all (clicking Refresh every 2 s) until a frame named FRAME is
+// drawn for every --expect, then with the first --expect: hovers it and checks the tooltip shows
+// its name and a percent, clicks it and checks it now spans (nearly) the full width, types it into
+// the search box and checks it is highlighted (on the canvas: the pixels there are the search's
+// magenta). Saves a screenshot to PATH, prints one `ok: …` line and exits 0. On any failure it
+// still saves the screenshot, prints `FAIL: reason` and exits 1 (2 for bad usage).
+//
+// The flame graph is a canvas: frames are found through the page's test hook,
+// window.__bimodalFlame.find(name) (the widest drawn frame's viewport rectangle, or null) and
+// .count() (frames drawn), and hovered and clicked with the mouse at the rectangle's centre.
 
 import { mkdirSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
@@ -58,9 +63,6 @@ if (args.node) pageUrl.searchParams.set('node', args.node);
 pageUrl.searchParams.set('event', args.event);
 pageUrl.searchParams.set('range', args.range);
 
-/** A CSS attribute selector for a frame named `name`. */
-const frameSel = (name, extra = '') =>
-  `.frame${extra}[data-name="${name.replace(/["\\]/g, '\\$&').replace(/\n/g, '\\a ')}"]`;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 class Failure extends Error {}
@@ -72,25 +74,61 @@ const pageErrors = [];
 let browser;
 let page;
 
-/** The index and width of the widest element drawn for `name`, and the graph's width. */
-async function widest(name, extra = '') {
-  return page.evaluate(
-    ({ sel }) => {
-      const els = [...document.querySelectorAll(sel)];
-      const layer = document.querySelector('#graph .layer');
-      let best = -1;
-      let width = 0;
-      els.forEach((el, i) => {
-        const w = el.getBoundingClientRect().width;
-        if (w > width) {
-          width = w;
-          best = i;
-        }
-      });
-      return { index: best, width, count: els.length, graphWidth: layer ? layer.getBoundingClientRect().width : 0 };
-    },
-    { sel: frameSel(name, extra) },
-  );
+/** The widest drawn frame named `name`: its viewport rectangle, search match and the graph's width; or null. */
+async function locate(name) {
+  return page.evaluate((n) => window.__bimodalFlame?.find(n) ?? null, name);
+}
+
+/** Frames drawn by the flame graph (0 before the UI's code ran). */
+async function drawnCount() {
+  return page.evaluate(() => window.__bimodalFlame?.count() ?? 0);
+}
+
+/** Like locate(), after scrolling the frame's row into the viewport if it is not. */
+async function reveal(name) {
+  const r = await locate(name);
+  if (!r) return r;
+  const viewH = page.viewportSize()?.height ?? 900;
+  if (r.y >= 0 && r.y + r.h <= viewH) return r;
+  await page.evaluate((dy) => window.scrollBy(0, dy), r.y - viewH / 2);
+  await sleep(50);
+  return locate(name);
+}
+
+/** Moves the mouse to the centre of the frame named `name` (its visible part) and answers that point. */
+async function pointAt(name) {
+  const r = await reveal(name);
+  if (!r) fail(`frame "${name}" is no longer drawn`);
+  const viewW = page.viewportSize()?.width ?? 1440;
+  const left = Math.max(r.x, 0);
+  const right = Math.min(r.x + r.w, viewW);
+  const at = { x: (left + right) / 2, y: r.y + r.h / 2 };
+  await page.mouse.move(at.x, at.y);
+  return at;
+}
+
+/**
+ * In the page: whether the frame named `name` is drawn in the search's magenta, read back from
+ * the canvas along its top edge (labels never reach it).
+ */
+function paintedAsMatch(name) {
+  const r = window.__bimodalFlame?.find(name);
+  if (!r || !r.match) return false;
+  const y = r.y + 1.5;
+  let magenta = 0;
+  let samples = 0;
+  for (const f of [0.25, 0.5, 0.75]) {
+    const x = Math.max(1, r.x + r.w * f);
+    const canvas = document.elementFromPoint(x, y);
+    if (!(canvas instanceof HTMLCanvasElement)) continue;
+    const box = canvas.getBoundingClientRect();
+    const sx = Math.floor(((x - box.left) * canvas.width) / box.width);
+    const sy = Math.floor(((y - box.top) * canvas.height) / box.height);
+    const [red, green, blue] = canvas.getContext('2d').getImageData(sx, sy, 1, 1).data;
+    samples++;
+    if (Math.abs(red - 0xd0) < 30 && Math.abs(green - 0x30) < 30 && Math.abs(blue - 0x7f) < 30) magenta++;
+  }
+  return samples > 0 && magenta === samples;
 }
 
 /** Text of the UI's message box (no nodes, no samples, API error), if shown. */
@@ -145,12 +183,12 @@ async function run() {
   let lastRefresh = Date.now();
   let missing = args.expect;
   for (;;) {
-    const counts = await Promise.all(args.expect.map((n) => page.locator(frameSel(n)).count()));
-    missing = args.expect.filter((_, i) => counts[i] === 0);
+    const found = await Promise.all(args.expect.map((n) => locate(n)));
+    missing = args.expect.filter((_, i) => found[i] === null);
     if (missing.length === 0) break;
     if (Date.now() > deadline) {
       const msg = await uiMessage();
-      const drawn = await page.locator('.frame').count();
+      const drawn = await drawnCount();
       fail(
         `after ${args.timeout} s no frame named ${missing.map((m) => JSON.stringify(m)).join(', ')} is drawn ` +
           `(${drawn} frames drawn${msg ? `; the page says: "${msg}"` : ''})`,
@@ -162,13 +200,14 @@ async function run() {
     }
     await sleep(250);
   }
-  const framesDrawn = await page.locator('.frame').count();
+  const framesDrawn = await drawnCount();
 
   // 2. Hover: the tooltip shows the name and a percent.
   const name = args.expect[0];
-  const target = await widest(name);
-  if (target.width < 1) fail(`frame "${name}" is drawn but ${target.width.toFixed(2)} px wide: too narrow to hover`);
-  await page.locator(frameSel(name)).nth(target.index).hover({ timeout: 5000 });
+  const target = await reveal(name);
+  if (!target) fail(`frame "${name}" disappeared`);
+  if (target.w < 1) fail(`frame "${name}" is drawn but ${target.w.toFixed(2)} px wide: too narrow to hover`);
+  const at = await pointAt(name);
   const tooltip = page.locator('#tooltip');
   try {
     await page.waitForFunction(
@@ -187,52 +226,50 @@ async function run() {
   const pct = /(\d[\d.]*%) *of total/.exec(tooltipText)?.[1] ?? /\d[\d.]*%/.exec(tooltipText)?.[0];
 
   // 3. Click: the frame is zoomed to (nearly) the full width.
-  await page.locator(frameSel(name)).nth(target.index).click({ timeout: 5000 });
+  await page.mouse.click(at.x, at.y);
   let zoomed;
   try {
     await page.waitForFunction(
-      ({ sel }) => {
-        const layer = document.querySelector('#graph .layer');
-        if (!layer) return false;
-        const full = layer.getBoundingClientRect().width;
-        return [...document.querySelectorAll(sel)].some((el) => el.getBoundingClientRect().width >= 0.97 * full);
+      (n) => {
+        const r = window.__bimodalFlame?.find(n);
+        return r !== null && r !== undefined && r.w >= 0.97 * r.graphWidth;
       },
-      { sel: frameSel(name) },
+      name,
       { timeout: 5000 },
     );
   } catch {
-    zoomed = await widest(name);
+    zoomed = await locate(name);
     fail(
-      `after clicking "${name}" (was ${target.width.toFixed(1)} px) its widest frame is ` +
-        `${zoomed.width.toFixed(1)} px of ${zoomed.graphWidth.toFixed(1)} px: not zoomed`,
+      `after clicking "${name}" (was ${target.w.toFixed(1)} px) its widest frame is ` +
+        `${zoomed ? zoomed.w.toFixed(1) : 'not drawn:'} px of ${target.graphWidth.toFixed(1)} px: not zoomed`,
     );
   }
-  zoomed = await widest(name);
+  zoomed = await locate(name);
   const zoomParam = new URL(page.url()).searchParams.get('zoom') ?? '';
-  if (target.width < 0.97 * target.graphWidth && !zoomParam.split(';').includes(name)) {
+  if (target.w < 0.97 * target.graphWidth && !zoomParam.split(';').includes(name)) {
     fail(`after zooming into "${name}" the URL does not keep the zoom path: ${page.url()}`);
   }
 
   // 4. Search: the frame is highlighted and a matched percent is shown.
   await page.fill('#search', name, { timeout: 5000 });
   try {
-    await page.waitForFunction(
-      ({ sel }) => {
-        const status = document.getElementById('search-status');
-        return document.querySelector(sel) !== null && status !== null && /\d%/.test(status.textContent ?? '');
-      },
-      { sel: frameSel(name, '.match') },
-      { timeout: 5000 },
-    );
+    await reveal(name);
+    await page.waitForFunction(paintedAsMatch, name, { timeout: 5000 });
+    await page.waitForFunction(() => /\d%/.test(document.getElementById('search-status')?.textContent ?? ''), null, {
+      timeout: 5000,
+    });
   } catch {
     const status = await page.locator('#search-status').innerText();
-    fail(`searching for "${name}" did not highlight it (search status: "${status}")`);
+    const r = await locate(name);
+    fail(
+      `searching for "${name}" did not highlight it (${r ? (r.match ? 'matched but not painted magenta' : 'not matched') : 'not drawn'}; ` +
+        `search status: "${status}")`,
+    );
   }
   const searchStatus = (await page.locator('#search-status').innerText()).trim();
   if (new URL(page.url()).searchParams.get('q') !== name) fail(`the URL does not keep the search: ${page.url()}`);
   // Hover again so the screenshot shows highlight, zoom and tooltip together.
-  const again = await widest(name, '.match');
-  if (again.index >= 0) await page.locator(frameSel(name, '.match')).nth(again.index).hover({ timeout: 5000 });
+  await pointAt(name);
   await sleep(100);
 
   await shoot();
@@ -241,7 +278,7 @@ async function run() {
   console.log(
     `ok: ${pageUrl.searchParams.get('node') ?? 'all nodes'}/${args.event}: ${framesDrawn} frames drawn, ` +
       `found ${args.expect.map((e) => JSON.stringify(e)).join(', ')}; "${name}" tooltip ${pct ?? '?'} of total, ` +
-      `zoomed to ${((100 * zoomed.width) / zoomed.graphWidth).toFixed(1)}% width, search ${searchStatus}; ` +
+      `zoomed to ${((100 * zoomed.w) / zoomed.graphWidth).toFixed(1)}% width, search ${searchStatus}; ` +
       `screenshot ${screenshotPath} (${secs} s)`,
   );
 }

@@ -181,3 +181,31 @@ pub fn unix_now() -> u64 {
         .expect("clock after 1970")
         .as_secs()
 }
+
+/// Where tests leave files for people to look at (screenshots, answers): target/artifacts.
+pub fn artifacts() -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/artifacts");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs a browser check of web/test (Playwright driving Debian's Chromium), which prints
+/// `ok: …` on success; returns its output.
+pub fn web_test(script: &str, args: &[&str]) -> String {
+    let web = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../web");
+    assert!(
+        web.join("node_modules/playwright-core").exists(),
+        "web/node_modules is missing: run `make setup` (npm ci in web/)"
+    );
+    let out = std::process::Command::new("node")
+        .current_dir(&web)
+        .arg(script)
+        .args(args)
+        .output()
+        .expect("run node (install nodejs)");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{script} failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("ok:"), "{stdout}");
+    stdout
+}

@@ -112,8 +112,7 @@ async fn a_fleet_of_agents_is_split_into_its_slow_band_and_explained() {
     }
 
     // Kept as a test artifact: what the compare view renders for this fleet.
-    let artifacts = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/artifacts");
-    std::fs::create_dir_all(&artifacts).unwrap();
+    let artifacts = super::common::artifacts();
     std::fs::write(artifacts.join("compare.json"), format!("{answer:#}")).unwrap();
 
     let bands = &answer["bands"];
@@ -350,6 +349,22 @@ async fn a_fleet_of_agents_is_split_into_its_slow_band_and_explained() {
     let (ok, text) = cli(&["compare", "--selector", "{zone=}"]);
     assert!(!ok);
     assert!(text.contains("the server answered 400: `selector`"), "{text}");
+
+    // The compare view in a browser: the same bands, load_session first, a click focuses the
+    // differential flame graph on it, and the URL carries it (screenshot in target/artifacts).
+    let screenshot = super::common::artifacts().join("compare.png");
+    let mut args = vec!["--url".to_owned(), format!("{}/", server.url())];
+    for node in slow {
+        args.extend(["--slow".to_owned(), node.to_owned()]);
+    }
+    args.extend(
+        ["--function", "load_session", "--event", "page_fault", "--screenshot"]
+            .map(str::to_owned)
+            .into_iter()
+            .chain([screenshot.to_string_lossy().into_owned()]),
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    super::common::web_test("test/compare-browser.mjs", &args);
 
     let _ = stop_agents.send(true);
     for agent in agents {

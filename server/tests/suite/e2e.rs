@@ -1,7 +1,5 @@
 //! The whole data path: fixture process → BPF → agent → gRPC → server → ClickHouse → API → browser.
 
-use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bimodal_agent::events::EventKind;
@@ -160,17 +158,10 @@ async fn agent_samples_reach_the_flame_graph_in_the_browser() {
 
 /// Runs web/test/browser.mjs (Playwright driving Debian's Chromium) against the server.
 fn browser_shows(server: &TestServer, frame: &str) {
-    let web = Path::new(env!("CARGO_MANIFEST_DIR")).join("../web");
-    assert!(
-        web.join("node_modules/playwright-core").exists(),
-        "web/node_modules is missing: run `make setup` (npm ci in web/)"
-    );
-    let artifacts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/artifacts");
-    std::fs::create_dir_all(&artifacts).unwrap();
-    let out = Command::new("node")
-        .current_dir(&web)
-        .args([
-            "test/browser.mjs",
+    let screenshot = super::common::artifacts().join("flamegraph.png");
+    super::common::web_test(
+        "test/browser.mjs",
+        &[
             "--url",
             &format!("{}/", server.url()),
             "--node",
@@ -180,12 +171,7 @@ fn browser_shows(server: &TestServer, frame: &str) {
             "--expect",
             frame,
             "--screenshot",
-        ])
-        .arg(artifacts.join("flamegraph.png"))
-        .output()
-        .expect("run node (install nodejs)");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "browser check failed:\n{stdout}\n{stderr}");
-    assert!(stdout.contains("ok:"), "{stdout}");
+            screenshot.to_str().unwrap(),
+        ],
+    );
 }

@@ -1,0 +1,792 @@
+// bimodal compare view: the slow band of a fleet, found without being told the groups, and what
+// differs on it. Reads /api/v1/compare (bands over every metric and the ranked explanation),
+// /api/v1/nodes (labels and facts for the node table) and /api/v1/diff (the differential flame
+// graph of the bands). Every control's state is in the URL; back and forward restore it.
+
+import './style.css';
+import './compare.css';
+import uPlot from 'uplot';
+import 'uplot/dist/uPlot.min.css';
+import {
+  ApiError,
+  fetchCompare,
+  fetchDiff,
+  fetchNodesIn,
+  type ApiCompare,
+  type ApiDiff,
+  type ApiDiffFrame,
+  type ApiFrame,
+  type ApiMetric,
+  type ApiNode,
+} from './api';
+import { FlameGraph, buildTree, compileMatcher, type Frame } from './flamegraph';
+import { formatCount, formatValue } from './format';
+
+const RANGES = { '5m': 300, '15m': 900, '1h': 3600, '6h': 21600, '24h': 86400 } as const;
+type RangeKey = keyof typeof RANGES;
+const RANGE_LABELS: Record<RangeKey, string> = {
+  '5m': 'Last 5 minutes',
+  '15m': 'Last 15 minutes',
+  '1h': 'Last 1 hour',
+  '6h': 'Last 6 hours',
+  '24h': 'Last 24 hours',
+};
+type Mode = 'absolute' | 'relative';
+
+/** Everything a shared link restores. */
+interface ViewState {
+  selector: string;
+  range: RangeKey;
+  /** The metric the bands are found in; '' tests every metric. */
+  metric: string;
+  /** Event of the differential flame graph; '' picks the band metric's or the first difference's. */
+  event: string;
+  mode: Mode;
+  /** The function the differential flame graph is focused on (its search). */
+  q: string;
+  /** Node table: filter and sort column ('node', 'band' or a metric name), '-' prefix descending. */
+  filter: string;
+  sort: string;
+}
+
+function readState(): ViewState {
+  const p = new URLSearchParams(location.search);
+  const range = p.get('range');
+  return {
+    selector: p.get('selector') ?? '{}',
+    range: range !== null && Object.hasOwn(RANGES, range) ? (range as RangeKey) : '15m',
+    metric: p.get('metric') ?? '',
+    event: p.get('event') ?? '',
+    mode: p.get('mode') === 'relative' ? 'relative' : 'absolute',
+    q: p.get('q') ?? '',
+    filter: p.get('filter') ?? '',
+    sort: p.get('sort') ?? 'band',
+  };
+}
+
+function writeState(s: ViewState, push: boolean): void {
+  const p = new URLSearchParams();
+  p.set('selector', s.selector);
+  p.set('range', s.range);
+  if (s.metric) p.set('metric', s.metric);
+  if (s.event) p.set('event', s.event);
+  if (s.mode !== 'absolute') p.set('mode', s.mode);
+  if (s.q) p.set('q', s.q);
+  if (s.filter) p.set('filter', s.filter);
+  if (s.sort !== 'band') p.set('sort', s.sort);
+  const url = `${location.pathname}?${p.toString()}`;
+  if (url === `${location.pathname}${location.search}`) return;
+  if (push) history.pushState(null, '', url);
+  else history.replaceState(null, '', url);
+}
+
+function $<T extends HTMLElement>(id: string, type: new () => T): T {
+  const e = document.getElementById(id);
+  if (!(e instanceof type)) throw new Error(`compare.html lacks a <${type.name}> #${id}`);
+  return e;
+}
+
+const ui = {
+  controls: $('controls', HTMLFormElement),
+  selector: $('selector', HTMLInputElement),
+  completions: $('selector-completions', HTMLDataListElement),
+  range: $('range', HTMLSelectElement),
+  metric: $('metric', HTMLSelectElement),
+  toFlame: $('to-flame', HTMLAnchorElement),
+  message: $('message', HTMLDivElement),
+  verdictSection: $('verdict-section', HTMLElement),
+  verdict: $('verdict', HTMLHeadingElement),
+  verdictDetail: $('verdict-detail', HTMLParagraphElement),
+  changed: $('changed', HTMLUListElement),
+  fleetSection: $('fleet-section', HTMLElement),
+  stripTitle: $('strip-title', HTMLHeadingElement),
+  strip: $('strip', HTMLDivElement),
+  stripNote: $('strip-note', HTMLParagraphElement),
+  explainSection: $('explain-section', HTMLElement),
+  explain: $('explain', HTMLDivElement),
+  diffSection: $('diff-section', HTMLElement),
+  diffEvent: $('diff-event', HTMLSelectElement),
+  diffMode: $('diff-mode', HTMLSelectElement),
+  diffSearch: $('diff-search', HTMLInputElement),
+  diffStatus: $('diff-status', HTMLSpanElement),
+  diffNote: $('diff-note', HTMLParagraphElement),
+  diffGraph: $('diff-graph', HTMLDivElement),
+  nodesSection: $('nodes-section', HTMLElement),
+  nodeFilter: $('node-filter', HTMLInputElement),
+  nodeTable: $('node-table', HTMLTableElement),
+  tooltip: $('tooltip', HTMLDivElement),
+};
+
+let state = readState();
+let answer: ApiCompare | null = null;
+let nodeInfo = new Map<string, ApiNode>();
+let diff: ApiDiff | null = null;
+let strip: uPlot | null = null;
+let inflight: AbortController | null = null;
+let diffInflight: AbortController | null = null;
+/** The fast band's value of each frame of the differential flame graph, by frame id. */
+let fastValue = new Map<number, number>();
+
+const graph = new FlameGraph(ui.diffGraph, ui.tooltip, (frame) => {
+  graph.setZoom(frame.parent === null ? null : frame);
+  graph.render();
+});
+
+function el<K extends keyof HTMLElementTagNameMap>(tag: K, cls?: string, text?: string): HTMLElementTagNameMap[K] {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+/** A figure as people read it: three significant digits, thousands grouped. */
+function figure(v: number | null | undefined): string {
+  if (v === null || v === undefined || !Number.isFinite(v)) return '—';
+  if (v === 0) return '0';
+  const a = Math.abs(v);
+  if (a >= 1000) return formatCount(Math.round(v));
+  if (a >= 100) return v.toFixed(0);
+  if (a >= 1) return v.toPrecision(3);
+  return v.toPrecision(2);
+}
+
+function pValue(p: number): string {
+  return p < 0.0001 ? 'p < 0.0001' : `p = ${p.toPrecision(2)}`;
+}
+
+function showMessage(kind: 'info' | 'error', title: string, detail: string): void {
+  ui.message.hidden = false;
+  ui.message.className = `message ${kind}`;
+  ui.message.replaceChildren(el('div', 'message-title', title), el('div', 'message-detail', detail));
+}
+
+function rangeSeconds(): { from: number; to: number } {
+  const to = Math.floor(Date.now() / 1000) + 1;
+  return { from: to - RANGES[state.range], to };
+}
+
+function applyStateToControls(): void {
+  ui.selector.value = state.selector;
+  ui.range.value = state.range;
+  ui.diffMode.value = state.mode;
+  ui.diffSearch.value = state.q;
+  ui.nodeFilter.value = state.filter;
+  const flame = new URLSearchParams({ range: state.range });
+  if (state.event) flame.set('event', state.event);
+  ui.toFlame.href = `./?${flame.toString()}`;
+}
+
+/** Loads the comparison, then the node table's labels and the differential flame graph. */
+async function load(): Promise<void> {
+  inflight?.abort();
+  const controller = new AbortController();
+  inflight = controller;
+  showMessage('info', 'Comparing…', `nodes ${state.selector}, ${RANGE_LABELS[state.range].toLowerCase()}`);
+  const { from, to } = rangeSeconds();
+  try {
+    const [a, info] = await Promise.all([
+      fetchCompare({ selector: state.selector, from, to, metric: state.metric }, controller.signal),
+      fetchNodesIn(state.selector, from, to, controller.signal).catch(() => [] as ApiNode[]),
+    ]);
+    if (controller.signal.aborted) return;
+    answer = a;
+    nodeInfo = new Map(info.map((n) => [n.node, n]));
+    ui.message.hidden = true;
+    render();
+    await loadDiff();
+  } catch (err) {
+    if (err instanceof DOMException && err.name === 'AbortError') return;
+    answer = null;
+    render();
+    if (err instanceof ApiError && err.status === 0) {
+      showMessage('error', 'The server is unreachable.', `${err.message}. The page retries when you press Compare.`);
+    } else if (err instanceof ApiError && err.status === 400) {
+      showMessage('error', 'The server refused the question.', err.message);
+    } else {
+      showMessage('error', 'The comparison failed.', err instanceof Error ? err.message : String(err));
+    }
+  }
+}
+
+function render(): void {
+  renderMetricOptions();
+  renderCompletions();
+  const a = answer;
+  for (const s of [ui.verdictSection, ui.fleetSection, ui.explainSection, ui.diffSection, ui.nodesSection]) {
+    s.hidden = a === null;
+  }
+  if (a === null) return;
+  renderVerdict(a);
+  renderStrip(a);
+  renderExplanation(a);
+  renderNodeTable(a);
+  ui.diffSection.hidden = a.bands === null;
+}
+
+function renderMetricOptions(): void {
+  const names = answer?.metrics.map((m) => m.name) ?? [];
+  if (state.metric && !names.includes(state.metric)) names.push(state.metric);
+  const options = [new Option('every metric (strongest split)', '')];
+  for (const n of names) options.push(new Option(n, n));
+  ui.metric.replaceChildren(...options);
+  ui.metric.value = state.metric;
+}
+
+/** Label names and values of the nodes seen, as `name="value"` completions of the selector. */
+function renderCompletions(): void {
+  const seen = new Set<string>();
+  for (const n of nodeInfo.values()) {
+    seen.add(`{node="${n.node}"}`);
+    for (const [k, v] of Object.entries(n.labels ?? {})) seen.add(`{${k}="${v}"}`);
+  }
+  ui.completions.replaceChildren(...[...seen].sort().map((v) => new Option(v, v)));
+}
+
+function bandOf(a: ApiCompare, node: string): 'slow' | 'fast' | 'high' | 'low' | '' {
+  const b = a.bands;
+  if (!b) return '';
+  const side = b.high.includes(node) ? 'high' : b.low.includes(node) ? 'low' : '';
+  if (side === '' || b.slow === null) return side;
+  return side === b.slow ? 'slow' : 'fast';
+}
+
+function renderVerdict(a: ApiCompare): void {
+  ui.verdict.textContent = a.verdict;
+  ui.verdict.className = a.bands ? 'found' : 'none';
+  const b = a.bands;
+  if (!b) {
+    ui.verdictDetail.textContent =
+      `${a.nodes.length} nodes matching ${a.selector}; every metric was tested at α = ${a.alpha} ` +
+      `(${a.alpha_per_metric.toPrecision(2)} each). No bands is an answer: the fleet runs as one.`;
+    ui.changed.replaceChildren();
+    return;
+  }
+  const sep = b.separation === null ? 'fully separated' : `${figure(b.separation)} robust SDs apart`;
+  ui.verdictDetail.textContent =
+    `${pValue(b.p_value)} against ${a.alpha_per_metric.toPrecision(2)} per metric (α = ${a.alpha} over ` +
+    `${a.metrics.length} metrics); the bands are ${sep}; threshold ${figure(b.threshold)} ${b.unit}.`;
+  const prev = b.previous_window;
+  const items: HTMLLIElement[] = [];
+  if (!prev.found) {
+    items.push(el('li', 'muted', `Previous window (${prev.from} – ${prev.to}): no bands (${prev.reason ?? 'no data'}).`));
+  } else if (prev.changed.length === 0) {
+    items.push(el('li', 'muted', 'No node changed band since the previous window.'));
+  }
+  for (const c of prev.changed) {
+    items.push(el('li', undefined, `${c.node} moved to the ${c.now} band (was ${c.before ?? 'in none'}).`));
+  }
+  ui.changed.replaceChildren(...items);
+}
+
+/** The band metric (or the metric asked for) as a strip plot: one dot per node, log scale. */
+function renderStrip(a: ApiCompare): void {
+  const metric = a.metrics.find((m) => m.name === (a.bands?.metric ?? state.metric)) ?? closestMetric(a);
+  strip?.destroy();
+  strip = null;
+  ui.strip.replaceChildren();
+  if (!metric) {
+    ui.stripTitle.textContent = 'Nodes';
+    ui.stripNote.textContent = 'No metric was measured on these nodes in this range.';
+    return;
+  }
+  ui.stripTitle.textContent = `Nodes by ${metric.name}`;
+  const points = a.nodes
+    .map((node, i) => ({ node, v: metric.values[i] }))
+    .filter((p): p is { node: string; v: number } => typeof p.v === 'number' && Number.isFinite(p.v));
+  const positive = points.filter((p) => p.v > 0).map((p) => p.v);
+  const floor = positive.length > 0 ? Math.min(...positive) / 2 : 1;
+  points.sort((x, y) => x.v - y.v);
+  const xs = points.map((p) => Math.max(p.v, floor));
+  // Deterministic jitter: a node keeps its height from one load to the next.
+  const jitter = (name: string) => {
+    let h = 0;
+    for (const c of name) h = (h * 31 + c.charCodeAt(0)) >>> 0;
+    return 0.15 + 0.7 * ((h % 1000) / 1000);
+  };
+  const bands = a.bands?.metric === metric.name ? a.bands : null;
+  const ys = (want: string) => points.map((p) => (bandOf(a, p.node) === want ? jitter(p.node) : null));
+  const slowName = bands?.slow ? 'slow' : 'high';
+  const fastName = bands?.slow ? 'fast' : 'low';
+  const data: uPlot.AlignedData = bands
+    ? [xs, ys(fastName), ys(slowName)]
+    : [xs, points.map((p) => jitter(p.node))];
+  const dots = (colour: string): uPlot.Series => ({
+    stroke: colour,
+    fill: colour,
+    paths: () => null,
+    points: { show: true, size: 9, space: 0, fill: colour, stroke: colour },
+  });
+  const series: uPlot.Series[] = bands
+    ? [{ label: metric.unit }, { label: `${fastName} band`, ...dots('#3b7dd8') }, { label: `${slowName} band`, ...dots('#d8453b') }]
+    : [{ label: metric.unit }, { label: 'nodes', ...dots('#6b7280') }];
+  const threshold = bands?.threshold;
+  const width = Math.max(320, ui.strip.clientWidth || 800);
+  strip = new uPlot(
+    {
+      width,
+      height: 150,
+      // eslint-disable-next-line @typescript-eslint/no-unsafe-enum-assignment -- Distr.Logarithmic is an ambient const enum, which verbatimModuleSyntax forbids reading
+      scales: { x: { time: false, distr: 3 }, y: { range: [0, 1] } },
+      axes: [{ label: metric.unit }, { show: false }],
+      // The bands are named in the note below the plot.
+      legend: { show: false },
+      cursor: { drag: { x: false, y: false } },
+      series,
+      hooks: {
+        draw: [
+          (u) => {
+            if (threshold === undefined) return;
+            const x = u.valToPos(threshold, 'x', true);
+            const { top, height, left, width: w } = u.bbox;
+            const ctx = u.ctx;
+            ctx.save();
+            ctx.fillStyle = 'rgba(59,125,216,0.07)';
+            ctx.fillRect(left, top, x - left, height);
+            ctx.fillStyle = 'rgba(216,69,59,0.07)';
+            ctx.fillRect(x, top, left + w - x, height);
+            ctx.strokeStyle = '#9ca3af';
+            ctx.setLineDash([4, 4]);
+            ctx.beginPath();
+            ctx.moveTo(x, top);
+            ctx.lineTo(x, top + height);
+            ctx.stroke();
+            ctx.restore();
+          },
+        ],
+      },
+    },
+    data,
+    ui.strip,
+  );
+  const zeros = points.length - positive.length;
+  const notes = [
+    `${points.length} of ${a.nodes.length} nodes measured`,
+    zeros > 0 ? `${zeros} at zero drawn at ${figure(floor)}` : '',
+    bands
+      ? `blue: the ${fastName} band, red: the ${slowName} band, dashed: the threshold between them (${figure(bands.threshold)})`
+      : (metricReason(metric) ?? ''),
+  ];
+  ui.stripNote.textContent = notes.filter((n) => n !== '').join(' · ');
+}
+
+function closestMetric(a: ApiCompare): ApiMetric | undefined {
+  const tested = a.metrics.filter((m) => m.bands.best);
+  tested.sort((x, y) => (x.bands.best?.p_value ?? 1) - (y.bands.best?.p_value ?? 1));
+  return tested[0] ?? a.metrics[0];
+}
+
+function metricReason(m: ApiMetric): string | null {
+  return m.bands.found ? null : `no bands in ${m.name}: ${m.bands.reason ?? 'not tested'}`;
+}
+
+/** Per-node values of both bands as dots on one scale: the evidence of a difference. */
+function dotPlot(low: number[], high: number[], unit: string): SVGSVGElement {
+  const ns = 'http://www.w3.org/2000/svg';
+  const svg = document.createElementNS(ns, 'svg');
+  const w = 140;
+  const h = 30;
+  svg.setAttribute('viewBox', `0 0 ${w} ${h}`);
+  svg.setAttribute('width', String(w));
+  svg.setAttribute('height', String(h));
+  svg.classList.add('dots');
+  const all = [...low, ...high];
+  const max = Math.max(...all, 0);
+  const min = Math.min(...all, 0);
+  const x = (v: number) => 4 + ((v - min) / (max - min || 1)) * (w - 8);
+  const row = (values: number[], y: number, cls: string) => {
+    for (const v of values) {
+      const c = document.createElementNS(ns, 'circle');
+      c.setAttribute('cx', x(v).toFixed(1));
+      c.setAttribute('cy', String(y));
+      c.setAttribute('r', '3.5');
+      c.setAttribute('class', cls);
+      svg.append(c);
+    }
+  };
+  row(low, 9, 'dot-fast');
+  row(high, 21, 'dot-slow');
+  const title = document.createElementNS(ns, 'title');
+  const list = (v: number[]) => v.map(figure).join(', ');
+  title.textContent = `fast band: ${list(low)}\nslow band: ${list(high)}\n(${unit}, ${figure(min)} to ${figure(max)})`;
+  svg.append(title);
+  return svg;
+}
+
+function table(headers: string[], rows: HTMLTableRowElement[], caption: string): HTMLTableElement {
+  const t = el('table', 'explain-table');
+  t.append(el('caption', undefined, caption));
+  const head = el('tr');
+  for (const h of headers) head.append(el('th', undefined, h));
+  t.createTHead().append(head);
+  t.createTBody().append(...rows);
+  return t;
+}
+
+/** The first rows of a long ranked list, and a button that shows the rest. */
+function collapsed(t: HTMLTableElement, rows: HTMLTableRowElement[], first = 12): HTMLElement {
+  const box = el('div');
+  box.append(t);
+  if (rows.length <= first) return box;
+  for (const r of rows.slice(first)) r.hidden = true;
+  const more = el('button', 'btn btn-light', `Show all ${rows.length}`);
+  more.type = 'button';
+  more.addEventListener('click', () => {
+    for (const r of rows) r.hidden = false;
+    more.remove();
+  });
+  box.append(more);
+  return box;
+}
+
+function cell(row: HTMLTableRowElement, content: string | Node, cls?: string): HTMLTableCellElement {
+  const td = el('td', cls);
+  td.append(content);
+  row.append(td);
+  return td;
+}
+
+function renderExplanation(a: ApiCompare): void {
+  const x = a.explanation;
+  ui.explain.replaceChildren();
+  if (!x || !a.bands) return;
+  // The bands in the explanation are "high" and "low"; say which is slow.
+  const slowIsHigh = a.bands.slow !== 'low';
+  // When the band metric does not say which way is slow (CPU load), the bands are high and low.
+  const [slowName, fastName] = a.bands.slow === null ? ['high band', 'low band'] : ['slow band', 'fast band'];
+  const parts: HTMLElement[] = [];
+  const shares = (with_: number, of: number) => `${with_} of ${of}`;
+  if (x.labels.length > 0) {
+    const rows = x.labels.slice(0, 8).map((l) => {
+      const r = el('tr');
+      cell(r, `${l.label}="${l.value}"`, 'mono');
+      cell(r, shares(slowIsHigh ? l.high_with : l.low_with, slowIsHigh ? l.high_nodes : l.low_nodes));
+      cell(r, shares(slowIsHigh ? l.low_with : l.high_with, slowIsHigh ? l.low_nodes : l.high_nodes));
+      cell(r, pValue(l.p_value));
+      return r;
+    });
+    parts.push(table(['label or fact', slowName, fastName, "Fisher's exact"], rows, 'Labels and facts that split the bands'));
+  }
+  if (x.placement.length > 0) {
+    const rows = x.placement.slice(0, 8).map((f) => {
+      const r = el('tr');
+      const what = el('div', undefined, f.finding);
+      what.append(el('div', 'muted small', `e.g. ${f.example}`));
+      cell(r, what);
+      cell(r, shares(slowIsHigh ? f.high_with : f.low_with, slowIsHigh ? f.high_nodes : f.low_nodes));
+      cell(r, shares(slowIsHigh ? f.low_with : f.high_with, slowIsHigh ? f.low_nodes : f.high_nodes));
+      cell(r, pValue(f.p_value));
+      return r;
+    });
+    parts.push(table(['memory placement', slowName, fastName, "Fisher's exact"], rows, 'Memory held far from its threads'));
+  }
+  const fastSlow = (d: { low: number[]; high: number[]; low_median: number; high_median: number }) =>
+    slowIsHigh
+      ? { fast: d.low, slow: d.high, fastMedian: d.low_median, slowMedian: d.high_median }
+      : { fast: d.high, slow: d.low, fastMedian: d.high_median, slowMedian: d.low_median };
+  if (x.code.length > 0) {
+    const rows = x.code.map((d) => {
+      const r = el('tr', 'clickable');
+      const v = fastSlow(d);
+      cell(r, d.event, 'mono');
+      const fn = el('button', 'link mono', d.function);
+      fn.type = 'button';
+      fn.title = `Focus the differential flame graph of ${d.event} on ${d.function}`;
+      fn.addEventListener('click', () => {
+        focusFunction(d.event, d.function);
+      });
+      const name = el('div');
+      name.append(fn, el('span', 'muted small', ` ${d.measure === 'self_value' ? 'self' : 'total'} · ${d.module}`));
+      cell(r, name);
+      cell(r, `${figure(v.fastMedian)} → ${figure(v.slowMedian)}`, 'num');
+      cell(r, d.unit, 'muted small');
+      cell(r, dotPlot(v.fast, v.slow, d.unit));
+      cell(r, (slowIsHigh ? d.effect : -d.effect).toFixed(2), 'num');
+      cell(r, `${pValue(d.p_value)}, q = ${d.q_value.toPrecision(2)}`, 'small');
+      return r;
+    });
+    parts.push(
+      collapsed(
+        table(
+          ['event', 'function', `median ${fastName} → ${slowName}`, 'unit', 'per node', 'effect', 'rank test over nodes'],
+          rows,
+          'Functions that differ, per node (a click focuses the flame graph)',
+        ),
+        rows,
+      ),
+    );
+  } else {
+    parts.push(el('p', 'muted', 'No function differs consistently between the bands.'));
+  }
+  if (x.data.length > 0) {
+    const rows = x.data.map((d) => {
+      const r = el('tr');
+      const v = fastSlow(d);
+      cell(r, d.event, 'mono');
+      cell(r, d.object, 'mono');
+      cell(r, `${figure(v.fastMedian)} → ${figure(v.slowMedian)}`, 'num');
+      cell(r, d.unit, 'muted small');
+      cell(r, dotPlot(v.fast, v.slow, d.unit));
+      cell(r, (slowIsHigh ? d.effect : -d.effect).toFixed(2), 'num');
+      cell(r, pValue(d.p_value), 'small');
+      return r;
+    });
+    parts.push(
+      table(
+        ['event', 'data object', `median ${fastName} → ${slowName}`, 'unit', 'per node', 'effect', 'rank test'],
+        rows,
+        'Data objects that differ',
+      ),
+    );
+  }
+  ui.explain.replaceChildren(...parts);
+}
+
+/** Nodes with their band, every metric's value, and their labels; sortable and filterable. */
+function renderNodeTable(a: ApiCompare): void {
+  const metrics = a.metrics;
+  const filter = state.filter.toLowerCase();
+  const rows = a.nodes
+    .map((node, i) => ({ node, i, band: bandOf(a, node) }))
+    .filter((r) => {
+      if (!filter) return true;
+      const labels = Object.entries(nodeInfo.get(r.node)?.labels ?? {}).map(([k, v]) => `${k}=${v}`);
+      return [r.node, r.band, ...labels].some((s) => s.toLowerCase().includes(filter));
+    });
+  const desc = state.sort.startsWith('-');
+  const key = desc ? state.sort.slice(1) : state.sort;
+  const mi = metrics.findIndex((m) => m.name === key);
+  const order = { slow: 0, high: 0, fast: 1, low: 1, '': 2 } as const;
+  rows.sort((x, y) => {
+    let c = 0;
+    if (key === 'node') c = x.node.localeCompare(y.node);
+    else if (mi >= 0) c = (metrics[mi]?.values[x.i] ?? -Infinity) - (metrics[mi]?.values[y.i] ?? -Infinity);
+    else c = order[x.band] - order[y.band] || x.node.localeCompare(y.node);
+    return desc ? -c : c;
+  });
+  const head = el('tr');
+  const sortable = (name: string, label: string, title?: string) => {
+    const th = el('th');
+    const b = el('button', 'link', label + (key === name ? (desc ? ' ▾' : ' ▴') : ''));
+    b.type = 'button';
+    if (title) b.title = title;
+    b.addEventListener('click', () => {
+      state.sort = key === name && !desc ? `-${name}` : name;
+      writeState(state, true);
+      if (answer) renderNodeTable(answer);
+    });
+    th.append(b);
+    head.append(th);
+  };
+  sortable('node', 'node');
+  sortable('band', 'band');
+  for (const m of metrics) sortable(m.name, m.name, m.unit);
+  head.append(el('th', undefined, 'labels and facts'));
+  const body = rows.map((r) => {
+    const tr = el('tr', `band-${r.band || 'none'}`);
+    cell(tr, r.node, 'mono');
+    cell(tr, r.band || '—');
+    for (const m of metrics) cell(tr, figure(m.values[r.i]), 'num');
+    const labels = Object.entries(nodeInfo.get(r.node)?.labels ?? {})
+      .map(([k, v]) => `${k}=${v}`)
+      .join(' ');
+    cell(tr, labels, 'muted small labels');
+    return tr;
+  });
+  ui.nodeTable.replaceChildren();
+  ui.nodeTable.createTHead().append(head);
+  ui.nodeTable.createTBody().append(...body);
+}
+
+/** The event the differential flame graph shows when none is asked for. */
+function defaultEvent(a: ApiCompare): string {
+  const m = a.metrics.find((x) => x.name === a.bands?.metric);
+  if (m?.event) return m.event;
+  return a.explanation?.code[0]?.event ?? 'cpu';
+}
+
+function renderDiffEventOptions(a: ApiCompare, chosen: string): void {
+  const events = new Set<string>(['cpu']);
+  for (const m of a.metrics) if (m.event) events.add(m.event);
+  for (const d of a.explanation?.code ?? []) events.add(d.event);
+  ui.diffEvent.replaceChildren(...[...events].map((e) => new Option(e, e)));
+  ui.diffEvent.value = chosen;
+}
+
+async function loadDiff(): Promise<void> {
+  const a = answer;
+  if (!a?.bands) return;
+  const event = state.event || defaultEvent(a);
+  renderDiffEventOptions(a, event);
+  diffInflight?.abort();
+  const controller = new AbortController();
+  diffInflight = controller;
+  ui.diffStatus.textContent = 'Loading…';
+  const { from, to } = rangeSeconds();
+  try {
+    diff = await fetchDiff(
+      { selector: state.selector, from, to, metric: state.metric, event, mode: state.mode },
+      controller.signal,
+    );
+    if (controller.signal.aborted) return;
+    drawDiff(diff);
+  } catch (err) {
+    if (err instanceof DOMException && err.name === 'AbortError') return;
+    diff = null;
+    graph.setData(null, '', 0);
+    graph.render();
+    ui.diffStatus.textContent = '';
+    ui.diffNote.textContent = `The differential flame graph failed: ${err instanceof Error ? err.message : String(err)}`;
+  }
+}
+
+/**
+ * Widths are the slow band's values (per node and CPU-second, or shares in relative mode);
+ * colours the difference from the fast band: red more on the slow band, blue less.
+ */
+function drawDiff(d: ApiDiff): void {
+  // The server puts the slow band (or the high one, when the metric does not say) in `b`.
+  const slowSide = 'b';
+  const fastSide = 'a';
+  const fast = new Map<ApiFrame, number>();
+  const convert = (f: ApiDiffFrame): ApiFrame => {
+    const node: ApiFrame = {
+      name: f.name,
+      kind: f.kind,
+      value: f[slowSide],
+      children: (f.children ?? []).map(convert),
+    };
+    if (f.module !== undefined) node.module = f.module;
+    fast.set(node, f[fastSide]);
+    return node;
+  };
+  const apiRoot = convert(d.root);
+  const tree = buildTree(apiRoot);
+  // buildTree numbers frames as it creates them, parents before children in the same order as
+  // the API's children: walk both trees together to key the fast values by frame id.
+  fastValue = new Map();
+  const walk: [ApiFrame, Frame][] = [[apiRoot, tree.root]];
+  for (let top = walk.pop(); top; top = walk.pop()) {
+    const [api, frame] = top;
+    fastValue.set(frame.id, fast.get(api) ?? 0);
+    (api.children ?? []).forEach((c, i) => {
+      const child = frame.children[i];
+      if (child) walk.push([c, child]);
+    });
+  }
+  graph.setColourer(diffColour);
+  graph.setData(tree, d.unit, d.root[slowSide]);
+  graph.setMatcher(compileMatcher(state.q));
+  graph.render();
+  const slow = d.b;
+  const fastGroup = d.a;
+  ui.diffNote.textContent =
+    `${d.event} (${d.source}), ${d.mode}: ${d.normalization}. Widths: the slow band ` +
+    `(${slow.nodes.length} nodes, ${figure(slow.total)} ${d.unit}); colours: the difference from the fast band ` +
+    `(${fastGroup.nodes.length} nodes, ${figure(fastGroup.total)}). Code only on the fast band has no width here.`;
+  renderDiffStatus();
+}
+
+/** Red where the slow band has more, blue where less, grey where both are within 10%. */
+function diffColour(frame: Frame): string {
+  const slow = frame.value;
+  const fast = fastValue.get(frame.id) ?? 0;
+  const top = Math.max(slow, fast);
+  const delta = top > 0 ? (slow - fast) / top : 0;
+  if (Math.abs(delta) < 0.1) return 'hsl(220, 8%, 82%)';
+  const strength = Math.min(1, Math.abs(delta));
+  const light = 88 - 38 * strength;
+  return delta > 0 ? `hsl(4, 75%, ${light}%)` : `hsl(214, 70%, ${light}%)`;
+}
+
+function renderDiffStatus(): void {
+  const stats = graph.matchStats();
+  if (!state.q || !stats || !diff) {
+    ui.diffStatus.textContent = '';
+    return;
+  }
+  const total = diff.root.b;
+  ui.diffStatus.textContent =
+    `${stats.count} frames match: ${formatValue(stats.value, diff.unit)} ` +
+    `(${total > 0 ? ((100 * stats.value) / total).toFixed(1) : '0'}% of the slow band)`;
+}
+
+function focusFunction(event: string, fn: string): void {
+  state.event = event;
+  // An exact match of the name: regular expression anchored at both ends.
+  state.q = `/^${fn.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}$`;
+  ui.diffSearch.value = state.q;
+  writeState(state, true);
+  ui.diffSection.scrollIntoView({ behavior: 'smooth', block: 'start' });
+  if (diff?.event === event) {
+    graph.setMatcher(compileMatcher(state.q));
+    graph.render();
+    renderDiffStatus();
+  } else {
+    void loadDiff();
+  }
+}
+
+function init(): void {
+  ui.range.replaceChildren(...Object.keys(RANGES).map((k) => new Option(RANGE_LABELS[k as RangeKey], k)));
+  applyStateToControls();
+  ui.controls.addEventListener('submit', (e) => {
+    e.preventDefault();
+    state.selector = ui.selector.value.trim() || '{}';
+    state.range = ui.range.value as RangeKey;
+    state.metric = ui.metric.value;
+    state.event = '';
+    writeState(state, true);
+    applyStateToControls();
+    void load();
+  });
+  ui.metric.addEventListener('change', () => {
+    ui.controls.requestSubmit();
+  });
+  ui.range.addEventListener('change', () => {
+    ui.controls.requestSubmit();
+  });
+  ui.diffEvent.addEventListener('change', () => {
+    state.event = ui.diffEvent.value;
+    writeState(state, true);
+    void loadDiff();
+  });
+  ui.diffMode.addEventListener('change', () => {
+    state.mode = ui.diffMode.value === 'relative' ? 'relative' : 'absolute';
+    writeState(state, true);
+    void loadDiff();
+  });
+  ui.diffSearch.addEventListener('input', () => {
+    state.q = ui.diffSearch.value;
+    writeState(state, false);
+    graph.setMatcher(compileMatcher(state.q));
+    graph.render();
+    renderDiffStatus();
+  });
+  ui.nodeFilter.addEventListener('input', () => {
+    state.filter = ui.nodeFilter.value;
+    writeState(state, false);
+    if (answer) renderNodeTable(answer);
+  });
+  window.addEventListener('popstate', () => {
+    const before = state;
+    state = readState();
+    applyStateToControls();
+    const reload = before.selector !== state.selector || before.range !== state.range || before.metric !== state.metric;
+    if (reload) {
+      void load();
+    } else if (before.event !== state.event || before.mode !== state.mode) {
+      void loadDiff();
+    } else if (answer) {
+      renderNodeTable(answer);
+      graph.setMatcher(compileMatcher(state.q));
+      graph.render();
+      renderDiffStatus();
+    }
+  });
+  window.addEventListener('resize', () => {
+    if (strip) strip.setSize({ width: Math.max(320, ui.strip.clientWidth), height: 150 });
+  });
+  void load();
+}
+
+init();
