@@ -20,17 +20,9 @@ import {
   type ApiNode,
 } from './api';
 import { FlameGraph, buildTree, compileMatcher, type Frame } from './flamegraph';
-import { formatCount, formatValue } from './format';
+import { formatFigure as figure, formatValue } from './format';
+import { DEFAULT_RANGE, RANGES, RANGE_LABELS, isRange, rangeOptions, type RangeKey } from './range';
 
-const RANGES = { '5m': 300, '15m': 900, '1h': 3600, '6h': 21600, '24h': 86400 } as const;
-type RangeKey = keyof typeof RANGES;
-const RANGE_LABELS: Record<RangeKey, string> = {
-  '5m': 'Last 5 minutes',
-  '15m': 'Last 15 minutes',
-  '1h': 'Last 1 hour',
-  '6h': 'Last 6 hours',
-  '24h': 'Last 24 hours',
-};
 type Mode = 'absolute' | 'relative';
 
 /** Everything a shared link restores. */
@@ -54,7 +46,7 @@ function readState(): ViewState {
   const range = p.get('range');
   return {
     selector: p.get('selector') ?? '{}',
-    range: range !== null && Object.hasOwn(RANGES, range) ? (range as RangeKey) : '15m',
+    range: isRange(range) ? range : DEFAULT_RANGE,
     metric: p.get('metric') ?? '',
     event: p.get('event') ?? '',
     mode: p.get('mode') === 'relative' ? 'relative' : 'absolute',
@@ -137,17 +129,6 @@ function el<K extends keyof HTMLElementTagNameMap>(tag: K, cls?: string, text?: 
   if (cls) e.className = cls;
   if (text !== undefined) e.textContent = text;
   return e;
-}
-
-/** A figure as people read it: three significant digits, thousands grouped. */
-function figure(v: number | null | undefined): string {
-  if (v === null || v === undefined || !Number.isFinite(v)) return '—';
-  if (v === 0) return '0';
-  const a = Math.abs(v);
-  if (a >= 1000) return formatCount(Math.round(v));
-  if (a >= 100) return v.toFixed(0);
-  if (a >= 1) return v.toPrecision(3);
-  return v.toPrecision(2);
 }
 
 function pValue(p: number): string {
@@ -727,12 +708,12 @@ function focusFunction(event: string, fn: string): void {
 }
 
 function init(): void {
-  ui.range.replaceChildren(...Object.keys(RANGES).map((k) => new Option(RANGE_LABELS[k as RangeKey], k)));
+  ui.range.replaceChildren(...rangeOptions());
   applyStateToControls();
   ui.controls.addEventListener('submit', (e) => {
     e.preventDefault();
     state.selector = ui.selector.value.trim() || '{}';
-    state.range = ui.range.value as RangeKey;
+    state.range = isRange(ui.range.value) ? ui.range.value : DEFAULT_RANGE;
     state.metric = ui.metric.value;
     state.event = '';
     writeState(state, true);

@@ -47,6 +47,17 @@ export function formatCount(value: number): string {
   return value.toLocaleString('en-US');
 }
 
+/** A figure as people read it: three significant digits, thousands grouped; '—' when absent. */
+export function formatFigure(v: number | null | undefined): string {
+  if (v === null || v === undefined || !Number.isFinite(v)) return '—';
+  if (v === 0) return '0';
+  const a = Math.abs(v);
+  if (a >= 1000) return formatCount(Math.round(v));
+  if (a >= 100) return v.toFixed(0);
+  if (a >= 1) return v.toPrecision(3);
+  return v.toPrecision(2);
+}
+
 /** Percent of `value` in `whole` with enough digits for small shares. */
 export function formatPercent(value: number, whole: number): string {
   if (whole <= 0) return '0%';

@@ -3,19 +3,10 @@
 import './style.css';
 import { ApiError, fetchEvents, fetchFlamegraph, fetchNodes, type ApiEvent, type ApiFlamegraph, type ApiNode } from './api';
 import { FlameGraph, buildTree, compileMatcher, pathOf, resolvePath, type Frame } from './flamegraph';
+import { DEFAULT_RANGE, RANGES, RANGE_LABELS, isRange, type RangeKey } from './range';
 import { formatAgo, formatCount, formatPercent, formatTime, formatValue } from './format';
 import { TopFunctions } from './topfunctions';
 
-const RANGES = { '5m': 300, '15m': 900, '1h': 3600, '6h': 21600, '24h': 86400 } as const;
-type RangeKey = keyof typeof RANGES;
-const RANGE_LABELS: Record<RangeKey, string> = {
-  '5m': 'Last 5 minutes',
-  '15m': 'Last 15 minutes',
-  '1h': 'Last 1 hour',
-  '6h': 'Last 6 hours',
-  '24h': 'Last 24 hours',
-};
-const DEFAULT_RANGE: RangeKey = '15m';
 const DEFAULT_EVENT = 'cpu';
 
 /** Everything a shared link restores. */
@@ -30,10 +21,6 @@ interface ViewState {
   zoom: string[];
   /** Root on top (icicle) or at the bottom (flame). */
   orient: 'icicle' | 'flame';
-}
-
-function isRange(s: string | null): s is RangeKey {
-  return s !== null && Object.hasOwn(RANGES, s);
 }
 
 function readState(): ViewState {

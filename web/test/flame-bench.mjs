@@ -1,19 +1,28 @@
 #!/usr/bin/env node
-// Browser benchmark of the canvas flame graph (src/flamegraph.ts) at 50,000 frames.
+// Browser benchmark of the canvas flame graph (src/flamegraph.ts) against its reference, the
+// previous DOM renderer (git 7a48d37: one absolutely positioned <div> per frame), in one run.
 //
 //   node test/flame-bench.mjs [--frames 50000] [--scale 5000,20000] [--reps 20] [--width 1400]
 //                             [--dpr 1] [--chromium /usr/bin/chromium]
 //
-// Bundles src/bench.ts with test/flame-bench.html by Vite's production build (the same sources
-// and build settings as dist/, into node_modules/.cache/flame-bench/, so dist/ ships no benchmark
-// page), serves it to Debian's Chromium through playwright-core request routing (no port, no
-// download), builds synthetic profiles (depth up to ~40, skewed fan-out, long C++-like names,
-// kernel tails) and has the page time, with performance.now(): building the tree, the first draw,
-// zooming into a frame and back, a hover, a search over all frames, a resize and the
-// top-functions table, each over --reps repetitions after a warm-up; and the first draw at the
-// --scale sizes. Prints Markdown tables of p50 / p95 milliseconds.
+// Writes the reference's sources (`git show 7a48d37:web/src/…`: flamegraph.ts, format.ts,
+// api.ts) and its CSS rules (.layer, .frame, .merged, .searching of the old style.css) into
+// node_modules/.cache/flame-bench/dom-7a48d37/, with an entry that registers it on the page, so
+// neither src/ nor dist/ holds it. Bundles src/bench.ts with test/flame-bench.html, and that
+// entry, by Vite's production build (the same settings as dist/, into
+// node_modules/.cache/flame-bench/dist/), serves them to Debian's Chromium through playwright-core
+// request routing (no port, no download), builds synthetic profiles (depth up to ~40, skewed
+// fan-out, long C++-like names, kernel tails) of each --scale size and --frames, and has the page
+// time both renderers on the same tree, each step over --reps repetitions after a warm-up, with
+// performance.now(): building the tree, the first draw, zooming into a frame and back, a hover, a
+// search over all frames, a resize and the top-functions table (the last two canvas only: the
+// DOM renderer's outline on hover is a CSS :hover rule, which a synthetic event cannot trigger,
+// and it had no such table). Canvas steps end with a read back of the canvas; DOM steps with a
+// forced layout plus the next frame's main-thread rendering (see src/bench.ts). Prints one
+// Markdown table per size of p50 / p95 milliseconds, canvas and DOM side by side.
 
-import { readFile } from 'node:fs/promises';
+import { execFileSync } from 'node:child_process';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { dirname, extname, join, normalize, resolve, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -141,8 +150,36 @@ function syntheticTree(target, seed = 7) {
 // ---------------------------------------------------------------------------------------------
 // Build, serve, run
 
-// Vite's own cache lives in node_modules/ too: linters and git ignore it.
-const outDir = join(web, 'node_modules', '.cache', 'flame-bench');
+// The reference: the DOM renderer as it was at REF, from git, into the cache (Vite's own cache lives
+// in node_modules/ too: linters and git ignore it).
+const REF = '7a48d37';
+const cache = join(web, 'node_modules', '.cache', 'flame-bench');
+const refDir = join(cache, `dom-${REF}`);
+const outDir = join(cache, 'dist');
+const repo = resolve(web, '..');
+const gitShow = (path) => execFileSync('git', ['-C', repo, 'show', `${REF}:${path}`], { encoding: 'utf8', maxBuffer: 16 << 20 });
+await mkdir(refDir, { recursive: true });
+for (const file of ['flamegraph.ts', 'format.ts', 'api.ts']) await writeFile(join(refDir, file), gitShow(`web/src/${file}`));
+// Its own rules only (from .layer to the tooltip's); the page's style.css has the rest (.graph,
+// .tooltip, --row, --match), which the DOM renderer shared with the canvas one.
+const oldCss = gitShow('web/src/style.css');
+const cssFrom = oldCss.indexOf('\n.layer {');
+const cssTo = oldCss.indexOf('\n/* Tooltip', cssFrom);
+if (cssFrom < 0 || cssTo < 0) throw new Error(`no .layer … .frame.match rules in ${REF}:web/src/style.css`);
+await writeFile(join(refDir, 'flamegraph-dom.css'), oldCss.slice(cssFrom + 1, cssTo));
+await writeFile(
+  join(refDir, 'entry.js'),
+  `// Written by test/flame-bench.mjs: the DOM flame graph of git ${REF}, the benchmark's reference.
+import css from './flamegraph-dom.css?inline';
+import { FlameGraph, buildTree, compileMatcher } from './flamegraph.ts';
+
+const style = document.createElement('style');
+style.textContent = css;
+document.head.append(style);
+window.__flameBenchDom = { FlameGraph, buildTree, compileMatcher };
+`,
+);
+
 await build({
   configFile: false,
   root: web,
@@ -153,7 +190,10 @@ await build({
     emptyOutDir: true,
     target: 'es2022',
     sourcemap: false,
-    rollupOptions: { input: join(web, 'test', 'flame-bench.html') },
+    rollupOptions: {
+      input: { bench: join(web, 'test', 'flame-bench.html'), 'dom-reference': join(refDir, 'entry.js') },
+      output: { entryFileNames: 'assets/[name].js' },
+    },
   },
 });
 
@@ -179,15 +219,18 @@ try {
     }
   });
   await page.goto(`${ORIGIN}/test/flame-bench.html`);
-  await page.waitForFunction(() => globalThis.__flameBench !== undefined, null, { timeout: 10000 });
+  await page.addScriptTag({ url: `${ORIGIN}/assets/dom-reference.js`, type: 'module' });
+  await page.waitForFunction(() => globalThis.__flameBench !== undefined && globalThis.__flameBenchDom !== undefined, null, { timeout: 10000 });
 
+  // Both renderers on the same tree, one after the other, size by size.
   const results = new Map();
   for (const n of sizes) {
     const tree = syntheticTree(n);
-    const r = await page.evaluate(({ tree, o }) => globalThis.__flameBench.run(tree, o), {
-      tree,
-      o: { reps, width, firstDrawOnly: n !== frames },
-    });
+    const r = {};
+    for (const renderer of ['canvas', 'dom']) {
+      r[renderer] = await page.evaluate(({ tree, o }) => globalThis.__flameBench.run(tree, o), { tree, o: { renderer, reps, width } });
+      if (r[renderer].frames !== n) throw new Error(`asked for ${n} frames, the ${renderer} run built ${r[renderer].frames}`);
+    }
     results.set(n, r);
   }
   if (errors.length > 0) throw new Error(`the page failed: ${errors.join('; ')}`);
@@ -198,23 +241,28 @@ try {
   };
   const ms = (x) => (x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x.toFixed(2));
   const count = (x) => x.toLocaleString('en-US');
-  const big = results.get(frames);
+  const cells = (xs) => (xs ? [ms(pct(xs, 50)), ms(pct(xs, 95))] : ['n/a', 'n/a']);
+  const ratio = (a, b) => (a && b ? `${(pct(b, 50) / pct(a, 50)).toFixed(1)}×` : 'n/a');
 
   console.log(
-    `Flame graph (canvas), Chromium ${browser.version()} headless, software rendering (--disable-gpu), ` +
-      `graph ${width} px wide, devicePixelRatio ${dpr}, ${reps} repetitions after a warm-up; ` +
-      `${count(big.frames)} frames, depth ${big.maxDepth}, ${count(big.drawn)} drawn at the root zoom.\n`,
+    `Flame graph: canvas (src/flamegraph.ts) against the DOM reference (git ${REF}, one <div> per frame), ` +
+      `Chromium ${browser.version()} headless, software rendering (--disable-gpu), graph ${width} px wide, ` +
+      `devicePixelRatio ${dpr}, ${reps} repetitions after a warm-up. A canvas step ends with a 1-pixel read back ` +
+      `of the canvas; a DOM step with a forced layout plus the next frame's main-thread rendering (paint, commit), ` +
+      `not the wait for that frame. n/a: not measured the same way (hover: the DOM outline is a CSS :hover rule) ` +
+      `or no such part (the top-functions table is newer).`,
   );
-  console.log(`| Operation (${count(big.frames)} frames) | p50 ms | p95 ms |`);
-  console.log('|---|---:|---:|');
-  for (const [step, xs] of Object.entries(big.times)) console.log(`| ${step} | ${ms(pct(xs, 50))} | ${ms(pct(xs, 95))} |`);
-  console.log('\n| Frames | Drawn | Build tree p50 ms | First draw p50 ms | First draw p95 ms |');
-  console.log('|---:|---:|---:|---:|---:|');
-  for (const [n, r] of results) {
-    const b = r.times['build tree'];
-    const f = r.times['first draw'];
-    console.log(`| ${count(r.frames)} | ${count(r.drawn)} | ${ms(pct(b, 50))} | ${ms(pct(f, 50))} | ${ms(pct(f, 95))} |`);
-    if (n !== r.frames) throw new Error(`asked for ${n} frames, built ${r.frames}`);
+  for (const [n, { canvas, dom }] of results) {
+    console.log(
+      `\n${count(n)} frames, depth ${canvas.maxDepth}; drawn at the root zoom: canvas ${count(canvas.drawn)}, DOM ${count(dom.drawn)} elements of class frame.\n`,
+    );
+    console.log(`| Operation (${count(n)} frames) | canvas p50 ms | canvas p95 ms | DOM p50 ms | DOM p95 ms | DOM / canvas p50 |`);
+    console.log('|---|---:|---:|---:|---:|---:|');
+    for (const step of new Set([...Object.keys(canvas.times), ...Object.keys(dom.times)])) {
+      const a = canvas.times[step];
+      const b = dom.times[step];
+      console.log(`| ${step} | ${[...cells(a), ...cells(b)].join(' | ')} | ${ratio(a, b)} |`);
+    }
   }
 } catch (err) {
   code = 1;
