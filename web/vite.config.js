@@ -11,9 +11,10 @@ export default defineConfig({
     emptyOutDir: true,
     target: 'es2022',
     sourcemap: false,
-    // One page per view: the flame graph at /, the comparison at /compare.html.
+    // One page per view: the flame graph at /, the comparison at /compare.html, one node at
+    // /node.html.
     rollupOptions: {
-      input: { main: page('./index.html'), compare: page('./compare.html') },
+      input: { main: page('./index.html'), compare: page('./compare.html'), node: page('./node.html') },
     },
   },
   server: {

@@ -14,6 +14,53 @@ export interface ApiNode {
   node: string;
   labels?: Record<string, string>;
   last_seen?: string;
+  first_seen?: string;
+  agent_version?: string;
+  /** What the node's agent read of its hardware and kernel (proto NodeFacts); null when unknown. */
+  facts?: ApiFacts | null;
+}
+
+/** One NUMA node of `ApiFacts`. */
+export interface ApiNumaNode {
+  id: number;
+  cpus: number[];
+  memory_bytes: number;
+  /** Distances to every node, in node id order (the kernel's `distance` row). */
+  distances: number[];
+}
+
+/** The source an agent chose for one event kind, and why better candidates were rejected. */
+export interface ApiEventSource {
+  /** Empty when no source works on the node. */
+  source: string;
+  encoding: string;
+  /** "perf_event", "fentry", "kprobe", "raw_tracepoint". */
+  attach: string;
+  data_address: boolean;
+  /** "candidate: reason" for every better candidate rejected. */
+  rejected: string[];
+}
+
+/** A node's facts as `/api/v1/nodes` answers them (proto/bimodal/v1/facts.proto). */
+export interface ApiFacts {
+  kernel_release: string;
+  cpu: { vendor: string; model_name: string; family: number; model: number };
+  online_cpus: number;
+  sockets: number;
+  cores: number;
+  threads_per_core: number;
+  numa_nodes: ApiNumaNode[];
+  /** The CPUs sharing each L3 cache. */
+  l3_domains: number[][];
+  /** `numa_node` -1: no NUMA affinity. */
+  nics: { name: string; numa_node: number }[];
+  /** "disabled", "normal", "memory_tiering", or empty when the kernel has no NUMA balancing. */
+  numa_balancing: string;
+  transparent_hugepages: string;
+  /** Empty when the kernel exposes no hardware PMU. */
+  hardware_pmu: string;
+  /** By event kind (`cpu`, `page_fault`, …). */
+  event_sources: Record<string, ApiEventSource>;
 }
 
 export interface ApiEvent {
@@ -261,4 +308,86 @@ export async function fetchDiff(q: DiffQuery, signal?: AbortSignal): Promise<Api
   const body = (await getJson('diff', params, signal)) as Partial<ApiDiff>;
   if (typeof body.root !== 'object') throw new ApiError('the diff answer has no "root"', 200);
   return body as ApiDiff;
+}
+
+/** One mapping of a process and its resident pages per NUMA node (keys: node ids). */
+export interface ApiMapping {
+  /** "text", "data", "bss", "rodata", "heap", "stack", "anon", "file", "shm", "other". */
+  kind: string;
+  path: string;
+  start: number;
+  end: number;
+  permissions: string;
+  pages_per_node: Record<string, number>;
+  page_size: number;
+}
+
+/** A process's newest placement snapshot in the range (`time`: Unix seconds). */
+export interface ApiProcessPlacement {
+  time: number;
+  pid: number;
+  comm: string;
+  executable: string;
+  /** Threads per NUMA node they last ran on (keys: node ids). */
+  threads_per_node: Record<string, number>;
+  mappings: ApiMapping[];
+}
+
+/** Memory held mostly (≥ 80%) on NUMA nodes none of the process's threads ran on. */
+export interface ApiRemoteMemory {
+  pid: number;
+  comm: string;
+  kind: string;
+  path: string;
+  /** The node holding most of the mapping's pages. */
+  node: number;
+  thread_nodes: number[];
+  remote_pages: number;
+  total_pages: number;
+  text: string;
+}
+
+export interface ApiPlacement {
+  node: string;
+  from: string;
+  to: string;
+  processes: ApiProcessPlacement[];
+  findings: ApiRemoteMemory[];
+}
+
+/** The newest memory placement of every process of `node` read in [from, to). */
+export async function fetchPlacement(node: string, from: number, to: number, signal?: AbortSignal): Promise<ApiPlacement> {
+  const params = new URLSearchParams({ node, from: String(from), to: String(to) });
+  const body = (await getJson('placement', params, signal)) as Partial<ApiPlacement>;
+  if (!Array.isArray(body.processes)) throw new ApiError('the placement answer has no "processes"', 200);
+  return { node, from: '', to: '', findings: [], ...body } as ApiPlacement;
+}
+
+/** A counter's increase over one agent interval; `time` (RFC 3339) is the interval's start. */
+export interface ApiCounterPoint {
+  time: string;
+  value: number;
+}
+
+export interface ApiCounters {
+  node: string;
+  from: string;
+  to: string;
+  /** By counter name, oldest first. */
+  counters: Record<string, ApiCounterPoint[]>;
+}
+
+/** Per-interval increases of `node`'s counters in [from, to); `names` empty: every counter. */
+export async function fetchCounters(
+  node: string,
+  from: number,
+  to: number,
+  names: string[] = [],
+  signal?: AbortSignal,
+): Promise<ApiCounters> {
+  const params = new URLSearchParams({ node, from: String(from), to: String(to) });
+  for (const n of names) params.append('name', n);
+  const body = (await getJson('counters', params, signal)) as Partial<ApiCounters>;
+  if (typeof body.counters !== 'object') throw new ApiError('the counters answer has no "counters"', 200);
+  return body as ApiCounters;
 }

@@ -85,6 +85,7 @@ const ui = {
   range: $('range', HTMLSelectElement),
   metric: $('metric', HTMLSelectElement),
   toFlame: $('to-flame', HTMLAnchorElement),
+  toNode: $('to-node', HTMLAnchorElement),
   message: $('message', HTMLDivElement),
   verdictSection: $('verdict-section', HTMLElement),
   verdict: $('verdict', HTMLHeadingElement),
@@ -155,6 +156,15 @@ function applyStateToControls(): void {
   const flame = new URLSearchParams({ range: state.range });
   if (state.event) flame.set('event', state.event);
   ui.toFlame.href = `./?${flame.toString()}`;
+  ui.toNode.href = `./node.html?${new URLSearchParams({ range: state.range }).toString()}`;
+}
+
+/** The node view of one node, over this page's range. */
+function nodeLink(node: string): HTMLAnchorElement {
+  const a = el('a', 'node-link', node);
+  a.href = `./node.html?${new URLSearchParams({ node, range: state.range }).toString()}`;
+  a.title = `${node}: NUMA topology, event sources, memory placement and counters`;
+  return a;
 }
 
 /** Loads the comparison, then the node table's labels and the differential flame graph. */
@@ -564,7 +574,7 @@ function renderNodeTable(a: ApiCompare): void {
   head.append(el('th', undefined, 'labels and facts'));
   const body = rows.map((r) => {
     const tr = el('tr', `band-${r.band || 'none'}`);
-    cell(tr, r.node, 'mono');
+    cell(tr, nodeLink(r.node), 'mono');
     cell(tr, r.band || '—');
     for (const m of metrics) cell(tr, figure(m.values[r.i]), 'num');
     const labels = Object.entries(nodeInfo.get(r.node)?.labels ?? {})

@@ -39,6 +39,7 @@ function readState(): ViewState {
 }
 
 function writeState(s: ViewState, push: boolean): void {
+  renderNodeLink(s);
   const p = new URLSearchParams();
   if (s.node) p.set('node', s.node);
   if (s.event) p.set('event', s.event);
@@ -59,6 +60,14 @@ function $<T extends HTMLElement>(id: string, type: new () => T): T {
   return el;
 }
 
+/** The header's link to the node view carries the chosen node (if one is) and the range. */
+function renderNodeLink(s: ViewState): void {
+  const p = new URLSearchParams();
+  if (s.node) p.set('node', s.node);
+  p.set('range', s.range);
+  ui.toNode.href = `./node.html?${p.toString()}`;
+}
+
 const ui = {
   node: $('node', HTMLSelectElement),
   nodeMeta: $('node-meta', HTMLSpanElement),
@@ -70,6 +79,7 @@ const ui = {
   breadcrumb: $('breadcrumb', HTMLElement),
   resetZoom: $('reset-zoom', HTMLButtonElement),
   orient: $('orient', HTMLButtonElement),
+  toNode: $('to-node', HTMLAnchorElement),
   summary: $('summary', HTMLSpanElement),
   loading: $('loading', HTMLSpanElement),
   message: $('message', HTMLDivElement),
@@ -381,6 +391,7 @@ new TopFunctions(graph, (query) => {
 }).mountBeside(ui.graph);
 
 function applyStateToControls(): void {
+  renderNodeLink(state);
   ui.range.value = state.range;
   ui.search.value = state.q;
   graph.setOrientation(state.orient);

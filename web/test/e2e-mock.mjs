@@ -1,5 +1,6 @@
 #!/usr/bin/env node
-// Runs test/browser.mjs against test/mock-server.mjs (needs `npm run build` first):
+// Runs test/browser.mjs (the flame graph) and test/node-browser.mjs (the node view) against
+// test/mock-server.mjs (needs `npm run build` first):
 //   node test/e2e-mock.mjs [--screenshots DIR]
 // Prints one line per case and a closing "N passed, N failed" line; exits 1 if any failed.
 
@@ -19,6 +20,12 @@ const CASES = [
   { name: 'big-1-20k-frames', node: 'big-1', event: 'cpu', expect: ['api-server', 'app::tree::walk_recursive'] },
 ];
 
+// The node view: web-1 with two NUMA nodes, counters and a placement finding; web-2 with none.
+const NODE_CASES = [
+  { name: 'node-web-1', node: 'web-1', extra: ['--counter', 'pgfault', '--pid', '4242'] },
+  { name: 'node-web-2-empty', node: 'web-2', extra: [] },
+];
+
 const mock = spawn(process.execPath, [join(here, 'mock-server.mjs'), '--port', '0'], { stdio: ['ignore', 'pipe', 'inherit'] });
 const base = await new Promise((ok, ko) => {
   let out = '';
@@ -35,6 +42,13 @@ let failed = 0;
 for (const c of CASES) {
   const args = [join(here, 'browser.mjs'), '--url', base, '--node', c.node, '--event', c.event, '--screenshot', join(opts.screenshots, `${c.name}.png`)];
   for (const e of c.expect) args.push('--expect', e);
+  const code = await new Promise((ok) => spawn(process.execPath, args, { stdio: 'inherit' }).on('exit', ok));
+  if (code === 0) passed++;
+  else failed++;
+  console.log(`${code === 0 ? 'PASS' : 'FAIL'} ${c.name}`);
+}
+for (const c of NODE_CASES) {
+  const args = [join(here, 'node-browser.mjs'), '--url', base, '--node', c.node, '--range', '1h', '--screenshot', join(opts.screenshots, `${c.name}.png`), ...c.extra];
   const code = await new Promise((ok) => spawn(process.execPath, args, { stdio: 'inherit' }).on('exit', ok));
   if (code === 0) passed++;
   else failed++;

@@ -13,6 +13,10 @@
 //   big-1   a synthetic tree of about --frames frames (default 20,000), deep recursion included
 //   flaky   503 {"error": "storage unavailable: …"} (not listed in /nodes; select it by URL)
 // Without a selector the flame graph merges web-1 and web-2.
+// The node view (/placement, /counters, `facts` in /nodes): web-1 has two NUMA nodes, NICs, L3
+// domains, counters every 10 s and a process whose .bss sits on the node its threads do not run
+// on (a finding); web-2 one NUMA node, no placement and no counters; big-1 no facts; flaky
+// answers 503 to both.
 // --no-nodes     /nodes answers an empty list and every flame graph is empty
 // --fail         every flame graph answers 503 with an error
 // --samples-after S   flame graphs are empty for the first S seconds after start
@@ -49,10 +53,138 @@ function nodesList() {
   if (opts['no-nodes']) return [];
   const ago = (s) => new Date(Date.now() - s * 1000).toISOString().replace(/\.\d+Z$/, 'Z');
   return [
-    { node: 'big-1', labels: { dataset: 'synthetic' }, last_seen: ago(3) },
-    { node: 'web-1', labels: { zone: 'a', role: 'frontend' }, last_seen: ago(2) },
-    { node: 'web-2', labels: { zone: 'b' }, last_seen: ago(600) },
+    { node: 'big-1', labels: { dataset: 'synthetic' }, last_seen: ago(3), facts: null },
+    { node: 'web-1', labels: { zone: 'a', role: 'frontend' }, last_seen: ago(2), agent_version: '0.1.0', facts: factsOf('web-1') },
+    { node: 'web-2', labels: { zone: 'b' }, last_seen: ago(600), agent_version: '0.1.0', facts: factsOf('web-2') },
   ];
+}
+
+// ---------------------------------------------------------------------------------------------
+// The node view: facts, placement, counters
+
+const range = (a, b) => Array.from({ length: b - a + 1 }, (_, i) => a + i);
+
+function factsOf(node) {
+  const two = node === 'web-1';
+  const numa = two
+    ? [
+        { id: 0, cpus: [...range(0, 15), ...range(32, 47)], memory_bytes: 128 * 2 ** 30, distances: [10, 21] },
+        { id: 1, cpus: [...range(16, 31), ...range(48, 63)], memory_bytes: 128 * 2 ** 30, distances: [21, 10] },
+      ]
+    : [{ id: 0, cpus: range(0, 7), memory_bytes: 32 * 2 ** 30, distances: [10] }];
+  const source = (s, encoding, attach, rejected = [], data_address = false) => ({ source: s, encoding, attach, data_address, rejected });
+  return {
+    kernel_release: two ? '6.8.0-45-generic' : '5.15.0-105-generic',
+    cpu: { vendor: 'GenuineIntel', model_name: 'Intel(R) Xeon(R) Gold 6338 CPU @ 2.00GHz', family: 6, model: 106 },
+    online_cpus: two ? 64 : 8,
+    sockets: two ? 2 : 1,
+    cores: two ? 32 : 8,
+    threads_per_core: two ? 2 : 1,
+    numa_nodes: numa,
+    l3_domains: two ? [numa[0].cpus, numa[1].cpus] : [range(0, 7)],
+    nics: two
+      ? [
+          { name: 'eth0', numa_node: 0 },
+          { name: 'eth1', numa_node: 1 },
+          { name: 'docker0', numa_node: -1 },
+        ]
+      : [{ name: 'ens5', numa_node: -1 }],
+    numa_balancing: two ? 'normal' : '',
+    transparent_hugepages: two ? 'always' : 'madvise',
+    hardware_pmu: two ? 'cpu' : '',
+    event_sources: {
+      cpu: two
+        ? source('cycles, 99 Hz per CPU', 'cycles', 'perf_event')
+        : source('software cpu-clock, 99 Hz per CPU', 'cpu-clock', 'perf_event', ['hardware PMU events: this machine exposes no hardware PMU']),
+      page_fault: source('software page-faults, 1 in 100', 'page-faults', 'perf_event', [], true),
+      cache_miss: two
+        ? source('LLC-load-misses, 1 in 10000', 'LLC-load-misses', 'perf_event', [], true)
+        : source('', '', '', ['hardware PMU events: this machine exposes no hardware PMU', 'software: cache misses can only be counted by hardware; there is no software source']),
+      numa_hint_fault: source('fentry/task_numa_fault', 'task_numa_fault', 'fentry'),
+      page_migration: source('page migrations (raw_tp/mm_migrate_pages), weighted by pages moved', 'raw_tp/mm_migrate_pages', 'raw_tracepoint'),
+      remote_access: two
+        ? source('node-load-misses, 1 in 1000', 'node-load-misses', 'perf_event', ['mem-loads (PEBS) [cpu/mem-loads/]: the kernel refused the event (Operation not supported)'])
+        : source('', '', '', ['kprobe/task_numa_fault: the kernel has no kprobe support']),
+    },
+  };
+}
+
+function timeRange(params) {
+  const to = Number(params.get('to') ?? Math.floor(Date.now() / 1000));
+  const from = Number(params.get('from') ?? to - 3600);
+  return { from, to };
+}
+
+function placement(params) {
+  const node = params.get('node') ?? '';
+  const { from, to } = timeRange(params);
+  const out = { node, from: rfc3339(from), to: rfc3339(to), processes: [], findings: [] };
+  if (node === 'flaky') return [503, { error: 'storage unavailable: ClickHouse did not answer in 5 s' }];
+  if (node !== 'web-1') return [200, out];
+  const time = to - 20;
+  const m = (kind, path, start, size, pages, permissions = 'rw-p') => ({
+    kind, path, start, end: start + size, permissions, pages_per_node: pages, page_size: 4096,
+  });
+  out.processes = [
+    {
+      time, pid: 4242, comm: 'scylla', executable: '/usr/bin/scylla', threads_per_node: { 0: 16 },
+      mappings: [
+        m('text', '/usr/bin/scylla', 0x5600_0000_0000, 96 << 20, { 0: 9000, 1: 400 }, 'r-xp'),
+        m('bss', '/usr/bin/scylla', 0x5600_1000_0000, 512 << 20, { 0: 1200, 1: 98000 }),
+        m('heap', '', 0x5600_2000_0000, 2 * 2 ** 30, { 0: 310000, 1: 12000 }),
+        m('anon', '', 0x7f00_0000_0000, 64 << 20, { 0: 12000 }),
+        m('stack', '[stack]', 0x7ffc_0000_0000, 8 << 20, { 0: 40 }),
+        m('file', '/usr/lib/x86_64-linux-gnu/libc.so.6', 0x7f10_0000_0000, 2 << 20, {}, 'r--p'),
+      ],
+    },
+    {
+      time: time - 10, pid: 1000, comm: 'nginx', executable: '/usr/sbin/nginx', threads_per_node: { 0: 4, 1: 4 },
+      mappings: [
+        m('text', '/usr/sbin/nginx', 0x5500_0000_0000, 4 << 20, { 0: 500, 1: 480 }, 'r-xp'),
+        m('heap', '', 0x5500_1000_0000, 256 << 20, { 0: 20000, 1: 18000 }),
+      ],
+    },
+  ];
+  out.findings = [
+    {
+      pid: 4242, comm: 'scylla', kind: 'bss', path: '/usr/bin/scylla', node: 1, thread_nodes: [0],
+      remote_pages: 98000, total_pages: 99200,
+      text: 'bss of scylla (/usr/bin/scylla): 98000 of 99200 pages on node 1, its threads ran on node(s) [0]',
+    },
+  ];
+  return [200, out];
+}
+
+function counters(params) {
+  const node = params.get('node') ?? '';
+  const { from, to } = timeRange(params);
+  const out = { node, from: rfc3339(from), to: rfc3339(to), counters: {} };
+  if (node === 'flaky') return [503, { error: 'storage unavailable: ClickHouse did not answer in 5 s' }];
+  if (node !== 'web-1') return [200, out];
+  const step = 10;
+  const start = Math.max(from, to - 3600);
+  const series = {
+    reported_ms: () => step * 1000,
+    numa_hint_faults: (i) => Math.round(4000 + 3000 * Math.sin(i / 8)),
+    numa_hint_faults_local: (i) => Math.round(2500 + 2000 * Math.sin(i / 8)),
+    numa_pages_migrated: (i) => (i % 6 === 0 ? 1800 : 0),
+    pgfault: (i) => 120000 + (i % 13) * 4000,
+    pgmajfault: () => 0,
+    context_switches: (i) => 90000 + (i % 7) * 3000,
+    cpu_busy_ns: (i) => (30 + (i % 10)) * step * 1e9,
+    cpu_total_ns: () => 64 * step * 1e9,
+    samples_cpu: (i) => 60000 + (i % 5) * 100,
+  };
+  for (const [name, f] of Object.entries(series)) {
+    const points = [];
+    for (let t = start - (start % step), i = 0; t < to; t += step, i++) {
+      const value = f(i);
+      // The store keeps no zero rows once merged.
+      if (value !== 0) points.push({ time: rfc3339(t), value });
+    }
+    if (points.length > 0) out.counters[name] = points;
+  }
+  return [200, out];
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -341,6 +473,14 @@ const server = createServer((req, res) => {
       return sendJson(res, 200, { events: EVENTS });
     case '/api/v1/flamegraph': {
       const [status, body] = flamegraph(url.searchParams);
+      return sendJson(res, status, body);
+    }
+    case '/api/v1/placement': {
+      const [status, body] = placement(url.searchParams);
+      return sendJson(res, status, body);
+    }
+    case '/api/v1/counters': {
+      const [status, body] = counters(url.searchParams);
       return sendJson(res, status, body);
     }
     default:

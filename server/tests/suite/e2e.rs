@@ -147,6 +147,25 @@ async fn agent_samples_reach_the_flame_graph_in_the_browser() {
     );
 
     browser_shows(&server, "touch_fresh_pages");
+    // The node page: its topology and event sources from the facts, the pgfault counter over
+    // time, and the workload's memory placement (the agent reads it every 2 intervals).
+    let screenshot = super::common::artifacts().join("node.png");
+    let pid = workload.pid().to_string();
+    super::common::web_test(
+        "test/node-browser.mjs",
+        &[
+            "--url",
+            &format!("{}/", server.url()),
+            "--node",
+            "e2e-node",
+            "--counter",
+            "pgfault",
+            "--pid",
+            &pid,
+            "--screenshot",
+            screenshot.to_str().unwrap(),
+        ],
+    );
 
     let _ = stop_agent.send(true);
     agent
