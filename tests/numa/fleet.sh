@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The NUMA fleet: eight real 2-node NUMA guests (qemu TCG, tools/numa-vm) run the same fixture
 # (numa_scan --bss) under `bimodal-agent run --output-dir`, one node name each. In four of them
-# the fixture's .bss is held on the NUMA node its threads do not run on; in the others on the
-# same node. Their batches are imported into a server on this machine (managed ClickHouse) and
+# the fixture's .bss is held (bound) on the NUMA node its threads do not run on; in the others
+# it is first touched on the node they run on. Their batches are imported into a server on this machine (managed ClickHouse) and
 # `bimodal compare`, told nothing about the groups, must put exactly those four in the slow
 # band, name the remote .bss as the placement that goes with it, and name scan_bss_table as the
 # function whose remote accesses differ (tests/numa/fleet_check.py).
@@ -28,7 +28,8 @@ start=$(date +%s)
 for k in 0 1 2 3 4 5 6 7; do
 	case "$remote" in *" $k "*) placement=remote ;; *) placement=local ;; esac
 	echo "numa-$k $placement" >>"$out/fleet.txt"
-	tools/numa-vm/run.sh -q --nodes 2 --cpus-per-node 1 --mem-per-node 768M --timeout 600 \
+	# A guest takes about 20 s (a cold first boot and a loaded host: a few times that).
+	tools/numa-vm/run.sh -q --nodes 2 --cpus-per-node 1 --mem-per-node 768M --timeout 300 \
 		--copy "$out/bin/bimodal-agent:/opt/bimodal/bimodal-agent" \
 		--copy "$out/bin/numa_scan:/opt/bimodal/numa_scan" \
 		--copy tests/numa/fleet-guest.sh:/opt/bimodal/fleet-guest.sh \
