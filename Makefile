@@ -32,6 +32,7 @@ demo: release
 ##       a fleet of eight NUMA guests compared
 test: web
 	$(CARGO) test --workspace --no-fail-fast
+	cd web && npm run test:unit --silent
 	python3 tests/modern_sql.py target/debug/bimodal-server
 	tests/numa/run.sh
 	tests/numa/fleet.sh target/release/bimodal-agent

@@ -20,7 +20,10 @@
 // callback. On the focused canvas the arrow keys move a selection (towards the root, to the first
 // drawn child, to the previous or next frame of the row: siblings, then cousins; up and down
 // follow the screen, so in the flame orientation ArrowDown goes to the parent), Enter or Space
-// zooms to it and Esc zooms out to the root.
+// zooms to it and Esc zooms out to the root (and lets the page see Esc when already there).
+// setFrameAction() adds a second action on a frame, e.g. the page's sandwich view: shift+click a
+// frame, or press its key on the focused graph for the selection (the zoomed frame without one);
+// the tooltip's hint names both. It never applies to the 'root' frame.
 //
 // Extension. buildTree(source, extraOf) accepts any node type shaped like ApiFrame and keeps
 // extraOf(node) in Frame.extra (undefined when extraOf is omitted), so another view can carry
@@ -28,9 +31,12 @@
 // every frame's fill (red more, blue less) and setTooltipRows(fn) adds lines to the tooltip.
 // Frame ids are 0 … count-1, parents numbered before their children.
 //
-// Tests. window.__bimodalFlame.find(name) answers the viewport rectangle (CSS px) of the widest
-// drawn frame of that name in any live FlameGraph, with whether the search matches it, or null;
-// .count() the number of frames drawn. test/browser.mjs hovers and clicks at those rectangles.
+// Tests. window.__bimodalFlame.find(name, graph?) answers the viewport rectangle (CSS px) of the
+// widest drawn frame of that name in any live FlameGraph (or only in the one constructed with the
+// name `graph`, e.g. 'main', 'callers', 'callees' on the flame page), with whether the search
+// matches it, or null; .count(graph?) the number of frames drawn; .graphs() every live graph's
+// name, root and zoomed frame names, orientation and frames drawn. test/browser.mjs hovers and
+// clicks at those rectangles.
 
 import './flamegraph.css';
 import type { ApiFrame, FrameKind } from './api';
@@ -84,6 +90,15 @@ export type Colourer = (frame: Frame) => string;
 export type TooltipRows = (frame: Frame) => readonly (readonly [string, string])[];
 /** What changed, for listeners added with FlameGraph.onChange(). */
 export type FlameChange = 'data' | 'zoom' | 'matcher';
+
+/** A second action on a frame besides zooming (see FlameGraph.setFrameAction). */
+export interface FrameAction {
+  /** What it does, for the tooltip's hint, e.g. 'callers and callees'. */
+  readonly label: string;
+  /** One lower-case letter: pressed on the focused graph, it acts on the selected frame. */
+  readonly key: string;
+  run(frame: Frame): void;
+}
 
 /** A drawn frame's rectangle in CSS pixels relative to the viewport (see FlameGraph.locate). */
 export interface FrameRect {
@@ -381,11 +396,24 @@ class TextFitter {
 // ---------------------------------------------------------------------------------------------
 // Test hook
 
+/** One live graph as the test hook describes it. */
+interface GraphInfo {
+  /** The name it was constructed with. */
+  readonly name: string;
+  /** Its root frame's name, or null without data. */
+  readonly root: string | null;
+  readonly zoom: string | null;
+  readonly orientation: Orientation;
+  /** Frames drawn (0 while hidden). */
+  readonly drawn: number;
+}
+
 interface FlameTestHook {
-  /** The widest drawn frame named `name` in any live graph, or null. */
-  find(name: string): FrameRect | null;
-  /** Frames drawn, summed over live graphs. */
-  count(): number;
+  /** The widest drawn frame named `name` in any live graph (or in the graph named `graph`), or null. */
+  find(name: string, graph?: string): FrameRect | null;
+  /** Frames drawn, summed over live graphs (or in the graph named `graph`). */
+  count(graph?: string): number;
+  graphs(): GraphInfo[];
 }
 
 declare global {
@@ -399,18 +427,28 @@ const live = new Set<FlameGraph>();
 function installTestHook(): void {
   if (window.__bimodalFlame) return;
   window.__bimodalFlame = {
-    find(name) {
+    find(name, graph) {
       let best: FrameRect | null = null;
       for (const g of live) {
+        if (graph !== undefined && g.name !== graph) continue;
         const r = g.locate(name);
         if (r && (!best || r.w > best.w)) best = r;
       }
       return best;
     },
-    count() {
+    count(graph) {
       let n = 0;
-      for (const g of live) n += g.drawnFrames;
+      for (const g of live) if (graph === undefined || g.name === graph) n += g.drawnFrames;
       return n;
+    },
+    graphs() {
+      return [...live].map((g) => ({
+        name: g.name,
+        root: g.root?.name ?? null,
+        zoom: g.zoomed?.name ?? null,
+        orientation: g.orientation,
+        drawn: g.drawnFrames,
+      }));
     },
   };
 }
@@ -429,6 +467,7 @@ export class FlameGraph {
   private colourer: Colourer | null = null;
   private colours: (string | undefined)[] = [];
   private extraRows: TooltipRows | null = null;
+  private action: FrameAction | null = null;
   private orient: Orientation = 'icicle';
   private layout: Layout | null = null;
   private hovered: Hit | null = null;
@@ -458,10 +497,12 @@ export class FlameGraph {
   private readonly resizeObserver: ResizeObserver;
   private dprQuery: MediaQueryList | null = null;
 
+  /** `name` tells graphs apart in the test hook (window.__bimodalFlame). */
   constructor(
     host: HTMLElement,
     private readonly tooltip: HTMLElement,
     private readonly onZoom: (frame: Frame) => void,
+    readonly name = 'graph',
   ) {
     this.layer = document.createElement('div');
     this.layer.className = 'fg-layer';
@@ -584,6 +625,19 @@ export class FlameGraph {
   /** Adds lines to the tooltip of every frame; null removes them. */
   setTooltipRows(rows: TooltipRows | null): void {
     this.extraRows = rows;
+  }
+
+  /**
+   * Adds a second action on frames (not the 'root' frame): shift+click, or `action.key` on the
+   * focused graph for the selected (else the zoomed) frame; null removes it.
+   */
+  setFrameAction(action: FrameAction | null): void {
+    this.action = action;
+  }
+
+  /** Focuses the canvas (keyboard navigation), without scrolling. */
+  focus(): void {
+    this.canvas.focus({ preventScroll: true });
   }
 
   setOrientation(orientation: Orientation): void {
@@ -1033,6 +1087,11 @@ export class FlameGraph {
     const hit = this.hitTest(x, y);
     if (!hit || hit.cell.merged > 0) return;
     const f = hit.cell.frame;
+    if (e.shiftKey && this.action && f.kind !== 'root') {
+      this.hideTooltip();
+      this.action.run(f);
+      return;
+    }
     this.selected = f;
     if (f !== this.zoom) this.onZoom(f);
     else this.paintOverlay();
@@ -1057,12 +1116,22 @@ export class FlameGraph {
       if (sel && sel !== zoom) this.onZoom(sel);
       next = sel ?? zoom;
     } else if (e.key === 'Escape') {
-      // Handled here, so the page's own Esc handler does not zoom out a second time.
-      e.stopPropagation();
       this.selected = null;
       this.hideTooltip();
-      if (zoom !== root) this.onZoom(root);
-      else this.paintOverlay();
+      if (zoom !== root) {
+        // Handled here, so the page's own Esc handler does not zoom out a second time; at the
+        // root it goes on to the page (e.g. to close a view).
+        e.stopPropagation();
+        this.onZoom(root);
+      } else this.paintOverlay();
+    } else if (e.key.toLowerCase() === this.action?.key) {
+      const f = sel ?? zoom;
+      e.preventDefault();
+      if (f.kind !== 'root') {
+        this.hideTooltip();
+        this.action.run(f);
+      }
+      return;
     } else return;
     e.preventDefault();
     if (next) this.select(next);
@@ -1163,7 +1232,9 @@ export class FlameGraph {
         : `<tr>${th(ofZoom)}${td(formatPercent(f.value, zoomed.value))}${td(formatPercent(f.self, zoomed.value))}</tr>`;
     }
     for (const [k, v] of this.extraRows?.(f) ?? []) rows += `<tr>${th(esc(k))}<td colspan="2" class="tt-num">${esc(v)}</td></tr>`;
-    const hint = f === zoom ? (f.parent ? 'zoomed · click an upper frame or press Esc to zoom out' : '') : 'click to zoom';
+    const hints = [f === zoom ? (f.parent ? 'zoomed · click an upper frame or press Esc to zoom out' : '') : 'click to zoom'];
+    if (this.action && f.kind !== 'root') hints.push(`shift+click (or ${this.action.key.toUpperCase()}): ${this.action.label}`);
+    const hint = hints.filter((h) => h !== '').join(' · ');
     return (
       `<div class="tt-name">${esc(f.name)}</div>` +
       `<div class="tt-sub">${sub.join(' · ')}</div>` +

@@ -1,11 +1,17 @@
 // bimodal web UI: selectors in the header, a flame graph below, all state in the URL.
+// The sandwich view of one function (sandwich.ts) takes the graph's place: its callers drawn as
+// a flame (the function at the bottom), its callees as an icicle, both merged over all its stacks
+// from the tree already loaded. Opened by shift+click on a frame, S on the selected frame, the
+// toolbar's Sandwich button (the zoomed frame) or a row's ⇅ in Top functions; closed by Esc, its
+// close button or Back; kept in the URL as sandwich=NAME.
 
 import './style.css';
 import { ApiError, fetchEvents, fetchFlamegraph, fetchNodes, type ApiEvent, type ApiFlamegraph, type ApiNode } from './api';
-import { FlameGraph, buildTree, compileMatcher, pathOf, resolvePath, type Frame } from './flamegraph';
+import { FlameGraph, buildTree, compileMatcher, pathOf, resolvePath, type Frame, type FrameAction } from './flamegraph';
 import { DEFAULT_RANGE, RANGES, RANGE_LABELS, isRange, type RangeKey } from './range';
 import { formatAgo, formatCount, formatPercent, formatTime, formatValue } from './format';
 import { TopFunctions } from './topfunctions';
+import { sandwichOf, type Sandwich } from './sandwich';
 
 const DEFAULT_EVENT = 'cpu';
 
@@ -21,6 +27,8 @@ interface ViewState {
   zoom: string[];
   /** Root on top (icicle) or at the bottom (flame). */
   orient: 'icicle' | 'flame';
+  /** The function whose sandwich view is open; '' for the full graph. */
+  sandwich: string;
 }
 
 function readState(): ViewState {
@@ -35,6 +43,7 @@ function readState(): ViewState {
     // Same separator as the API's folded format.
     zoom: zoom ? zoom.split(';').filter((s) => s !== '') : [],
     orient: p.get('orient') === 'flame' ? 'flame' : 'icicle',
+    sandwich: p.get('sandwich') ?? '',
   };
 }
 
@@ -47,6 +56,7 @@ function writeState(s: ViewState, push: boolean): void {
   if (s.q) p.set('q', s.q);
   if (s.zoom.length > 0) p.set('zoom', s.zoom.join(';'));
   if (s.orient === 'flame') p.set('orient', 'flame');
+  if (s.sandwich) p.set('sandwich', s.sandwich);
   // ';' is legal in a query string; leaving it unescaped keeps zoom paths readable.
   const url = `${location.pathname}?${p.toString().replaceAll('%3B', ';')}${location.hash}`;
   if (url === `${location.pathname}${location.search}${location.hash}`) return;
@@ -79,11 +89,21 @@ const ui = {
   breadcrumb: $('breadcrumb', HTMLElement),
   resetZoom: $('reset-zoom', HTMLButtonElement),
   orient: $('orient', HTMLButtonElement),
+  sandwichOpen: $('sandwich-open', HTMLButtonElement),
   toNode: $('to-node', HTMLAnchorElement),
   summary: $('summary', HTMLSpanElement),
   loading: $('loading', HTMLSpanElement),
   message: $('message', HTMLDivElement),
+  graphColumn: $('graph-column', HTMLDivElement),
   graph: $('graph', HTMLDivElement),
+  sandwich: $('sandwich', HTMLElement),
+  swName: $('sw-name', HTMLSpanElement),
+  swStats: $('sw-stats', HTMLDivElement),
+  swClose: $('sw-close', HTMLButtonElement),
+  swMessage: $('sw-message', HTMLDivElement),
+  swBody: $('sw-body', HTMLDivElement),
+  swCallers: $('sw-callers', HTMLDivElement),
+  swCallees: $('sw-callees', HTMLDivElement),
   tooltip: $('tooltip', HTMLDivElement),
 };
 
@@ -94,9 +114,41 @@ let profile: ApiFlamegraph | null = null;
 let loadSeq = 0;
 let inflight: AbortController | null = null;
 
-const graph = new FlameGraph(ui.graph, ui.tooltip, (frame) => {
-  zoomTo(frame, true);
-});
+const graph = new FlameGraph(
+  ui.graph,
+  ui.tooltip,
+  (frame) => {
+    zoomTo(frame, true);
+  },
+  'main',
+);
+
+// The sandwich view's graphs: zooming in them is local (not in the URL).
+const callersGraph: FlameGraph = new FlameGraph(
+  ui.swCallers,
+  ui.tooltip,
+  (frame) => {
+    callersGraph.setZoom(frame);
+  },
+  'callers',
+);
+callersGraph.setOrientation('flame');
+const calleesGraph: FlameGraph = new FlameGraph(
+  ui.swCallees,
+  ui.tooltip,
+  (frame) => {
+    calleesGraph.setZoom(frame);
+  },
+  'callees',
+);
+const sandwichAction: FrameAction = {
+  label: 'its callers and callees (sandwich)',
+  key: 's',
+  run: (frame) => {
+    openSandwich(frame.name);
+  },
+};
+for (const g of [graph, callersGraph, calleesGraph]) g.setFrameAction(sandwichAction);
 
 function el<K extends keyof HTMLElementTagNameMap>(tag: K, cls?: string, text?: string): HTMLElementTagNameMap[K] {
   const e = document.createElement(tag);
@@ -112,12 +164,12 @@ function showMessage(kind: 'info' | 'error', title: string, detail: string): voi
   ui.message.className = `message ${kind}`;
   ui.message.replaceChildren(el('div', 'message-title', title), el('div', 'message-detail', detail));
   ui.message.hidden = false;
-  ui.graph.hidden = true;
+  ui.graphColumn.hidden = true;
 }
 
 function hideMessage(): void {
   ui.message.hidden = true;
-  ui.graph.hidden = false;
+  ui.graphColumn.hidden = false;
 }
 
 function showError(what: string, err: unknown): void {
@@ -270,6 +322,7 @@ function setProfile(fg: ApiFlamegraph | null): void {
     graph.setData(null, '', 0);
     graph.render();
     renderToolbar(null);
+    renderSandwich();
     if (fg) {
       const where = state.node ? `on ${state.node}` : 'on any node';
       showMessage(
@@ -288,6 +341,7 @@ function setProfile(fg: ApiFlamegraph | null): void {
   graph.setZoom(zoom);
   renderToolbar(zoom, tree.count);
   renderSearchStatus();
+  renderSandwich();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -309,6 +363,8 @@ function renderToolbar(zoom: Frame | null, count?: number): void {
   if (count !== undefined) frameCount = count;
   ui.breadcrumb.replaceChildren();
   ui.resetZoom.disabled = !zoom?.parent;
+  ui.sandwichOpen.disabled = !zoom?.parent;
+  ui.sandwichOpen.dataset.name = zoom?.parent ? zoom.name : '';
   if (!zoom || !profile) {
     ui.summary.textContent = '';
     return;
@@ -376,19 +432,113 @@ function onSearchInput(): void {
   searchTimer = window.setTimeout(() => {
     state.q = ui.search.value;
     writeState(state, false);
-    graph.setMatcher(currentMatcher());
+    applyMatcher();
     renderSearchStatus();
   }, 120);
+}
+
+/** The search marks frames in the main graph and in the sandwich's graphs alike. */
+function applyMatcher(): void {
+  const m = currentMatcher();
+  for (const g of [graph, callersGraph, calleesGraph]) g.setMatcher(m);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sandwich view
+
+/** What the sandwich graphs show: built from this root for this name (null: it does not occur). */
+let built: { root: Frame; name: string; sandwich: Sandwich | null } | null = null;
+
+function openSandwich(name: string): void {
+  if (name === '') return;
+  if (state.sandwich !== name) {
+    state.sandwich = name;
+    writeState(state, true);
+  }
+  renderSandwich();
+  if (ui.graphColumn.getBoundingClientRect().top < 0) window.scrollTo(0, 0);
+  ui.swClose.focus({ preventScroll: true });
+}
+
+function closeSandwich(): void {
+  if (state.sandwich === '') return;
+  const hadFocus = ui.sandwich.contains(document.activeElement);
+  state.sandwich = '';
+  writeState(state, true);
+  renderSandwich();
+  if (hadFocus) graph.focus();
+}
+
+/** Shows the sandwich of state.sandwich in the graph's place, or the graph (building on demand). */
+function renderSandwich(): void {
+  const name = state.sandwich;
+  document.body.classList.toggle('sandwiching', name !== '');
+  ui.sandwich.hidden = name === '';
+  ui.graph.hidden = name !== '';
+  if (name === '') {
+    if (document.title.includes(' · sandwich ')) document.title = 'bimodal · flame graph';
+    return;
+  }
+  document.title = `bimodal · sandwich ${name}`;
+  ui.swName.textContent = name;
+  const root = graph.root;
+  if (!root || !profile) {
+    built = null;
+    ui.swStats.textContent = '';
+    ui.swBody.hidden = true;
+    ui.swMessage.hidden = true;
+    return;
+  }
+  if (built?.root !== root || built.name !== name) {
+    built = { root, name, sandwich: sandwichOf(root, name) };
+    showSandwich(built.sandwich, profile);
+  }
+}
+
+function showSandwich(sw: Sandwich | null, p: ApiFlamegraph): void {
+  const total = p.total || p.root.value;
+  if (!sw) {
+    ui.swStats.textContent = '';
+    ui.swBody.hidden = true;
+    ui.swMessage.hidden = false;
+    ui.swMessage.textContent = `${state.sandwich} does not occur in this flame graph (${p.event}, ${state.node || 'all nodes'}, ${RANGE_LABELS[state.range].toLowerCase()}).`;
+    for (const g of [callersGraph, calleesGraph]) g.setData(null, p.unit, total);
+    return;
+  }
+  ui.swMessage.hidden = true;
+  ui.swBody.hidden = false;
+  const figure = (label: string, v: number): HTMLElement => {
+    const span = el('span', 'sw-figure');
+    span.append(`${label} `, el('b', '', formatValue(v, p.unit)), ` (${formatPercent(v, total)} of total)`);
+    return span;
+  };
+  const where = [sw.kind, sw.module].filter((s) => s !== '').join(' · ');
+  const nested = sw.frames - sw.outermost;
+  const frames = `${formatCount(sw.frames)} ${sw.frames === 1 ? 'frame' : 'frames'}${nested > 0 ? `, ${formatCount(nested)} of them recursive (counted once)` : ''}`;
+  ui.swStats.replaceChildren(figure('self', sw.self), ' · ', figure('total', sw.total), ` · ${frames} · ${where}`);
+  const share = (f: Frame): readonly (readonly [string, string])[] => [[`of ${sw.name}`, formatPercent(f.value, sw.total)]];
+  callersGraph.setData(sw.callers, p.unit, total);
+  calleesGraph.setData(sw.callees, p.unit, total);
+  for (const g of [callersGraph, calleesGraph]) {
+    g.setTooltipRows(share);
+    g.setMatcher(currentMatcher());
+    g.setZoom(null);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Wiring
 
-// Top functions beside the graph: a row click searches for that function.
-new TopFunctions(graph, (query) => {
-  ui.search.value = query;
-  onSearchInput();
-}).mountBeside(ui.graph);
+// Top functions beside the graph: a row click searches for that function, its ⇅ opens its
+// sandwich.
+new TopFunctions(
+  graph,
+  (query) => {
+    ui.search.value = query;
+    onSearchInput();
+  },
+  openSandwich,
+).mountBeside(ui.graphColumn);
 
 function applyStateToControls(): void {
   renderNodeLink(state);
@@ -429,6 +579,10 @@ ui.refresh.addEventListener('click', () => {
 ui.resetZoom.addEventListener('click', () => {
   zoomTo(null, true);
 });
+ui.sandwichOpen.addEventListener('click', () => {
+  openSandwich(ui.sandwichOpen.dataset.name ?? '');
+});
+ui.swClose.addEventListener('click', closeSandwich);
 ui.search.addEventListener('input', onSearchInput);
 ui.search.addEventListener('keydown', (e) => {
   if (e.key === 'Escape') {
@@ -438,7 +592,10 @@ ui.search.addEventListener('keydown', (e) => {
 });
 document.addEventListener('keydown', (e) => {
   const t = e.target;
-  if (e.key === 'Escape' && !(t instanceof HTMLInputElement || t instanceof HTMLSelectElement)) zoomTo(null, true);
+  if (e.key === 'Escape' && !(t instanceof HTMLInputElement || t instanceof HTMLSelectElement)) {
+    if (state.sandwich) closeSandwich();
+    else zoomTo(null, true);
+  }
   if (e.key === '/' && !(t instanceof HTMLInputElement)) {
     e.preventDefault();
     ui.search.focus();
@@ -449,10 +606,12 @@ window.addEventListener('popstate', () => {
   state = readState();
   applyStateToControls();
   if (prev.node !== state.node || prev.event !== state.event || prev.range !== state.range) {
+    renderSandwich();
     void reloadGraph();
     return;
   }
-  graph.setMatcher(currentMatcher());
+  applyMatcher();
+  renderSandwich();
   const root = graph.root;
   if (root) {
     const zoom = resolvePath(root, state.zoom);
@@ -464,4 +623,5 @@ window.addEventListener('popstate', () => {
 
 renderRangeOptions();
 applyStateToControls();
+renderSandwich();
 void loadAll();

@@ -4,8 +4,9 @@
 // Self sums the value of a name's frames not attributed to their children. Total sums its
 // frames' values, except frames with the same name above them on the stack, so recursion is
 // counted once. Headers sort (again: reverse); a click on a row calls onPick with a search query
-// for exactly that function. The table follows the graph through FlameGraph.onChange: new data
-// or zoom recomputes it, a new search marks the rows it matches.
+// for exactly that function; given onSandwich, each row also has a ⇅ button that calls it with
+// the function's name (the page opens its sandwich view). The table follows the graph through
+// FlameGraph.onChange: new data or zoom recomputes it, a new search marks the rows it matches.
 
 import type { FrameKind } from './api';
 import { frameColour, type FlameChange, type FlameGraph, type Frame } from './flamegraph';
@@ -119,8 +120,9 @@ export class TopFunctions {
   constructor(
     private readonly graph: FlameGraph,
     private readonly onPick: (query: string, name: string) => void,
+    private readonly onSandwich?: (name: string) => void,
   ) {
-    this.element = el('section', 'topfn');
+    this.element = el('section', onSandwich ? 'topfn topfn-with-sw' : 'topfn');
     this.element.setAttribute('aria-label', 'Top functions');
     this.element.hidden = true;
     const title = el('div', 'topfn-title');
@@ -150,10 +152,24 @@ export class TopFunctions {
       th.append(b);
       this.head.append(th);
     }
+    if (onSandwich) {
+      const th = el('div', 'topfn-act');
+      th.setAttribute('role', 'columnheader');
+      th.setAttribute('aria-label', 'Sandwich');
+      th.title = 'Sandwich: the callers and callees of a function';
+      this.head.append(th);
+    }
     this.body = el('div', 'topfn-body');
     this.body.setAttribute('role', 'rowgroup');
     this.body.addEventListener('click', (e) => {
-      const row = e.target instanceof Element ? e.target.closest<HTMLElement>('[data-i]') : null;
+      const target = e.target instanceof Element ? e.target : null;
+      const sw = target?.closest<HTMLElement>('[data-sw]');
+      if (sw) {
+        const s = this.shown[Number(sw.dataset.sw)];
+        if (s) this.onSandwich?.(s.name);
+        return;
+      }
+      const row = target?.closest<HTMLElement>('[data-i]');
       const s = row ? this.shown[Number(row.dataset.i)] : undefined;
       if (s) this.onPick(this.queryFor(s.name), s.name);
     });
@@ -219,12 +235,18 @@ export class TopFunctions {
         `<span class="topfn-v">${esc(formatValue(v, unit))}</span><span class="topfn-p">${formatPercent(v, whole)}</span></div>`
       );
     };
+    const sandwich = this.onSandwich
+      ? (s: FunctionStat, i: number): string =>
+          `<div role="cell" class="topfn-act"><button type="button" class="topfn-sw" data-sw="${i}" ` +
+          `title="Sandwich: the callers and callees of ${esc(s.name)}" aria-label="Sandwich of ${esc(s.name)}">⇅</button></div>`
+      : (): string => '';
+    const hint = this.onSandwich ? 'click to search · ⇅ for its callers and callees' : 'click to search';
     this.body.innerHTML = this.shown
       .map(
         (s, i) =>
-          `<div role="row" class="topfn-row" data-i="${i}" title="${esc(s.name)}\n${s.frames} frames · click to search">` +
+          `<div role="row" class="topfn-row" data-i="${i}" title="${esc(s.name)}\n${s.frames} frames · ${hint}">` +
           `<div role="cell" class="topfn-fn"><span class="topfn-swatch" style="--sw:${frameColour(s.kind, s.name)}"></span>${esc(s.name)}</div>` +
-          `${cell(s.self)}${cell(s.total)}</div>`,
+          `${cell(s.self)}${cell(s.total)}${sandwich(s, i)}</div>`,
       )
       .join('');
     const more = this.stats.length - this.shown.length;

@@ -4,6 +4,7 @@
 //   node test/browser.mjs --url http://127.0.0.1:PORT/ --node NAME --event cpu \
 //        --expect FRAME_NAME [--expect FRAME2 …] --screenshot PATH
 //        [--range 1h] [--timeout 30] [--chromium /usr/bin/chromium]
+//        [--sandwich FUNCTION [--caller NAME …] [--callee NAME …]]
 //
 // Opens the UI with ?node=NAME&event=EVENT&range=1h (retrying while the server does not answer),
 // waits up to --timeout seconds in all (clicking Refresh every 2 s) until a frame named FRAME is
@@ -13,9 +14,18 @@
 // magenta). Saves a screenshot to PATH, prints one `ok: …` line and exits 0. On any failure it
 // still saves the screenshot, prints `FAIL: reason` and exits 1 (2 for bad usage).
 //
+// With --sandwich (off by default), then: clears the search, zooms out, shift+clicks FUNCTION in
+// the main graph and checks its sandwich view (URL sandwich=FUNCTION; the callers graph, in the
+// flame orientation, is rooted at FUNCTION, drawn full width on its bottom row, with every
+// --caller drawn above it; every --callee drawn below FUNCTION in the callees graph; the header
+// gives a total and a percent; the main graph is hidden); closes it with Esc, reopens it with the
+// browser's Back, closes it with its close button, opens it from the ⇅ button of FUNCTION's row in
+// Top functions, and reloads the page to check the URL restores it. The screenshot then shows it.
+//
 // The flame graph is a canvas: frames are found through the page's test hook,
-// window.__bimodalFlame.find(name) (the widest drawn frame's viewport rectangle, or null) and
-// .count() (frames drawn), and hovered and clicked with the mouse at the rectangle's centre.
+// window.__bimodalFlame.find(name, graph?) (the widest drawn frame's viewport rectangle, or null),
+// .count(graph?) (frames drawn) and .graphs() (each graph's name, root and orientation), and
+// hovered and clicked with the mouse at the rectangle's centre.
 
 import { mkdirSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
@@ -24,7 +34,8 @@ import { chromium } from 'playwright-core';
 
 const USAGE =
   'usage: node test/browser.mjs --url http://127.0.0.1:PORT/ [--node NAME] [--event cpu] ' +
-  '--expect FRAME [--expect FRAME2 …] --screenshot PATH [--range 1h] [--timeout 30] [--chromium PATH]';
+  '--expect FRAME [--expect FRAME2 …] --screenshot PATH [--range 1h] [--timeout 30] [--chromium PATH] ' +
+  '[--sandwich FUNCTION [--caller NAME …] [--callee NAME …]]';
 
 let args;
 try {
@@ -38,6 +49,9 @@ try {
       range: { type: 'string', default: '1h' },
       timeout: { type: 'string', default: '30' },
       chromium: { type: 'string', default: '/usr/bin/chromium' },
+      sandwich: { type: 'string' },
+      caller: { type: 'string', multiple: true, default: [] },
+      callee: { type: 'string', multiple: true, default: [] },
       help: { type: 'boolean', short: 'h', default: false },
     },
   }));
@@ -74,9 +88,12 @@ const pageErrors = [];
 let browser;
 let page;
 
-/** The widest drawn frame named `name`: its viewport rectangle, search match and the graph's width; or null. */
-async function locate(name) {
-  return page.evaluate((n) => window.__bimodalFlame?.find(n) ?? null, name);
+/**
+ * The widest drawn frame named `name` (in any graph, or in the graph named `graph`): its viewport
+ * rectangle, search match and the graph's width; or null.
+ */
+async function locate(name, graph) {
+  return page.evaluate(([n, g]) => window.__bimodalFlame?.find(n, g ?? undefined) ?? null, [name, graph ?? null]);
 }
 
 /** Frames drawn by the flame graph (0 before the UI's code ran). */
@@ -85,19 +102,19 @@ async function drawnCount() {
 }
 
 /** Like locate(), after scrolling the frame's row into the viewport if it is not. */
-async function reveal(name) {
-  const r = await locate(name);
+async function reveal(name, graph) {
+  const r = await locate(name, graph);
   if (!r) return r;
   const viewH = page.viewportSize()?.height ?? 900;
   if (r.y >= 0 && r.y + r.h <= viewH) return r;
   await page.evaluate((dy) => window.scrollBy(0, dy), r.y - viewH / 2);
   await sleep(50);
-  return locate(name);
+  return locate(name, graph);
 }
 
 /** Moves the mouse to the centre of the frame named `name` (its visible part) and answers that point. */
-async function pointAt(name) {
-  const r = await reveal(name);
+async function pointAt(name, graph) {
+  const r = await reveal(name, graph);
   if (!r) fail(`frame "${name}" is no longer drawn`);
   const viewW = page.viewportSize()?.width ?? 1440;
   const left = Math.max(r.x, 0);
@@ -272,15 +289,128 @@ async function run() {
   await pointAt(name);
   await sleep(100);
 
+  // 5. Optionally, the sandwich view of one function.
+  const sandwich = args.sandwich ? `; ${await checkSandwich(args.sandwich)}` : '';
+
   await shoot();
   if (pageErrors.length > 0) fail(`the page logged errors:\n  ${pageErrors.join('\n  ')}`);
   const secs = ((Date.now() - started) / 1000).toFixed(1);
   console.log(
     `ok: ${pageUrl.searchParams.get('node') ?? 'all nodes'}/${args.event}: ${framesDrawn} frames drawn, ` +
       `found ${args.expect.map((e) => JSON.stringify(e)).join(', ')}; "${name}" tooltip ${pct ?? '?'} of total, ` +
-      `zoomed to ${((100 * zoomed.w) / zoomed.graphWidth).toFixed(1)}% width, search ${searchStatus}; ` +
+      `zoomed to ${((100 * zoomed.w) / zoomed.graphWidth).toFixed(1)}% width, search ${searchStatus}${sandwich}; ` +
       `screenshot ${screenshotPath} (${secs} s)`,
   );
+}
+
+/**
+ * In the page: the sandwich view of `fn` as the test sees it, with `ok` when it is as expected
+ * (see checkSandwich); with `wait`, false until it is.
+ */
+function sandwichState({ fn, callers, callees, wait }) {
+  const hook = window.__bimodalFlame;
+  const graphs = hook?.graphs() ?? [];
+  const info = (name) => graphs.find((g) => g.name === name) ?? null;
+  const section = document.getElementById('sandwich');
+  const root = hook?.find(fn, 'callers') ?? null;
+  const top = hook?.find(fn, 'callees') ?? null;
+  const above = (r) => r !== null && root !== null && r.y + r.h <= root.y;
+  const below = (r) => r !== null && top !== null && r.y >= top.y + top.h;
+  const s = {
+    url: new URL(location.href).searchParams.get('sandwich'),
+    shown: section !== null && !section.hidden && section.getBoundingClientRect().height > 0,
+    stats: document.getElementById('sw-stats')?.textContent ?? '',
+    message: document.getElementById('sw-message')?.hidden === false ? document.getElementById('sw-message')?.textContent : '',
+    callers: info('callers'),
+    callees: info('callees'),
+    main: hook?.count('main') ?? 0,
+    rootFull: root !== null && root.w >= 0.97 * root.graphWidth,
+    // The function is the callers graph's bottom row (its box has a 1 px border).
+    rootBottom: root !== null && Math.abs((document.getElementById('sw-callers')?.getBoundingClientRect().bottom ?? 0) - (root.y + root.h)) <= 3,
+    missingCallers: callers.filter((c) => !above(hook?.find(c, 'callers') ?? null)),
+    missingCallees: callees.filter((c) => !below(hook?.find(c, 'callees') ?? null)),
+  };
+  s.ok =
+    s.url === fn &&
+    s.shown &&
+    s.callers?.root === fn &&
+    s.callers.orientation === 'flame' &&
+    s.callees?.root === fn &&
+    s.callees.orientation === 'icicle' &&
+    s.main === 0 &&
+    s.rootFull &&
+    s.rootBottom &&
+    s.missingCallers.length === 0 &&
+    s.missingCallees.length === 0 &&
+    /total .*\d%/.test(s.stats);
+  return wait && !s.ok ? false : s;
+}
+
+/** Waits until the sandwich view of `fn` is shown as it should be; `how` names the way it was opened. */
+async function expectSandwich(fn, how) {
+  const arg = { fn, callers: args.caller, callees: args.callee, wait: true };
+  try {
+    await page.waitForFunction(sandwichState, arg, { timeout: 8000 });
+  } catch {
+    const s = await page.evaluate(sandwichState, { ...arg, wait: false });
+    fail(`after ${how}, the sandwich of "${fn}" is not shown as expected: ${JSON.stringify(s)}`);
+  }
+}
+
+/** Waits until the full graph is back (no sandwich in the URL, `fn` drawn in the main graph). */
+async function expectFullGraph(fn, how) {
+  try {
+    await page.waitForFunction(
+      (n) => new URL(location.href).searchParams.get('sandwich') === null && document.getElementById('sandwich')?.hidden === true && window.__bimodalFlame?.find(n, 'main') != null,
+      fn,
+      { timeout: 5000 },
+    );
+  } catch {
+    fail(`after ${how}, the full graph is not back (URL ${page.url()}; "${fn}" ${(await locate(fn, 'main')) ? 'drawn' : 'not drawn'} in the main graph)`);
+  }
+}
+
+/** Step 5: opens, closes and restores the sandwich of `fn` every way the page offers. */
+async function checkSandwich(fn) {
+  // From the full, unzoomed graph without a search.
+  await page.fill('#search', '', { timeout: 5000 });
+  await page.waitForFunction(() => new URL(location.href).searchParams.get('q') === null, null, { timeout: 5000 });
+  if (await page.locator('#reset-zoom').isEnabled()) await page.click('#reset-zoom', { timeout: 5000 });
+  await page.waitForFunction(() => new URL(location.href).searchParams.get('zoom') === null, null, { timeout: 5000 });
+  if (!(await locate(fn, 'main'))) fail(`"${fn}" is not drawn in the unzoomed main graph`);
+
+  // Shift+click on the frame.
+  const at = await pointAt(fn, 'main');
+  await page.keyboard.down('Shift');
+  await page.mouse.click(at.x, at.y);
+  await page.keyboard.up('Shift');
+  await expectSandwich(fn, 'shift+click');
+  const stats = (await page.locator('#sw-stats').innerText()).replace(/\s+/g, ' ').trim();
+
+  // Esc closes it, Back brings it back, the close button closes it.
+  await page.keyboard.press('Escape');
+  await expectFullGraph(fn, 'Esc');
+  await page.goBack();
+  await expectSandwich(fn, 'the browser\'s Back');
+  await page.click('#sw-close', { timeout: 5000 });
+  await expectFullGraph(fn, 'the close button');
+
+  // The ⇅ button of the function's row in Top functions.
+  const i = await page.evaluate((n) => {
+    for (const row of document.querySelectorAll('.topfn-body [data-i]')) {
+      if (row.querySelector('.topfn-fn')?.textContent === n) return row.querySelector('[data-sw]')?.getAttribute('data-sw') ?? null;
+    }
+    return null;
+  }, fn);
+  if (i === null) fail(`Top functions has no row with a sandwich button for "${fn}"`);
+  await page.click(`.topfn-body [data-sw="${i}"]`, { timeout: 5000 });
+  await expectSandwich(fn, 'the ⇅ button in Top functions');
+
+  // A reload restores it from the URL.
+  await page.reload({ waitUntil: 'load' });
+  await expectSandwich(fn, 'a reload');
+  await page.mouse.move(1, 1);
+  return `sandwich "${fn}" (${stats}) opened by shift+click, Top functions, Back and a reload, closed by Esc and its button`;
 }
 
 let shot = false;

@@ -189,6 +189,11 @@ fn browser_shows(server: &TestServer, frame: &str) {
             "page_fault",
             "--expect",
             frame,
+            // Its callers and callees (the sandwich view), opened by shift+click.
+            "--sandwich",
+            frame,
+            "--caller",
+            "fault_loop",
             "--screenshot",
             screenshot.to_str().unwrap(),
         ],
