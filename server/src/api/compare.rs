@@ -348,6 +348,32 @@ impl Window {
         })
     }
 
+    /// A function from values read per node (columns aligned with `read_nodes`) to values
+    /// aligned with this window's nodes, each divided by the node's `divisor`: 0 for a node with
+    /// a divisor and nothing read, `None` for a node without a divisor.
+    fn normalizer<'a>(
+        &self,
+        read_nodes: &[String],
+        divisor: &'a [Option<f64>],
+    ) -> impl Fn(&[u64]) -> Vec<Option<f64>> + 'a {
+        let index: HashMap<&str, usize> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.node.as_str(), i))
+            .collect();
+        let columns: Vec<Option<usize>> = read_nodes.iter().map(|n| index.get(n.as_str()).copied()).collect();
+        move |per_node: &[u64]| {
+            let mut out: Vec<Option<f64>> = divisor.iter().map(|d| d.map(|_| 0.0)).collect();
+            for (column, value) in columns.iter().zip(per_node) {
+                if let Some(i) = *column {
+                    out[i] = divisor[i].map(|d| *value as f64 / d);
+                }
+            }
+            out
+        }
+    }
+
     /// Only the metric named `wanted` (its name, or its event or counter name), when given.
     fn keep_metric(&mut self, wanted: Option<&str>) -> Result<(), AppError> {
         let Some(wanted) = wanted.filter(|w| !w.is_empty()) else {
@@ -640,18 +666,7 @@ async fn function_tables(
     to: u32,
     w: &Window,
 ) -> Result<Vec<FunctionTable>, AppError> {
-    let index: HashMap<&str, usize> = w.nodes.iter().enumerate().map(|(i, n)| (n.node.as_str(), i)).collect();
-    let scopes: Vec<Scope> = w
-        .sources
-        .iter()
-        .map(|(event, source, _)| Scope {
-            event,
-            source: Some(source.clone()),
-            selector: selector.clone(),
-            from,
-            to,
-        })
-        .collect();
+    let scopes = source_scopes(w.sources.iter(), selector, from, to);
     // One read per source, all at once: ClickHouse overlaps them.
     let reads =
         futures_util::future::try_join_all(scopes.iter().map(|s| store.node_functions(s, FUNCTIONS_READ))).await?;
@@ -664,16 +679,7 @@ async fn function_tables(
             true => w.node_cpu_ns.iter().map(|c| c.filter(|&c| c > 0.0)).collect(),
             false => w.node_cpu_seconds.clone(),
         };
-        let columns: Vec<Option<usize>> = found.nodes.iter().map(|n| index.get(n.as_str()).copied()).collect();
-        let normalize = |per_node: &[u64]| -> Vec<Option<f64>> {
-            let mut out: Vec<Option<f64>> = divisor.iter().map(|d| d.map(|_| 0.0)).collect();
-            for (column, value) in columns.iter().zip(per_node) {
-                if let Some(i) = *column {
-                    out[i] = divisor[i].map(|d| *value as f64 / d);
-                }
-            }
-            out
-        };
+        let normalize = w.normalizer(&found.nodes, &divisor);
         tables.push(FunctionTable {
             event: event.to_string(),
             source: source.clone(),
@@ -706,18 +712,8 @@ async fn data_tables(
     to: u32,
     w: &Window,
 ) -> Result<Vec<DataTable>, AppError> {
-    let index: HashMap<&str, usize> = w.nodes.iter().enumerate().map(|(i, n)| (n.node.as_str(), i)).collect();
     let sources: Vec<_> = w.sources.iter().filter(|s| s.0 != EventKind::Cpu.name()).collect();
-    let scopes: Vec<Scope> = sources
-        .iter()
-        .map(|(event, source, _)| Scope {
-            event,
-            source: Some(source.clone()),
-            selector: selector.clone(),
-            from,
-            to,
-        })
-        .collect();
+    let scopes = source_scopes(sources.iter().copied(), selector, from, to);
     let reads =
         futures_util::future::try_join_all(scopes.iter().map(|s| store.node_data_objects(s, DATA_OBJECTS_READ)))
             .await?;
@@ -726,32 +722,41 @@ async fn data_tables(
         if found.objects.is_empty() {
             continue;
         }
-        let columns: Vec<Option<usize>> = found.nodes.iter().map(|n| index.get(n.as_str()).copied()).collect();
-        let objects = found
-            .objects
-            .iter()
-            .map(|(object, per_node)| {
-                let mut values: Vec<Option<f64>> = w.node_cpu_seconds.iter().map(|c| c.map(|_| 0.0)).collect();
-                for (column, value) in columns.iter().zip(per_node) {
-                    if let Some(i) = *column {
-                        values[i] = w.node_cpu_seconds[i].map(|c| *value as f64 / c);
-                    }
-                }
-                DataValues {
-                    object: object.to_string(),
-                    kind: object.kind.clone(),
-                    values,
-                }
-            })
-            .collect();
+        let normalize = w.normalizer(&found.nodes, &w.node_cpu_seconds);
         tables.push(DataTable {
             event: event.to_string(),
             source: source.clone(),
             unit: format!("{unit} per CPU-second"),
-            objects,
+            objects: found
+                .objects
+                .iter()
+                .map(|(object, per_node)| DataValues {
+                    object: object.to_string(),
+                    kind: object.kind.clone(),
+                    values: normalize(per_node),
+                })
+                .collect(),
         });
     }
     Ok(tables)
+}
+
+/// The read of each (event, source, unit) over the comparison's selector and range.
+fn source_scopes<'a>(
+    sources: impl Iterator<Item = &'a (&'static str, String, String)>,
+    selector: &Selector,
+    from: u32,
+    to: u32,
+) -> Vec<Scope> {
+    sources
+        .map(|(event, source, _)| Scope {
+            event,
+            source: Some(source.clone()),
+            selector: selector.clone(),
+            from,
+            to,
+        })
+        .collect()
 }
 
 /// The bands of `selector` over [from, to) as node names (what `/api/v1/diff?groups=bands`

@@ -444,21 +444,24 @@ impl Store {
         ))
     }
 
-    /// Self and total values per node of the `limit` functions with the largest total value
-    /// over `scope` (its source must be set). Functions are kept per node, not per process:
-    /// process labels in the selector are ignored.
-    /// Per-node values of the `limit` data objects with the most of `scope`'s event (one
-    /// source; node labels of the selector only: data samples are kept per node).
-    pub async fn node_data_objects(&self, scope: &Scope, limit: u32) -> Result<NodeDataObjects, StorageError> {
+    /// `scope` with only its selector's node labels (what is kept per node, not per process,
+    /// is read that way), and how its nodes are reached; `None` when no node matches.
+    async fn per_node(&self, scope: &Scope) -> Result<Option<(Scope, Reach)>, StorageError> {
         let mut scope = scope.clone();
         scope
             .selector
             .matchers
             .retain(|m| m.scope() == crate::selector::LabelScope::Node);
         let reach = self.reach(&scope).await?;
-        if reach == Reach::Nothing {
+        Ok((reach != Reach::Nothing).then_some((scope, reach)))
+    }
+
+    /// Per-node values of the `limit` data objects with the most of `scope`'s event (one
+    /// source; node labels of the selector only: data samples are kept per node).
+    pub async fn node_data_objects(&self, scope: &Scope, limit: u32) -> Result<NodeDataObjects, StorageError> {
+        let Some((scope, reach)) = self.per_node(scope).await? else {
             return Ok(NodeDataObjects::default());
-        }
+        };
         let rows = queries::node_data_objects(&scope, &reach, limit)
             .query(&self.client)
             .fetch_all::<NodeDataRow>()
@@ -482,16 +485,13 @@ impl Store {
         Ok(NodeDataObjects { nodes, objects })
     }
 
+    /// Self and total values per node of the `limit` functions with the largest total value
+    /// over `scope` (its source must be set). Functions are kept per node, not per process:
+    /// process labels in the selector are ignored.
     pub async fn node_functions(&self, scope: &Scope, limit: u32) -> Result<NodeFunctions, StorageError> {
-        let mut scope = scope.clone();
-        scope
-            .selector
-            .matchers
-            .retain(|m| m.scope() == crate::selector::LabelScope::Node);
-        let reach = self.reach(&scope).await?;
-        if reach == Reach::Nothing {
+        let Some((scope, reach)) = self.per_node(scope).await? else {
             return Ok(NodeFunctions::default());
-        }
+        };
         let rows = queries::node_functions(&scope, &reach, limit)
             .query(&self.client)
             .fetch_all::<NodeFunctionRow>()
