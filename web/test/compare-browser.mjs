@@ -15,7 +15,7 @@
 import { mkdirSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { chromium } from 'playwright-core';
+import { fail, finish, launch, poll } from './harness.mjs';
 
 const USAGE =
   'usage: node test/compare-browser.mjs --url http://127.0.0.1:PORT/ --slow NODE [--slow NODE …] ' +
@@ -50,37 +50,14 @@ const pageUrl = new URL('compare.html', args.url);
 pageUrl.searchParams.set('selector', '{}');
 pageUrl.searchParams.set('range', args.range);
 
-class Failure extends Error {}
-const fail = (message) => {
-  throw new Failure(message);
-};
-const pageErrors = [];
+let pageErrors = [];
 let browser;
 let page;
 
-async function waitFor(what, check) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const got = await check();
-    if (got) return got;
-    if (Date.now() > deadline) fail(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
+const waitFor = (what, check) => poll(what, check, timeoutMs);
 
 async function run() {
-  browser = await chromium.launch({
-    executablePath: args.chromium,
-    headless: true,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--no-first-run'],
-  });
-  page = await browser.newPage({ viewport: { width: 1440, height: 1100 } });
-  page.on('pageerror', (err) => pageErrors.push(`page error: ${err.message}`));
-  page.on('console', (msg) => {
-    if (msg.type() === 'error' && !msg.text().startsWith('Failed to load resource')) {
-      pageErrors.push(`console: ${msg.text()}`);
-    }
-  });
+  ({ browser, page, errors: pageErrors } = await launch(args.chromium));
   const resp = await page.goto(pageUrl.href, { waitUntil: 'load' });
   if (!resp?.ok()) fail(`GET ${pageUrl.href} answered ${resp ? resp.status() : 'nothing'}`);
 
@@ -139,17 +116,4 @@ async function run() {
   console.log(`ok: ${verdict}; slow band ${slow.join(' ')}; ${args.function} focused: ${status}`);
 }
 
-let code = 0;
-try {
-  await run();
-} catch (err) {
-  code = 1;
-  console.log(`FAIL: ${err instanceof Failure ? err.message : `unexpected error: ${err?.stack ?? err}`}`);
-  if (page) {
-    mkdirSync(dirname(screenshotPath), { recursive: true });
-    await page.screenshot({ path: screenshotPath, fullPage: true }).catch(() => {});
-  }
-} finally {
-  await browser?.close();
-}
-process.exit(code);
+await finish(run, { page: () => page, browser: () => browser, screenshotPath });

@@ -17,7 +17,7 @@
 import { mkdirSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { chromium } from 'playwright-core';
+import { fail, finish, launch, poll } from './harness.mjs';
 
 const USAGE =
   'usage: node test/node-browser.mjs --url http://127.0.0.1:PORT/ --node NAME --screenshot PATH ' +
@@ -61,27 +61,20 @@ const pageUrl = new URL('node.html', args.url);
 pageUrl.searchParams.set('node', args.node);
 pageUrl.searchParams.set('range', args.range);
 
-class Failure extends Error {}
-const fail = (message) => {
-  throw new Failure(message);
-};
-const pageErrors = [];
+let pageErrors = [];
 let browser;
 let page;
 
-async function waitFor(what, check, { refresh = false } = {}) {
-  const deadline = Date.now() + timeoutMs;
+/** `poll` with this run's timeout; with `refresh`, the page's Refresh is pressed every 3 s. */
+function waitFor(what, check, { refresh = false } = {}) {
   let lastRefresh = Date.now();
-  for (;;) {
-    const got = await check();
-    if (got) return got;
-    if (Date.now() > deadline) fail(`timed out waiting for ${what}`);
+  const between = async () => {
     if (refresh && Date.now() - lastRefresh > 3000) {
       lastRefresh = Date.now();
       await page.locator('#refresh').click();
     }
-    await new Promise((r) => setTimeout(r, 200));
-  }
+  };
+  return poll(what, check, timeoutMs, between);
 }
 
 /** The text of a section's status line when it is shown, else ''. */
@@ -94,18 +87,7 @@ async function status(id) {
 }
 
 async function run() {
-  browser = await chromium.launch({
-    executablePath: args.chromium,
-    headless: true,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--no-first-run'],
-  });
-  page = await browser.newPage({ viewport: { width: 1440, height: 1100 } });
-  page.on('pageerror', (err) => pageErrors.push(`page error: ${err.message}`));
-  page.on('console', (msg) => {
-    if (msg.type() === 'error' && !msg.text().startsWith('Failed to load resource')) {
-      pageErrors.push(`console: ${msg.text()}`);
-    }
-  });
+  ({ browser, page, errors: pageErrors } = await launch(args.chromium));
   const resp = await page.goto(pageUrl.href, { waitUntil: 'load' });
   if (!resp?.ok()) fail(`GET ${pageUrl.href} answered ${resp ? resp.status() : 'nothing'}`);
 
@@ -218,17 +200,4 @@ async function run() {
   console.log(`ok: ${parts.join('; ')}`);
 }
 
-let code = 0;
-try {
-  await run();
-} catch (err) {
-  code = 1;
-  console.log(`FAIL: ${err instanceof Failure ? err.message : `unexpected error: ${err?.stack ?? err}`}`);
-  if (page) {
-    mkdirSync(dirname(screenshotPath), { recursive: true });
-    await page.screenshot({ path: screenshotPath, fullPage: true }).catch(() => {});
-  }
-} finally {
-  await browser?.close();
-}
-process.exit(code);
+await finish(run, { page: () => page, browser: () => browser, screenshotPath });

@@ -1,0 +1,75 @@
+// What the browser checks of the new pages share (compare-browser.mjs, node-browser.mjs): the
+// Chromium they drive, failures with a reason, polling for a condition, and the way they end
+// (`ok: …` and exit 0, or `FAIL: reason` and exit 1; a full-page screenshot either way).
+
+import { mkdirSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { chromium } from 'playwright-core';
+
+/** A check that did not hold: printed as `FAIL: message`. */
+export class Failure extends Error {}
+
+export function fail(message) {
+  throw new Failure(message);
+}
+
+/**
+ * Debian's Chromium, headless, with one 1440 × 1100 page; page errors and console errors
+ * (other than failed resource loads, which the pages show and the checks read) are collected
+ * in `errors`.
+ */
+export async function launch(executablePath) {
+  const browser = await chromium.launch({
+    executablePath,
+    headless: true,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--no-first-run'],
+  });
+  const page = await browser.newPage({ viewport: { width: 1440, height: 1100 } });
+  const errors = [];
+  page.on('pageerror', (err) => errors.push(`page error: ${err.message}`));
+  page.on('console', (msg) => {
+    if (msg.type() === 'error' && !msg.text().startsWith('Failed to load resource')) {
+      errors.push(`console: ${msg.text()}`);
+    }
+  });
+  return { browser, page, errors };
+}
+
+/**
+ * Calls `check` every 200 ms until it returns something truthy, and returns that; fails after
+ * `timeoutMs`. `between` (optional) runs between two calls.
+ */
+export async function poll(what, check, timeoutMs, between) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const got = await check();
+    if (got) return got;
+    if (Date.now() > deadline) fail(`timed out waiting for ${what}`);
+    if (between) await between();
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+/**
+ * Runs `run` (which prints its own `ok: …` line) and exits: 0 when it returned, 1 after printing
+ * `FAIL: …` and saving a screenshot of `page()` to `screenshotPath` when it threw. `browser()`
+ * is closed either way.
+ */
+export async function finish(run, { page, browser, screenshotPath }) {
+  let code = 0;
+  try {
+    await run();
+  } catch (err) {
+    code = 1;
+    console.log(`FAIL: ${err instanceof Failure ? err.message : `unexpected error: ${err?.stack ?? err}`}`);
+    if (page()) {
+      mkdirSync(dirname(screenshotPath), { recursive: true });
+      await page()
+        .screenshot({ path: screenshotPath, fullPage: true })
+        .catch(() => {});
+    }
+  } finally {
+    await browser()?.close();
+  }
+  process.exit(code);
+}
