@@ -2,6 +2,7 @@
 //! facts), `GET /api/v1/totals?event=&selector=&source=&from=&to=` (per node and source),
 //! `GET /api/v1/functions?event=&source=&selector=&from=&to=&limit=` (the largest functions,
 //! each with its values per node),
+//! `GET /api/v1/labels?selector=&from=&to=` (label names and values, for completion),
 //! `GET /api/v1/sources` (what each source measures, in which unit).
 
 use std::collections::{BTreeMap, HashMap};
@@ -17,17 +18,22 @@ use crate::storage::Scope;
 /// Nodes listed when no range is given: those seen in the last day.
 const DEFAULT_NODES_RANGE_SECS: u32 = 24 * 3600;
 
+/// The range of a node listing: the one given, or the last day.
+fn nodes_range(p: &Params) -> Result<(u32, u32), AppError> {
+    let now = now();
+    match (p.one("from"), p.one("to")) {
+        (None, None) => Ok((now.saturating_sub(DEFAULT_NODES_RANGE_SECS), now.saturating_add(1))),
+        _ => Ok(p.time_range(now)?),
+    }
+}
+
 pub(super) async fn nodes(
     State(state): State<AppState>,
     RawQuery(raw): RawQuery,
 ) -> Result<Json<serde_json::Value>, AppError> {
     let p = Params::parse(raw.as_deref(), &["selector", "from", "to"])?;
     let selector = p.selector()?;
-    let now = now();
-    let (from, to) = match (p.one("from"), p.one("to")) {
-        (None, None) => (now.saturating_sub(DEFAULT_NODES_RANGE_SECS), now.saturating_add(1)),
-        _ => p.time_range(now)?,
-    };
+    let (from, to) = nodes_range(&p)?;
     let nodes: Vec<_> = state
         .store
         .nodes(&selector, from, to)
@@ -46,6 +52,60 @@ pub(super) async fn nodes(
         .collect();
     Ok(Json(
         serde_json::json!({ "selector": selector.to_string(), "nodes": nodes }),
+    ))
+}
+
+/// Values listed per label at most: completion needs the start of a list, not all of it.
+const LABEL_VALUES_LIMIT: usize = 200;
+
+/// `GET /api/v1/labels?selector=&from=&to=`: every label a selector can match, for completion.
+/// Node labels (with `node`) come with how many selected nodes have each value; process labels
+/// with the values of processes seen in the range's days, over the whole fleet.
+pub(super) async fn labels(
+    State(state): State<AppState>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<serde_json::Value>, AppError> {
+    let p = Params::parse(raw.as_deref(), &["selector", "from", "to"])?;
+    let selector = p.selector()?;
+    let (from, to) = nodes_range(&p)?;
+    let (nodes, process_values) = tokio::try_join!(
+        state.store.nodes(&selector, from, to),
+        state.store.process_label_values(from, LABEL_VALUES_LIMIT as u32 + 1),
+    )?;
+    let mut node_values: BTreeMap<&str, BTreeMap<&str, u32>> = BTreeMap::new();
+    for n in &nodes {
+        *node_values
+            .entry("node")
+            .or_default()
+            .entry(n.node.as_str())
+            .or_default() += 1;
+        for (name, value) in &n.labels {
+            *node_values.entry(name).or_default().entry(value).or_default() += 1;
+        }
+    }
+    let mut labels: Vec<serde_json::Value> = node_values
+        .into_iter()
+        .map(|(name, values)| {
+            let truncated = values.len() > LABEL_VALUES_LIMIT;
+            let values: Vec<_> = values
+                .into_iter()
+                .take(LABEL_VALUES_LIMIT)
+                .map(|(value, nodes)| serde_json::json!({"value": value, "nodes": nodes}))
+                .collect();
+            serde_json::json!({"name": name, "scope": "node", "values": values, "truncated": truncated})
+        })
+        .collect();
+    for (name, values) in crate::selector::PROCESS_LABELS.iter().zip(process_values) {
+        let truncated = values.len() > LABEL_VALUES_LIMIT;
+        let values: Vec<_> = values
+            .iter()
+            .take(LABEL_VALUES_LIMIT)
+            .map(|value| serde_json::json!({ "value": value }))
+            .collect();
+        labels.push(serde_json::json!({"name": name, "scope": "process", "values": values, "truncated": truncated}));
+    }
+    Ok(Json(
+        serde_json::json!({ "selector": selector.to_string(), "labels": labels }),
     ))
 }
 

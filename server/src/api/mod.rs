@@ -38,6 +38,7 @@ pub fn app(state: AppState) -> Router {
         .route("/api/v1/events", get(events))
         .route("/api/v1/sources", get(fleet::sources))
         .route("/api/v1/nodes", get(fleet::nodes))
+        .route("/api/v1/labels", get(fleet::labels))
         .route("/api/v1/totals", get(fleet::totals))
         .route("/api/v1/functions", get(fleet::functions))
         .route("/api/v1/compare", get(compare::compare))

@@ -348,6 +348,45 @@ impl Store {
             .collect())
     }
 
+    /// Up to `limit` values of each process label ([`PROCESS_LABELS`](crate::selector::PROCESS_LABELS) order), from processes
+    /// seen since `from`'s day; empty values left out. Processes are not kept per node, so the
+    /// values are the fleet's, whatever the selector.
+    pub async fn process_label_values(&self, from: u32, limit: u32) -> Result<Vec<Vec<String>>, StorageError> {
+        #[derive(clickhouse::Row, serde::Deserialize)]
+        struct Row {
+            comm: Vec<String>,
+            executable: Vec<String>,
+            container_id: Vec<String>,
+            container: Vec<String>,
+            pod: Vec<String>,
+            pod_uid: Vec<String>,
+            namespace: Vec<String>,
+            unit: Vec<String>,
+        }
+        let r = queries::process_label_values(from, limit)
+            .query(&self.client)
+            .fetch_one::<Row>()
+            .await
+            .map_err(StorageError::query("list process label values"))?;
+        Ok([
+            r.comm,
+            r.executable,
+            r.container_id,
+            r.container,
+            r.pod,
+            r.pod_uid,
+            r.namespace,
+            r.unit,
+        ]
+        .into_iter()
+        .map(|mut values| {
+            values.retain(|v| !v.is_empty());
+            values.sort();
+            values
+        })
+        .collect())
+    }
+
     /// Every event source stored, with its unit.
     pub async fn sources(&self) -> Result<Vec<SourceInfo>, StorageError> {
         #[derive(clickhouse::Row, serde::Deserialize)]

@@ -11,7 +11,7 @@ use clickhouse::query::Query;
 use clickhouse::Client;
 
 use super::StorageError;
-use crate::selector::{LabelScope, MatchOp, Matcher, Selector};
+use crate::selector::{LabelScope, MatchOp, Matcher, Selector, PROCESS_LABELS};
 
 /// Ranges at least this long read whole 10-minute buckets from the coarse tables.
 pub const COARSE_FROM_SECS: u32 = 30 * 60;
@@ -499,6 +499,28 @@ pub(super) fn nodes(selector: &Selector, from: u32, to: u32) -> Sql {
         .push(") AND first_seen < toDateTime(")
         .bind(Value::U32(to))
         .push(") ORDER BY node");
+    sql
+}
+
+/// Up to `limit` distinct values of every process label, from processes seen since `from`'s day.
+pub(super) fn process_label_values(from: u32, limit: u32) -> Sql {
+    let columns: Vec<String> = PROCESS_LABELS
+        .iter()
+        .enumerate()
+        // groupUniqArray takes no size before 19.x; not aliased by the column's name, which older
+        // servers read as an aggregate inside itself.
+        .map(|(i, l)| {
+            format!(
+                "arraySlice(groupUniqArray({}), 1, {limit}) AS values_{i}",
+                process_column(l)
+            )
+        })
+        .collect();
+    let mut sql = Sql::new(&format!(
+        "SELECT {} FROM processes WHERE last_seen >= toDate(toDateTime(",
+        columns.join(", ")
+    ));
+    sql.bind(Value::U32(from)).push("))");
     sql
 }
 
