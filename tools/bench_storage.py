@@ -44,6 +44,7 @@ MINUTE_TABLES = ["samples", "function_samples", "node_totals", "fleet_samples", 
 DIMENSIONS = ["stacks", "frames", "functions", "processes", "nodes", "event_sources", "rollups"]
 # The 10-minute tables the query window reads, each filled from its per-minute table.
 COARSE = {"samples_10m": "samples", "function_samples_10m": "function_samples",
+          "function_nodes_10m": "function_samples",
           "fleet_samples_10m": "fleet_samples", "fleet_function_samples_10m": "fleet_function_samples"}
 # Columns holding counts or values (scaled when a bucket holds several copies of the window).
 VALUES = {"count", "value", "self_count", "self_value", "total_count", "total_value"}
@@ -265,7 +266,7 @@ def run_fleet(nodes, runs, out):
                 result["sql"][name] = reads(selector, reach, listed, start, span)[READ_OF[name.split(",")[0]]]
         # Bands: a tenth of the nodes (names ending in 0) fault three times as often in every
         # function (their page-fault rows counted three times); compare then also explains them.
-        for table in ("node_totals", "function_samples_10m"):
+        for table in ("node_totals", "function_samples_10m", "function_nodes_10m"):
             cols = ", ".join(c for c in columns(fleet.rows, table))
             for _ in range(2):
                 fleet.sql(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {table} "

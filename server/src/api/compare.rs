@@ -31,6 +31,7 @@ use crate::analysis::compare::{
     self, BandChoice, DataTable, DataValues, Direction, FunctionTable, FunctionValues, Groups, Metric, MetricKind,
 };
 use crate::selector::Selector;
+use crate::storage::queries::Measures;
 use crate::storage::{NodeInfo, Scope, Store};
 
 /// Functions read per event and source for the explanation (the largest over the fleet).
@@ -481,11 +482,19 @@ fn bands_json(w: &Window, measured: &[usize], bands: &Bands) -> Value {
 pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Result<Json<Value>, AppError> {
     let p = Params::parse(raw.as_deref(), &["selector", "from", "to", "limit", "metric"])?;
     let selector = p.selector()?;
+    // Whole buckets: the explanation reads every node's values of hundreds of functions, and a
+    // partial bucket at an edge would be read from the per-minute tables (the answer's `from`
+    // and `to` are the range compared).
     let (from, to) = p.time_range(now())?;
+    let (from, to) = crate::storage::queries::whole_buckets(from, to);
     let limit = p.bounded("limit", DEFAULT_LIMIT, MAX_LIMIT)?;
-    let mut window = Window::read(&state.store, &selector, from, to).await?;
+    let mut window = timed("window", Window::read(&state.store, &selector, from, to)).await?;
     window.keep_metric(p.one("metric"))?;
-    let (metrics, choice) = find_bands(std::mem::take(&mut window.metrics), state.bands_null.clone()).await?;
+    let (metrics, choice) = timed(
+        "bands",
+        find_bands(std::mem::take(&mut window.metrics), state.bands_null.clone()),
+    )
+    .await?;
     let metrics_json: Vec<Value> = metrics
         .iter()
         .zip(&choice.tested)
@@ -516,9 +525,12 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
     };
     // The previous window and the explanation's reads, at once.
     let (changed, tables, data) = tokio::try_join!(
-        changes(&state, &selector, p.one("metric"), from, to, &window, metric, groups),
-        function_tables(&state.store, &selector, from, to, &window),
-        data_tables(&state.store, &selector, from, to, &window),
+        timed(
+            "previous window",
+            changes(&state, &selector, p.one("metric"), from, to, &window, metric, groups)
+        ),
+        timed("functions", function_tables(&state.store, &selector, from, to, &window)),
+        timed("data objects", data_tables(&state.store, &selector, from, to, &window)),
     )?;
     answer["verdict"] = json!(format!(
         "two bands in {}: {} nodes at a median of {} and {} at {} {}{}",
@@ -550,17 +562,28 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
     let labels: Vec<_> = window.nodes.iter().map(|n| n.labels.clone()).collect();
     let (groups, findings) = (groups.clone(), window.findings.clone());
     // Hundreds of rank tests: on a blocking thread, not the server's workers.
-    answer["explanation"] = tokio::task::spawn_blocking(move || {
-        json!({
-            "labels": compare::label_splits(&labels, &groups),
-            "placement": compare::finding_splits(&findings, &groups),
-            "code": compare::code_differences(&tables, &groups, limit as usize),
-            "data": compare::data_differences(&data, &groups, limit as usize),
-        })
-    })
+    answer["explanation"] = timed(
+        "explanation",
+        tokio::task::spawn_blocking(move || {
+            json!({
+                "labels": compare::label_splits(&labels, &groups),
+                "placement": compare::finding_splits(&findings, &groups),
+                "code": compare::code_differences(&tables, &groups, limit as usize),
+                "data": compare::data_differences(&data, &groups, limit as usize),
+            })
+        }),
+    )
     .await
     .map_err(|e| AppError::Internal(format!("explaining the bands failed: {e}")))?;
     Ok(Json(answer))
+}
+
+/// `step` awaited, its duration logged (debug level) under `what`.
+async fn timed<T>(what: &'static str, step: impl std::future::Future<Output = T>) -> T {
+    let start = std::time::Instant::now();
+    let out = step.await;
+    tracing::debug!(step = what, ms = start.elapsed().as_millis() as u64, "compare step");
+    out
 }
 
 /// A value as a sentence shows it: whole from 100, to three decimals below.
@@ -668,8 +691,12 @@ async fn function_tables(
 ) -> Result<Vec<FunctionTable>, AppError> {
     let scopes = source_scopes(w.sources.iter(), selector, from, to);
     // One read per source, all at once: ClickHouse overlaps them.
-    let reads =
-        futures_util::future::try_join_all(scopes.iter().map(|s| store.node_functions(s, FUNCTIONS_READ))).await?;
+    let reads = futures_util::future::try_join_all(
+        scopes
+            .iter()
+            .map(|s| store.node_functions(s, FUNCTIONS_READ, Measures::Values)),
+    )
+    .await?;
     let mut tables = Vec::new();
     for ((event, source, unit), found) in w.sources.iter().zip(reads) {
         let is_cpu = *event == EventKind::Cpu.name();
@@ -777,7 +804,11 @@ pub(super) async fn bands_of(
 ) -> Result<Result<BandNodes, String>, AppError> {
     let mut window = Window::read(&state.store, selector, from, to).await?;
     window.keep_metric(metric)?;
-    let (metrics, choice) = find_bands(std::mem::take(&mut window.metrics), state.bands_null.clone()).await?;
+    let (metrics, choice) = timed(
+        "bands",
+        find_bands(std::mem::take(&mut window.metrics), state.bands_null.clone()),
+    )
+    .await?;
     Ok(match (choice.chosen, &choice.groups) {
         (Some(i), Some(groups)) => Ok(BandNodes {
             metric: metrics[i].name.clone(),

@@ -177,7 +177,10 @@ pub(super) async fn functions(
     let p = Params::parse(raw.as_deref(), &["event", "selector", "source", "from", "to", "limit"])?;
     let scope = scope(&p, true)?;
     let limit = p.bounded("limit", DEFAULT_FUNCTIONS, MAX_FUNCTIONS)?;
-    let found = state.store.node_functions(&scope, limit).await?;
+    let found = state
+        .store
+        .node_functions(&scope, limit, crate::storage::queries::Measures::WithSamples)
+        .await?;
     let functions: Vec<FunctionAnswer> = found
         .functions
         .iter()

@@ -48,6 +48,11 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
         "ledger_per_state",
         include_str!("../../migrations/009_ledger_per_state.sql"),
     ),
+    (
+        10,
+        "function_nodes",
+        include_str!("../../migrations/010_function_nodes.sql"),
+    ),
 ];
 
 /// The first migration of the current schema: a new database starts here.

@@ -205,8 +205,27 @@ pub struct Store {
     frames: quick_cache::sync::Cache<u64, Arc<Frame>>,
     processes: quick_cache::sync::Cache<u64, Arc<ProcessRow>>,
     functions: quick_cache::sync::Cache<u64, Arc<FunctionName>>,
-    /// Sample time from which the fleet rollups hold every sample; `u32::MAX` until read.
-    rollups_from: std::sync::atomic::AtomicU32,
+    /// Sample time from which each [`Rollup`] holds every sample; `u32::MAX` until read.
+    rollups_from: [std::sync::atomic::AtomicU32; 2],
+}
+
+/// Tables filled from the moment a migration created them (`rollups` says from which sample
+/// time on they hold everything).
+#[derive(Clone, Copy, Debug)]
+enum Rollup {
+    /// The `fleet_` tables: samples summed over nodes.
+    Fleet,
+    /// `function_nodes_10m`: per-node function values ordered by function.
+    FunctionNodes,
+}
+
+impl Rollup {
+    fn name(self) -> &'static str {
+        match self {
+            Rollup::Fleet => "fleet",
+            Rollup::FunctionNodes => "function_nodes",
+        }
+    }
 }
 
 impl std::fmt::Debug for Store {
@@ -301,7 +320,7 @@ impl Store {
             frames: quick_cache::sync::Cache::new(entries),
             processes: quick_cache::sync::Cache::new(entries),
             functions: quick_cache::sync::Cache::new(entries),
-            rollups_from: std::sync::atomic::AtomicU32::new(u32::MAX),
+            rollups_from: [(); 2].map(|_| std::sync::atomic::AtomicU32::new(u32::MAX)),
         })
     }
 
@@ -434,11 +453,12 @@ impl Store {
             .collect())
     }
 
-    /// Sample time from which the fleet rollups are complete (`u32::MAX`: not known yet, as
-    /// right after a cluster's migration, whose row reaches the shards shortly after).
-    async fn rollups_from(&self) -> Result<u32, StorageError> {
+    /// Sample time from which `rollup` is complete (`u32::MAX`: not known yet, as right after
+    /// a cluster's migration, whose row reaches the shards shortly after).
+    async fn rollup_from(&self, rollup: Rollup) -> Result<u32, StorageError> {
         use std::sync::atomic::Ordering;
-        let known = self.rollups_from.load(Ordering::Relaxed);
+        let cached = &self.rollups_from[rollup as usize];
+        let known = cached.load(Ordering::Relaxed);
         if known != u32::MAX {
             return Ok(known);
         }
@@ -449,21 +469,22 @@ impl Store {
         }
         let row = self
             .client
-            .query("SELECT toUInt32(max(complete_from)) AS from, count() AS rows FROM rollups WHERE name = 'fleet'")
+            .query("SELECT toUInt32(max(complete_from)) AS from, count() AS rows FROM rollups WHERE name = ?")
+            .bind(rollup.name())
             .fetch_one::<Row>()
             .await
-            .map_err(StorageError::query("read when the fleet rollups start"))?;
+            .map_err(StorageError::query("read when a rollup starts"))?;
         if row.rows == 0 {
             return Ok(u32::MAX);
         }
-        self.rollups_from.store(row.from, Ordering::Relaxed);
+        cached.store(row.from, Ordering::Relaxed);
         Ok(row.from)
     }
 
     /// How a read of `scope` sums its nodes: the fleet rollups when it covers every node,
     /// the rollups minus the others when it covers most, else the nodes it matches.
     pub async fn reach(&self, scope: &Scope) -> Result<Reach, StorageError> {
-        let held = scope.from >= self.rollups_from().await?;
+        let held = scope.from >= self.rollup_from(Rollup::Fleet).await?;
         if scope.selector.node_matchers().next().is_none() {
             return Ok(Reach::choose(None, held));
         }
@@ -527,11 +548,42 @@ impl Store {
     /// Self and total values per node of the `limit` functions with the largest total value
     /// over `scope` (its source must be set). Functions are kept per node, not per process:
     /// process labels in the selector are ignored.
-    pub async fn node_functions(&self, scope: &Scope, limit: u32) -> Result<NodeFunctions, StorageError> {
+    pub async fn node_functions(
+        &self,
+        scope: &Scope,
+        limit: u32,
+        measures: queries::Measures,
+    ) -> Result<NodeFunctions, StorageError> {
         let Some((scope, reach)) = self.per_node(scope).await? else {
             return Ok(NodeFunctions::default());
         };
-        let rows = queries::node_functions(&scope, &reach, limit)
+        // A few nodes' rows lie together in the table ordered by node; most of a fleet's, for a
+        // few functions, in the one ordered by function.
+        let by_function =
+            !matches!(reach, Reach::Matching(_)) && scope.from >= self.rollup_from(Rollup::FunctionNodes).await?;
+        let listed: Vec<u64>;
+        let top = match self.dialect.modern {
+            true => queries::TopFunctions::Ranked(limit),
+            false => {
+                #[derive(clickhouse::Row, serde::Deserialize)]
+                struct Id {
+                    function_id: u64,
+                }
+                listed = queries::top_functions(&scope, &reach, limit)
+                    .query(&self.client)
+                    .fetch_all::<Id>()
+                    .await
+                    .map_err(StorageError::query("rank functions"))?
+                    .into_iter()
+                    .map(|r| r.function_id)
+                    .collect();
+                if listed.is_empty() {
+                    return Ok(NodeFunctions::default());
+                }
+                queries::TopFunctions::Listed(&listed)
+            }
+        };
+        let rows = queries::node_functions(&scope, &reach, top, measures, by_function)
             .query(&self.client)
             .fetch_all::<NodeFunctionRow>()
             .await

@@ -42,6 +42,7 @@ const TABLES: &[(&str, Partition, Keep)] = &[
     ("node_totals", Partition::Day, Keep::Retention),
     ("function_samples", Partition::Day, Keep::Retention),
     ("function_samples_10m", Partition::Day, Keep::Retention),
+    ("function_nodes_10m", Partition::Day, Keep::Retention),
     ("fleet_samples", Partition::Day, Keep::Retention),
     ("fleet_samples_10m", Partition::Day, Keep::Retention),
     ("fleet_function_samples", Partition::Day, Keep::Retention),
