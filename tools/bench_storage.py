@@ -33,8 +33,9 @@ import urllib.parse
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SERVER = os.path.join(ROOT, "target/release/bimodal-server")
-LOADGEN = os.path.join(ROOT, "target/release/bimodal-loadgen")
+# Other builds (an A/B against an older commit) through the environment.
+SERVER = os.environ.get("BIMODAL_SERVER", os.path.join(ROOT, "target/release/bimodal-server"))
+LOADGEN = os.environ.get("BIMODAL_LOADGEN", os.path.join(ROOT, "target/release/bimodal-loadgen"))
 HZ = os.sysconf("SC_CLK_TCK")
 
 # Fleet size -> (seconds of history ingested for real, seconds the query window spans).
@@ -181,6 +182,8 @@ def copy_forward(sql, window, span, start):
         "agent_version, facts, version + 1 FROM nodes")
     scale = max(1, 600 // window)
     for coarse, minute in COARSE.items():
+        if not columns(sql, coarse):
+            continue  # an older schema (an A/B against an older build)
         cols = [c for c in columns(sql, minute) if c != "time"]
         picked = [f"{c} * {scale}" if c in VALUES else c for c in cols]
         out.append(f"TRUNCATE TABLE {coarse}")
@@ -268,6 +271,8 @@ def run_fleet(nodes, runs, out):
         # function (their page-fault rows counted three times); compare then also explains them.
         for table in ("node_totals", "function_samples_10m", "function_nodes_10m"):
             cols = ", ".join(c for c in columns(fleet.rows, table))
+            if not cols:
+                continue
             for _ in range(2):
                 fleet.sql(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {table} "
                           "WHERE event = 'page_fault' AND node LIKE '%0'")
