@@ -835,7 +835,7 @@ pub fn examples(client: &Client) -> Vec<String> {
             Measures::Values,
             true,
         ),
-        top_functions(&scope, &minus, 200),
+        top_functions(&nodes_only, &minus, 200),
         node_data_objects(&nodes_only, &matching, 100),
         node_data_objects(&short, &Reach::Fleet, 100),
         nodes(&selector, 1_795_000_000, 1_795_003_600),
