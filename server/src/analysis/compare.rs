@@ -342,13 +342,14 @@ pub const MIN_LISTED_EFFECT: f64 = 0.5;
 /// Largest p-value listed. Small bands cannot go far below it (3 nodes against 5: 0.036 when
 /// every slow node is above every fast one), so the q-value is given beside it, not required.
 pub const MAX_LISTED_P: f64 = 0.05;
-/// Weights closer than this rank as equal.
+/// Weights this close to the heaviest left rank as equal.
 pub const WEIGHT_STEP: f64 = 0.05;
 
 /// Functions whose normalized per-node values differ between the bands consistently (|effect|
 /// at least [`MIN_LISTED_EFFECT`], p at most [`MAX_LISTED_P`]), the largest first: by
-/// [`CodeDifference::weight`] in steps of [`WEIGHT_STEP`], so that a function going from nothing
-/// to a trace does not outrank one that moved half the event; within a step user code before
+/// [`CodeDifference::weight`], taking among those within [`WEIGHT_STEP`] of the heaviest left,
+/// so that a function going from nothing to a trace does not outrank one that moved half the
+/// event; within that window user code before
 /// kernel code (the kernel path an event is taken on, a fault handler or `task_numa_fault`, is
 /// in every stack of the event: the code that drove it is the answer), a function's own
 /// samples before its callers' totals (which the callee's difference often accounts for), then
@@ -409,19 +410,29 @@ pub fn code_differences(tables: &[FunctionTable], groups: &Groups, limit: usize)
         d.q_value = q;
     }
     found.retain(|d| d.effect.abs() >= MIN_LISTED_EFFECT && d.p_value <= MAX_LISTED_P);
-    let step = |d: &CodeDifference| (d.weight / WEIGHT_STEP).round() as i64;
-    found.sort_by(|a, b| {
+    // Repeatedly the most telling of the differences within WEIGHT_STEP of the heaviest one
+    // left: a window around the heaviest rather than fixed steps, so that two weights a hair
+    // apart never land in different steps (a caller's total 0.833 and its callee's own
+    // samples 0.793 did, in a test run).
+    let telling = |a: &CodeDifference, b: &CodeDifference| {
         let kernel = |d: &CodeDifference| d.module == bimodal_proto::KERNEL_MODULE;
-        step(b)
-            .cmp(&step(a))
-            .then(kernel(a).cmp(&kernel(b)))
+        kernel(a)
+            .cmp(&kernel(b))
             .then((a.measure == Measure::TotalValue).cmp(&(b.measure == Measure::TotalValue)))
             .then(b.effect.abs().total_cmp(&a.effect.abs()))
             .then(b.weight.total_cmp(&a.weight))
             .then_with(|| a.function.cmp(&b.function))
-    });
-    found.truncate(limit);
-    found
+    };
+    let mut ranked = Vec::with_capacity(limit.min(found.len()));
+    while ranked.len() < limit && !found.is_empty() {
+        let heaviest = found.iter().map(|d| d.weight).fold(f64::NEG_INFINITY, f64::max);
+        let pick = (0..found.len())
+            .filter(|&i| found[i].weight >= heaviest - WEIGHT_STEP)
+            .min_by(|&i, &j| telling(&found[i], &found[j]))
+            .expect("the heaviest is within the window");
+        ranked.push(found.swap_remove(pick));
+    }
+    ranked
 }
 
 /// One data object's values per node for one event and source (`None`: nothing to normalize by).
@@ -664,6 +675,48 @@ mod tests {
         assert_eq!(splits[0].example, "node 6: 16384 pages on node 1");
         assert_eq!(splits[1].finding, "remote anon of cron");
         assert!(splits[1].association.p_value > 0.5);
+    }
+
+    /// A callee's own samples rank before a caller's total a hair heavier (0.795 against
+    /// 0.832: steps of 0.05 once put them in different steps, the caller first).
+    #[test]
+    fn own_samples_before_a_slightly_heavier_callers_total() {
+        let groups = Groups {
+            low: (0..5).collect(),
+            high: (5..8).collect(),
+            slow: Some("high"),
+        };
+        let of = |fast: f64, slow: f64| -> Vec<Option<f64>> {
+            (0..8)
+                .map(|i| Some(if i >= 5 { slow } else { fast } + i as f64 * 0.1))
+                .collect()
+        };
+        let function = |name: &str, own: Vec<Option<f64>>, total: Vec<Option<f64>>| FunctionValues {
+            function: name.into(),
+            module: "app".into(),
+            self_values: own,
+            total_values: total,
+        };
+        let table = FunctionTable {
+            event: "page_fault".into(),
+            source: "s".into(),
+            unit: "faults per CPU-second".into(),
+            functions: vec![
+                function("start_main", vec![Some(0.0); 8], of(22.8, 136.0)),
+                function("load_session", of(22.8, 131.0), of(22.8, 131.0)),
+            ],
+        };
+        let found = code_differences(&[table], &groups, 10);
+        let order: Vec<(&str, Measure)> = found.iter().map(|d| (d.function.as_str(), d.measure)).collect();
+        assert_eq!(
+            order,
+            [
+                ("load_session", Measure::SelfValue),
+                ("start_main", Measure::TotalValue)
+            ],
+            "{found:?}"
+        );
+        assert!(found[1].weight - found[0].weight > 0.03, "{found:?}");
     }
 
     /// A function higher on every slow node ranks first; one large on a single node of the
