@@ -311,15 +311,13 @@ pub struct FunctionTable {
     pub functions: Vec<FunctionValues>,
 }
 
-/// A function whose per-node value differs between the bands.
+/// How one thing's per-node values differ between the bands, whatever the thing is (a
+/// function, a data object).
 #[derive(Clone, Debug, Serialize)]
-pub struct CodeDifference {
+pub struct Difference {
     pub event: String,
     pub source: String,
     pub unit: String,
-    pub function: String,
-    pub module: String,
-    pub measure: Measure,
     /// Per-node values of each band (in the groups' node order, nodes without a value left
     /// out), for dot plots.
     pub low: Vec<f64>,
@@ -335,6 +333,16 @@ pub struct CodeDifference {
     pub p_value: f64,
     /// Benjamini–Hochberg over every function tested in this comparison.
     pub q_value: f64,
+}
+
+/// A function whose per-node value differs between the bands.
+#[derive(Clone, Debug, Serialize)]
+pub struct CodeDifference {
+    pub function: String,
+    pub module: String,
+    pub measure: Measure,
+    #[serde(flatten)]
+    pub difference: Difference,
 }
 
 /// Smallest |effect| listed: below it the bands overlap more than they differ.
@@ -376,40 +384,42 @@ pub fn code_differences(tables: &[FunctionTable], groups: &Groups, limit: usize)
                 }
                 let test = rank::mann_whitney(&low, &high);
                 found.push(CodeDifference {
-                    event: table.event.clone(),
-                    source: table.source.clone(),
-                    unit: table.unit.clone(),
                     function: f.function.clone(),
                     module: f.module.clone(),
                     measure,
-                    low_median: median(&low),
-                    high_median: median(&high),
-                    weight: 0.0,
-                    low,
-                    high,
-                    effect: test.effect,
-                    p_value: test.p_value,
-                    q_value: 1.0,
+                    difference: Difference {
+                        event: table.event.clone(),
+                        source: table.source.clone(),
+                        unit: table.unit.clone(),
+                        low_median: median(&low),
+                        high_median: median(&high),
+                        weight: 0.0,
+                        low,
+                        high,
+                        effect: test.effect,
+                        p_value: test.p_value,
+                        q_value: 1.0,
+                    },
                 });
             }
         }
         let whole = found[first..]
             .iter()
-            .map(|d| d.low_median.max(d.high_median))
+            .map(|d| d.difference.low_median.max(d.difference.high_median))
             .fold(0.0, f64::max);
         for d in &mut found[first..] {
-            d.weight = if whole > 0.0 {
-                (d.high_median - d.low_median).abs() / whole
+            d.difference.weight = if whole > 0.0 {
+                (d.difference.high_median - d.difference.low_median).abs() / whole
             } else {
                 0.0
             };
         }
     }
-    let q = rank::q_values(&found.iter().map(|d| d.p_value).collect::<Vec<_>>());
+    let q = rank::q_values(&found.iter().map(|d| d.difference.p_value).collect::<Vec<_>>());
     for (d, q) in found.iter_mut().zip(q) {
-        d.q_value = q;
+        d.difference.q_value = q;
     }
-    found.retain(|d| d.effect.abs() >= MIN_LISTED_EFFECT && d.p_value <= MAX_LISTED_P);
+    found.retain(|d| d.difference.effect.abs() >= MIN_LISTED_EFFECT && d.difference.p_value <= MAX_LISTED_P);
     // Repeatedly the most telling of the differences within WEIGHT_STEP of the heaviest one
     // left: a window around the heaviest rather than fixed steps, so that two weights a hair
     // apart never land in different steps (a caller's total 0.833 and its callee's own
@@ -419,15 +429,18 @@ pub fn code_differences(tables: &[FunctionTable], groups: &Groups, limit: usize)
         kernel(a)
             .cmp(&kernel(b))
             .then((a.measure == Measure::TotalValue).cmp(&(b.measure == Measure::TotalValue)))
-            .then(b.effect.abs().total_cmp(&a.effect.abs()))
-            .then(b.weight.total_cmp(&a.weight))
+            .then(b.difference.effect.abs().total_cmp(&a.difference.effect.abs()))
+            .then(b.difference.weight.total_cmp(&a.difference.weight))
             .then_with(|| a.function.cmp(&b.function))
     };
     let mut ranked = Vec::with_capacity(limit.min(found.len()));
     while ranked.len() < limit && !found.is_empty() {
-        let heaviest = found.iter().map(|d| d.weight).fold(f64::NEG_INFINITY, f64::max);
+        let heaviest = found
+            .iter()
+            .map(|d| d.difference.weight)
+            .fold(f64::NEG_INFINITY, f64::max);
         let pick = (0..found.len())
-            .filter(|&i| found[i].weight >= heaviest - WEIGHT_STEP)
+            .filter(|&i| found[i].difference.weight >= heaviest - WEIGHT_STEP)
             .min_by(|&i, &j| telling(&found[i], &found[j]))
             .expect("the heaviest is within the window");
         ranked.push(found.swap_remove(pick));
@@ -457,19 +470,10 @@ pub struct DataTable {
 /// A data object whose per-node value differs between the bands.
 #[derive(Clone, Debug, Serialize)]
 pub struct DataDifference {
-    pub event: String,
-    pub source: String,
-    pub unit: String,
     pub object: String,
     pub kind: String,
-    pub low: Vec<f64>,
-    pub high: Vec<f64>,
-    pub low_median: f64,
-    pub high_median: f64,
-    pub weight: f64,
-    pub effect: f64,
-    pub p_value: f64,
-    pub q_value: f64,
+    #[serde(flatten)]
+    pub difference: Difference,
 }
 
 /// Data objects whose per-node values differ between the bands: the same test, thresholds and
@@ -496,19 +500,9 @@ pub fn data_differences(tables: &[DataTable], groups: &Groups, limit: usize) -> 
     code_differences(&as_code, groups, limit)
         .into_iter()
         .map(|d| DataDifference {
-            event: d.event,
-            source: d.source,
-            unit: d.unit,
             object: d.function,
             kind: d.module,
-            low: d.low,
-            high: d.high,
-            low_median: d.low_median,
-            high_median: d.high_median,
-            weight: d.weight,
-            effect: d.effect,
-            p_value: d.p_value,
-            q_value: d.q_value,
+            difference: d.difference,
         })
         .collect()
 }
@@ -716,7 +710,10 @@ mod tests {
             ],
             "{found:?}"
         );
-        assert!(found[1].weight - found[0].weight > 0.03, "{found:?}");
+        assert!(
+            found[1].difference.weight - found[0].difference.weight > 0.03,
+            "{found:?}"
+        );
     }
 
     /// A function higher on every slow node ranks first; one large on a single node of the
@@ -755,9 +752,9 @@ mod tests {
             (top.function.as_str(), top.measure),
             ("clear_buffer", Measure::SelfValue)
         );
-        assert_eq!(top.effect, 1.0);
-        assert_eq!(top.high.len(), 4);
-        assert!((top.p_value - 2.0 / 495.0).abs() < 1e-12, "{top:?}");
+        assert_eq!(top.difference.effect, 1.0);
+        assert_eq!(top.difference.high.len(), 4);
+        assert!((top.difference.p_value - 2.0 / 495.0).abs() < 1e-12, "{top:?}");
     }
 
     /// Remote accesses taken in `task_numa_fault`: the kernel leaf has the whole event on every

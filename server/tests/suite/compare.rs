@@ -258,8 +258,13 @@ async fn a_fleet_of_agents_is_split_into_its_slow_band_and_explained() {
         "{}",
         &body[..body.len().min(2000)]
     );
-    assert_eq!(diff["b"]["label"], format!("{slow_side} band (slow)"));
-    assert_eq!(diff["b"]["nodes"].as_array().unwrap().len(), 3);
+    // Its own bands, a moment later: either metric's, the slow nodes as `b` either way.
+    assert!(
+        ["high band (slow)", "low band (slow)"].contains(&diff["b"]["label"].as_str().unwrap()),
+        "{}",
+        diff["b"]
+    );
+    assert_eq!(diff["b"]["nodes"], serde_json::json!(slow));
     assert_eq!(diff["a"]["nodes"].as_array().unwrap().len(), 5);
     let touch = find(&diff["root"], "load_session").expect("load_session in the diff");
     let (a, b) = (touch["a"].as_f64().unwrap(), touch["b"].as_f64().unwrap());
@@ -357,10 +362,16 @@ async fn a_fleet_of_agents_is_split_into_its_slow_band_and_explained() {
     let (ok, text) = cli(&["compare", "--from", &from]);
     assert!(ok, "{text}");
     std::fs::write(artifacts.join("compare.txt"), &text).unwrap();
-    assert!(
-        text.contains(&format!("two bands in {}", bands["metric"].as_str().unwrap())),
-        "{text}"
-    );
+    // A later window than the answer's above, with more samples: either metric may split the
+    // fleet most strongly by then.
+    let slow_side = match (
+        text.contains("two bands in page_fault per CPU-second"),
+        text.contains("two bands in work per CPU-second"),
+    ) {
+        (true, false) => "high",
+        (false, true) => "low",
+        _ => panic!("neither metric's bands: {text}"),
+    };
     assert!(text.contains(&format!("{slow_side} band (slow), median")), "{text}");
     assert!(
         text.contains(match slow_side {
