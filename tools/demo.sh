@@ -87,6 +87,7 @@ cat <<MSG
 
   bimodal is running: a fleet of ${#nodes[@]} nodes on this machine.
     UI:       http://$listen/compare.html?selector=%7B%7D&range=5m   (the slow band, explained)
+              http://$listen/fleet.html?selector=%7B%7D&range=5m     (every node, its band and metrics)
               http://$listen/?node=$node&event=page_fault   (one node's flame graph)
     compare:  target/release/bimodal compare --server-url http://$listen --last 5m
               http://$listen/api/v1/compare

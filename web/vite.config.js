@@ -11,10 +11,16 @@ export default defineConfig({
     emptyOutDir: true,
     target: 'es2022',
     sourcemap: false,
-    // One page per view: the flame graph at /, the comparison at /compare.html, one node at
-    // /node.html.
+    // One page per view (src/views.ts links them): the flame graph at /, the fleet at
+    // /fleet.html, the comparison at /compare.html, one node at /node.html, alerts at /alerts.html.
     rollupOptions: {
-      input: { main: page('./index.html'), compare: page('./compare.html'), node: page('./node.html') },
+      input: {
+        main: page('./index.html'),
+        fleet: page('./fleet.html'),
+        compare: page('./compare.html'),
+        node: page('./node.html'),
+        alerts: page('./alerts.html'),
+      },
     },
   },
   server: {

@@ -1,5 +1,7 @@
 // Client of the JSON API described in docs/design/001-http-api.md.
 
+import { escapeRegex, formatSelector } from './selector';
+
 export type FrameKind = 'root' | 'process' | 'user' | 'kernel' | 'jit' | 'unknown';
 
 export interface ApiFrame {
@@ -152,10 +154,8 @@ export interface FlamegraphQuery {
 
 /** A selector (Prometheus label matchers) for exactly these nodes. */
 export function nodeSelector(nodes: string[]): string {
-  const quote = (v: string) => `"${v.replace(/\\/g, '\\\\').replace(/"/g, '\\"')}"`;
-  if (nodes.length === 1) return `{node=${quote(nodes[0] ?? '')}}`;
-  const escaped = nodes.map((n) => n.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'));
-  return `{node=~${quote(escaped.join('|'))}}`;
+  if (nodes.length === 1) return formatSelector([{ name: 'node', op: '=', value: nodes[0] ?? '' }]);
+  return formatSelector([{ name: 'node', op: '=~', value: nodes.map(escapeRegex).join('|') }]);
 }
 
 export async function fetchFlamegraph(q: FlamegraphQuery, signal?: AbortSignal): Promise<ApiFlamegraph> {
@@ -390,4 +390,63 @@ export async function fetchCounters(
   const body = (await getJson('counters', params, signal)) as Partial<ApiCounters>;
   if (typeof body.counters !== 'object') throw new ApiError('the counters answer has no "counters"', 200);
   return body as ApiCounters;
+}
+
+/** One value of a label, and for node labels how many of the selected nodes have it. */
+export interface ApiLabelValue {
+  value: string;
+  /** Node labels only: nodes with this value among those the selector matches. */
+  nodes?: number;
+}
+
+/** A label a selector can match: a node's (`node`, operator labels, facts) or a process's. */
+export interface ApiLabel {
+  name: string;
+  scope: 'node' | 'process';
+  /** At most 200 per label, sorted; `truncated` when there are more. */
+  values: ApiLabelValue[];
+  truncated: boolean;
+}
+
+export interface ApiLabels {
+  selector: string;
+  labels: ApiLabel[];
+}
+
+/** Label names and values for completing a selector: node labels of the nodes `selector` matches. */
+export async function fetchLabels(selector: string, from: number, to: number, signal?: AbortSignal): Promise<ApiLabels> {
+  const params = new URLSearchParams({ selector, from: String(from), to: String(to) });
+  const body = (await getJson('labels', params, signal)) as Partial<ApiLabels>;
+  if (!Array.isArray(body.labels)) throw new ApiError('the labels answer has no "labels"', 200);
+  return { selector: body.selector ?? selector, labels: body.labels };
+}
+
+/** One alert of `/api/v1/alerts`: a rule that fired (or may fire) on a selector's nodes. */
+export interface ApiAlert {
+  rule: string;
+  state: 'firing' | 'pending' | 'resolved';
+  labels: Record<string, string>;
+  annotations: Record<string, string>;
+  /** RFC 3339. */
+  starts_at: string;
+  /** RFC 3339; null while it fires. */
+  ends_at: string | null;
+  value: number;
+  /** The nodes the alert is about, as a selector. */
+  selector: string;
+  /** The window the rule evaluated (RFC 3339): what the compare view should show. */
+  from: string;
+  to: string;
+  top_function: string | null;
+}
+
+/**
+ * Alerts active or resolved in [from, to). A server without alerting rules answers 404
+ * (an `ApiError` with status 404).
+ */
+export async function fetchAlerts(from: number, to: number, signal?: AbortSignal): Promise<ApiAlert[]> {
+  const params = new URLSearchParams({ from: String(from), to: String(to) });
+  const body = (await getJson('alerts', params, signal)) as { alerts?: unknown };
+  if (!Array.isArray(body.alerts)) throw new ApiError('the alerts answer has no "alerts"', 200);
+  return body.alerts as ApiAlert[];
 }

@@ -5,23 +5,36 @@
 
 import './style.css';
 import './compare.css';
-import uPlot from 'uplot';
-import 'uplot/dist/uPlot.min.css';
+import type uPlot from 'uplot';
 import {
   ApiError,
   fetchCompare,
   fetchDiff,
+  fetchLabels,
   fetchNodesIn,
   type ApiCompare,
   type ApiDiff,
   type ApiDiffFrame,
   type ApiFrame,
-  type ApiMetric,
   type ApiNode,
 } from './api';
+import { chosenSplit, closestMetric, drawStrip } from './bandplot';
 import { FlameGraph, buildTree, compileMatcher, type Frame } from './flamegraph';
 import { formatFigure as figure, formatValue } from './format';
-import { DEFAULT_RANGE, RANGES, RANGE_LABELS, isRange, rangeOptions, type RangeKey } from './range';
+import { renderNodeTable as fillNodeTable } from './nodetable';
+import {
+  DEFAULT_RANGE,
+  FIXED_OPTION,
+  RANGE_LABELS,
+  fillRangeSelect,
+  isRange,
+  readFixed,
+  windowSeconds,
+  type FixedWindow,
+  type RangeKey,
+} from './range';
+import { SelectorCompletion, escapeRegex } from './selector';
+import { renderNav } from './views';
 
 type Mode = 'absolute' | 'relative';
 
@@ -29,6 +42,8 @@ type Mode = 'absolute' | 'relative';
 interface ViewState {
   selector: string;
   range: RangeKey;
+  /** A fixed window (an alert's link) instead of the last `range`. */
+  fixed: FixedWindow | null;
   /** The metric the bands are found in; '' tests every metric. */
   metric: string;
   /** Event of the differential flame graph; '' picks the band metric's or the first difference's. */
@@ -47,6 +62,7 @@ function readState(): ViewState {
   return {
     selector: p.get('selector') ?? '{}',
     range: isRange(range) ? range : DEFAULT_RANGE,
+    fixed: readFixed(p),
     metric: p.get('metric') ?? '',
     event: p.get('event') ?? '',
     mode: p.get('mode') === 'relative' ? 'relative' : 'absolute',
@@ -59,7 +75,12 @@ function readState(): ViewState {
 function writeState(s: ViewState, push: boolean): void {
   const p = new URLSearchParams();
   p.set('selector', s.selector);
-  p.set('range', s.range);
+  if (s.fixed) {
+    p.set('from', String(s.fixed.from));
+    p.set('to', String(s.fixed.to));
+  } else {
+    p.set('range', s.range);
+  }
   if (s.metric) p.set('metric', s.metric);
   if (s.event) p.set('event', s.event);
   if (s.mode !== 'absolute') p.set('mode', s.mode);
@@ -81,11 +102,8 @@ function $<T extends HTMLElement>(id: string, type: new () => T): T {
 const ui = {
   controls: $('controls', HTMLFormElement),
   selector: $('selector', HTMLInputElement),
-  completions: $('selector-completions', HTMLDataListElement),
   range: $('range', HTMLSelectElement),
   metric: $('metric', HTMLSelectElement),
-  toFlame: $('to-flame', HTMLAnchorElement),
-  toNode: $('to-node', HTMLAnchorElement),
   message: $('message', HTMLDivElement),
   verdictSection: $('verdict-section', HTMLElement),
   verdict: $('verdict', HTMLHeadingElement),
@@ -143,28 +161,16 @@ function showMessage(kind: 'info' | 'error', title: string, detail: string): voi
 }
 
 function rangeSeconds(): { from: number; to: number } {
-  const to = Math.floor(Date.now() / 1000) + 1;
-  return { from: to - RANGES[state.range], to };
+  return windowSeconds(state.range, state.fixed);
 }
 
 function applyStateToControls(): void {
   ui.selector.value = state.selector;
-  ui.range.value = state.range;
+  fillRangeSelect(ui.range, state.range, state.fixed);
   ui.diffMode.value = state.mode;
   ui.diffSearch.value = state.q;
   ui.nodeFilter.value = state.filter;
-  const flame = new URLSearchParams({ range: state.range });
-  if (state.event) flame.set('event', state.event);
-  ui.toFlame.href = `./?${flame.toString()}`;
-  ui.toNode.href = `./node.html?${new URLSearchParams({ range: state.range }).toString()}`;
-}
-
-/** The node view of one node, over this page's range. */
-function nodeLink(node: string): HTMLAnchorElement {
-  const a = el('a', 'node-link', node);
-  a.href = `./node.html?${new URLSearchParams({ node, range: state.range }).toString()}`;
-  a.title = `${node}: NUMA topology, event sources, memory placement and counters`;
-  return a;
+  renderNav('compare', { selector: state.selector, range: state.range, metric: state.metric, event: state.event });
 }
 
 /** Loads the comparison, then the node table's labels and the differential flame graph. */
@@ -172,7 +178,8 @@ async function load(): Promise<void> {
   inflight?.abort();
   const controller = new AbortController();
   inflight = controller;
-  showMessage('info', 'Comparing…', `nodes ${state.selector}, ${RANGE_LABELS[state.range].toLowerCase()}`);
+  const when = state.fixed ? ui.range.selectedOptions[0]?.text ?? 'a fixed window' : RANGE_LABELS[state.range].toLowerCase();
+  showMessage('info', 'Comparing…', `nodes ${state.selector}, ${when}`);
   const { from, to } = rangeSeconds();
   try {
     const [a, info] = await Promise.all([
@@ -201,7 +208,6 @@ async function load(): Promise<void> {
 
 function render(): void {
   renderMetricOptions();
-  renderCompletions();
   const a = answer;
   for (const s of [ui.verdictSection, ui.fleetSection, ui.explainSection, ui.diffSection, ui.nodesSection]) {
     s.hidden = a === null;
@@ -221,24 +227,6 @@ function renderMetricOptions(): void {
   for (const n of names) options.push(new Option(n, n));
   ui.metric.replaceChildren(...options);
   ui.metric.value = state.metric;
-}
-
-/** Label names and values of the nodes seen, as `name="value"` completions of the selector. */
-function renderCompletions(): void {
-  const seen = new Set<string>();
-  for (const n of nodeInfo.values()) {
-    seen.add(`{node="${n.node}"}`);
-    for (const [k, v] of Object.entries(n.labels ?? {})) seen.add(`{${k}="${v}"}`);
-  }
-  ui.completions.replaceChildren(...[...seen].sort().map((v) => new Option(v, v)));
-}
-
-function bandOf(a: ApiCompare, node: string): 'slow' | 'fast' | 'high' | 'low' | '' {
-  const b = a.bands;
-  if (!b) return '';
-  const side = b.high.includes(node) ? 'high' : b.low.includes(node) ? 'low' : '';
-  if (side === '' || b.slow === null) return side;
-  return side === b.slow ? 'slow' : 'fast';
 }
 
 function renderVerdict(a: ApiCompare): void {
@@ -269,7 +257,7 @@ function renderVerdict(a: ApiCompare): void {
   ui.changed.replaceChildren(...items);
 }
 
-/** The band metric (or the metric asked for) as a strip plot: one dot per node, log scale. */
+/** The band metric (or the metric asked for, or the closest to a split) as a strip plot. */
 function renderStrip(a: ApiCompare): void {
   const metric = a.metrics.find((m) => m.name === (a.bands?.metric ?? state.metric)) ?? closestMetric(a);
   strip?.destroy();
@@ -281,93 +269,9 @@ function renderStrip(a: ApiCompare): void {
     return;
   }
   ui.stripTitle.textContent = `Nodes by ${metric.name}`;
-  const points = a.nodes
-    .map((node, i) => ({ node, v: metric.values[i] }))
-    .filter((p): p is { node: string; v: number } => typeof p.v === 'number' && Number.isFinite(p.v));
-  const positive = points.filter((p) => p.v > 0).map((p) => p.v);
-  const floor = positive.length > 0 ? Math.min(...positive) / 2 : 1;
-  points.sort((x, y) => x.v - y.v);
-  const xs = points.map((p) => Math.max(p.v, floor));
-  // Deterministic jitter: a node keeps its height from one load to the next.
-  const jitter = (name: string) => {
-    let h = 0;
-    for (const c of name) h = (h * 31 + c.charCodeAt(0)) >>> 0;
-    return 0.15 + 0.7 * ((h % 1000) / 1000);
-  };
-  const bands = a.bands?.metric === metric.name ? a.bands : null;
-  const ys = (want: string) => points.map((p) => (bandOf(a, p.node) === want ? jitter(p.node) : null));
-  const slowName = bands?.slow ? 'slow' : 'high';
-  const fastName = bands?.slow ? 'fast' : 'low';
-  const data: uPlot.AlignedData = bands
-    ? [xs, ys(fastName), ys(slowName)]
-    : [xs, points.map((p) => jitter(p.node))];
-  const dots = (colour: string): uPlot.Series => ({
-    stroke: colour,
-    fill: colour,
-    paths: () => null,
-    points: { show: true, size: 9, space: 0, fill: colour, stroke: colour },
-  });
-  const series: uPlot.Series[] = bands
-    ? [{ label: metric.unit }, { label: `${fastName} band`, ...dots('#3b7dd8') }, { label: `${slowName} band`, ...dots('#d8453b') }]
-    : [{ label: metric.unit }, { label: 'nodes', ...dots('#6b7280') }];
-  const threshold = bands?.threshold;
-  const width = Math.max(320, ui.strip.clientWidth || 800);
-  strip = new uPlot(
-    {
-      width,
-      height: 150,
-      // eslint-disable-next-line @typescript-eslint/no-unsafe-enum-assignment -- Distr.Logarithmic is an ambient const enum, which verbatimModuleSyntax forbids reading
-      scales: { x: { time: false, distr: 3 }, y: { range: [0, 1] } },
-      axes: [{ label: metric.unit }, { show: false }],
-      // The bands are named in the note below the plot.
-      legend: { show: false },
-      cursor: { drag: { x: false, y: false } },
-      series,
-      hooks: {
-        draw: [
-          (u) => {
-            if (threshold === undefined) return;
-            const x = u.valToPos(threshold, 'x', true);
-            const { top, height, left, width: w } = u.bbox;
-            const ctx = u.ctx;
-            ctx.save();
-            ctx.fillStyle = 'rgba(59,125,216,0.07)';
-            ctx.fillRect(left, top, x - left, height);
-            ctx.fillStyle = 'rgba(216,69,59,0.07)';
-            ctx.fillRect(x, top, left + w - x, height);
-            ctx.strokeStyle = '#9ca3af';
-            ctx.setLineDash([4, 4]);
-            ctx.beginPath();
-            ctx.moveTo(x, top);
-            ctx.lineTo(x, top + height);
-            ctx.stroke();
-            ctx.restore();
-          },
-        ],
-      },
-    },
-    data,
-    ui.strip,
-  );
-  const zeros = points.length - positive.length;
-  const notes = [
-    `${points.length} of ${a.nodes.length} nodes measured`,
-    zeros > 0 ? `${zeros} at zero drawn at ${figure(floor)}` : '',
-    bands
-      ? `blue: the ${fastName} band, red: the ${slowName} band, dashed: the threshold between them (${figure(bands.threshold)})`
-      : (metricReason(metric) ?? ''),
-  ];
-  ui.stripNote.textContent = notes.filter((n) => n !== '').join(' · ');
-}
-
-function closestMetric(a: ApiCompare): ApiMetric | undefined {
-  const tested = a.metrics.filter((m) => m.bands.best);
-  tested.sort((x, y) => (x.bands.best?.p_value ?? 1) - (y.bands.best?.p_value ?? 1));
-  return tested[0] ?? a.metrics[0];
-}
-
-function metricReason(m: ApiMetric): string | null {
-  return m.bands.found ? null : `no bands in ${m.name}: ${m.bands.reason ?? 'not tested'}`;
+  const drawn = drawStrip(ui.strip, a, metric, chosenSplit(a));
+  strip = drawn.plot;
+  ui.stripNote.textContent = drawn.note;
 }
 
 /** Per-node values of both bands as dots on one scale: the evidence of a difference. */
@@ -532,60 +436,18 @@ function renderExplanation(a: ApiCompare): void {
   ui.explain.replaceChildren(...parts);
 }
 
-/** Nodes with their band, every metric's value, and their labels; sortable and filterable. */
+/** Nodes with their band, every metric's value, facts and labels; sortable and filterable. */
 function renderNodeTable(a: ApiCompare): void {
-  const metrics = a.metrics;
-  const filter = state.filter.toLowerCase();
-  const rows = a.nodes
-    .map((node, i) => ({ node, i, band: bandOf(a, node) }))
-    .filter((r) => {
-      if (!filter) return true;
-      const labels = Object.entries(nodeInfo.get(r.node)?.labels ?? {}).map(([k, v]) => `${k}=${v}`);
-      return [r.node, r.band, ...labels].some((s) => s.toLowerCase().includes(filter));
-    });
-  const desc = state.sort.startsWith('-');
-  const key = desc ? state.sort.slice(1) : state.sort;
-  const mi = metrics.findIndex((m) => m.name === key);
-  const order = { slow: 0, high: 0, fast: 1, low: 1, '': 2 } as const;
-  rows.sort((x, y) => {
-    let c = 0;
-    if (key === 'node') c = x.node.localeCompare(y.node);
-    else if (mi >= 0) c = (metrics[mi]?.values[x.i] ?? -Infinity) - (metrics[mi]?.values[y.i] ?? -Infinity);
-    else c = order[x.band] - order[y.band] || x.node.localeCompare(y.node);
-    return desc ? -c : c;
-  });
-  const head = el('tr');
-  const sortable = (name: string, label: string, title?: string) => {
-    const th = el('th');
-    const b = el('button', 'link', label + (key === name ? (desc ? ' ▾' : ' ▴') : ''));
-    b.type = 'button';
-    if (title) b.title = title;
-    b.addEventListener('click', () => {
-      state.sort = key === name && !desc ? `-${name}` : name;
+  fillNodeTable(ui.nodeTable, a, chosenSplit(a), nodeInfo, {
+    filter: state.filter,
+    sort: state.sort,
+    range: state.range,
+    onSort: (sort) => {
+      state.sort = sort;
       writeState(state, true);
-      if (answer) renderNodeTable(answer);
-    });
-    th.append(b);
-    head.append(th);
-  };
-  sortable('node', 'node');
-  sortable('band', 'band');
-  for (const m of metrics) sortable(m.name, m.name, m.unit);
-  head.append(el('th', undefined, 'labels and facts'));
-  const body = rows.map((r) => {
-    const tr = el('tr', `band-${r.band || 'none'}`);
-    cell(tr, nodeLink(r.node), 'mono');
-    cell(tr, r.band || '—');
-    for (const m of metrics) cell(tr, figure(m.values[r.i]), 'num');
-    const labels = Object.entries(nodeInfo.get(r.node)?.labels ?? {})
-      .map(([k, v]) => `${k}=${v}`)
-      .join(' ');
-    cell(tr, labels, 'muted small labels');
-    return tr;
+      renderNodeTable(a);
+    },
   });
-  ui.nodeTable.replaceChildren();
-  ui.nodeTable.createTHead().append(head);
-  ui.nodeTable.createTBody().append(...body);
 }
 
 /** The event the differential flame graph shows when none is asked for. */
@@ -704,7 +566,7 @@ function renderDiffStatus(): void {
 function focusFunction(event: string, fn: string): void {
   state.event = event;
   // An exact match of the name: regular expression anchored at both ends.
-  state.q = `/^${fn.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}$`;
+  state.q = `/^${escapeRegex(fn)}$`;
   ui.diffSearch.value = state.q;
   writeState(state, true);
   ui.diffSection.scrollIntoView({ behavior: 'smooth', block: 'start' });
@@ -718,12 +580,19 @@ function focusFunction(event: string, fn: string): void {
 }
 
 function init(): void {
-  ui.range.replaceChildren(...rangeOptions());
   applyStateToControls();
+  const completion = new SelectorCompletion(ui.selector, (signal) => {
+    const { from, to } = rangeSeconds();
+    return fetchLabels('{}', from, to, signal);
+  });
   ui.controls.addEventListener('submit', (e) => {
     e.preventDefault();
     state.selector = ui.selector.value.trim() || '{}';
-    state.range = isRange(ui.range.value) ? ui.range.value : DEFAULT_RANGE;
+    if (ui.range.value !== FIXED_OPTION) {
+      state.range = isRange(ui.range.value) ? ui.range.value : DEFAULT_RANGE;
+      state.fixed = null;
+    }
+    completion.reset();
     state.metric = ui.metric.value;
     state.event = '';
     writeState(state, true);
@@ -762,7 +631,12 @@ function init(): void {
     const before = state;
     state = readState();
     applyStateToControls();
-    const reload = before.selector !== state.selector || before.range !== state.range || before.metric !== state.metric;
+    const reload =
+      before.selector !== state.selector ||
+      before.range !== state.range ||
+      before.fixed?.from !== state.fixed?.from ||
+      before.fixed?.to !== state.fixed?.to ||
+      before.metric !== state.metric;
     if (reload) {
       void load();
     } else if (before.event !== state.event || before.mode !== state.mode) {

@@ -9,6 +9,7 @@ import './style.css';
 import { ApiError, fetchEvents, fetchFlamegraph, fetchNodes, type ApiEvent, type ApiFlamegraph, type ApiNode } from './api';
 import { FlameGraph, buildTree, compileMatcher, pathOf, resolvePath, type Frame, type FrameAction } from './flamegraph';
 import { DEFAULT_RANGE, RANGES, RANGE_LABELS, isRange, type RangeKey } from './range';
+import { renderNav } from './views';
 import { formatAgo, formatCount, formatPercent, formatTime, formatValue } from './format';
 import { TopFunctions } from './topfunctions';
 import { sandwichOf, type Sandwich } from './sandwich';
@@ -70,12 +71,9 @@ function $<T extends HTMLElement>(id: string, type: new () => T): T {
   return el;
 }
 
-/** The header's link to the node view carries the chosen node (if one is) and the range. */
+/** The header's links carry the chosen node (if one is), the event and the range. */
 function renderNodeLink(s: ViewState): void {
-  const p = new URLSearchParams();
-  if (s.node) p.set('node', s.node);
-  p.set('range', s.range);
-  ui.toNode.href = `./node.html?${p.toString()}`;
+  renderNav('flame', { node: s.node, range: s.range, event: s.event });
 }
 
 const ui = {
@@ -90,7 +88,6 @@ const ui = {
   resetZoom: $('reset-zoom', HTMLButtonElement),
   orient: $('orient', HTMLButtonElement),
   sandwichOpen: $('sandwich-open', HTMLButtonElement),
-  toNode: $('to-node', HTMLAnchorElement),
   summary: $('summary', HTMLSpanElement),
   loading: $('loading', HTMLSpanElement),
   message: $('message', HTMLDivElement),

@@ -23,6 +23,7 @@ import {
 } from './api';
 import { formatAgo, formatFigure as figure, formatValue } from './format';
 import { DEFAULT_RANGE, RANGES, RANGE_LABELS, isRange, rangeOptions, type RangeKey } from './range';
+import { renderNav } from './views';
 
 type Rate = 'second' | 'interval';
 
@@ -74,8 +75,6 @@ const ui = {
   nodeMeta: $('node-meta', HTMLSpanElement),
   range: $('range', HTMLSelectElement),
   refresh: $('refresh', HTMLButtonElement),
-  toFlame: $('to-flame', HTMLAnchorElement),
-  toCompare: $('to-compare', HTMLAnchorElement),
   message: $('message', HTMLDivElement),
   topologySection: $('topology-section', HTMLElement),
   factsLine: $('facts-line', HTMLParagraphElement),
@@ -223,10 +222,7 @@ function applyStateToControls(): void {
   ui.range.value = state.range;
   ui.rate.value = state.rate;
   if (nodes.length > 0 || state.node) renderNodeOptions();
-  const flame = new URLSearchParams({ range: state.range });
-  if (state.node) flame.set('node', state.node);
-  ui.toFlame.href = `./?${flame.toString()}`;
-  ui.toCompare.href = `./compare.html?${new URLSearchParams({ range: state.range }).toString()}`;
+  renderNav('node', { node: state.node, range: state.range });
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -423,6 +423,21 @@ async fn a_fleet_of_agents_is_split_into_its_slow_band_and_explained() {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     super::common::web_test("test/compare-browser.mjs", &args);
 
+    // The fleet view of the same fleet: every node listed, the same slow band, a selector written
+    // with the completion list alone, Back, a fact's value narrowing the selector; and the alerts
+    // view of a server without rules (screenshots fleet.png and fleet-alerts.png).
+    let screenshot = super::common::artifacts().join("fleet.png");
+    let mut args = vec!["--url".to_owned(), format!("{}/", server.url())];
+    for node in names {
+        args.extend(["--node".to_owned(), node.to_owned()]);
+    }
+    for node in slow {
+        args.extend(["--slow".to_owned(), node.to_owned()]);
+    }
+    args.extend(["--screenshot".to_owned(), screenshot.to_string_lossy().into_owned()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    super::common::web_test("test/fleet-browser.mjs", &args);
+
     let _ = stop_agents.send(true);
     for agent in agents {
         agent.await.unwrap().expect("agent stops cleanly");

@@ -1,0 +1,378 @@
+// bimodal fleet view: the nodes a selector matches, the metric that splits them into a fast and a
+// slow band (or "no bands", said as such), every metric tested with its confidence, and a node
+// table with facts, labels and per-node metrics that sorts and filters. Reads /api/v1/compare
+// (metrics and bands), /api/v1/nodes (labels, facts, last seen) and /api/v1/labels (selector
+// completion). Every control's state is in the URL; back and forward restore it.
+
+import './style.css';
+import './compare.css';
+import './fleet.css';
+import type uPlot from 'uplot';
+import { ApiError, fetchCompare, fetchLabels, fetchNodesIn, type ApiCompare, type ApiMetric, type ApiNode } from './api';
+import { chosenSplit, closestMetric, drawStrip, metricSplit } from './bandplot';
+import { formatFigure as figure } from './format';
+import { renderNodeTable } from './nodetable';
+import {
+  DEFAULT_RANGE,
+  FIXED_OPTION,
+  RANGE_LABELS,
+  fillRangeSelect,
+  isRange,
+  readFixed,
+  windowSeconds,
+  type FixedWindow,
+  type RangeKey,
+} from './range';
+import { SelectorCompletion, withMatcher } from './selector';
+import { renderNav, viewHref } from './views';
+
+/** Everything a shared link restores. */
+interface ViewState {
+  selector: string;
+  range: RangeKey;
+  fixed: FixedWindow | null;
+  /** The metric the bands are found in; '' tests every metric. */
+  metric: string;
+  /** The metric plotted; '' plots the band metric (or the closest to a split). */
+  plot: string;
+  filter: string;
+  /** Node table sort column, '-' prefix descending. */
+  sort: string;
+}
+
+function readState(): ViewState {
+  const p = new URLSearchParams(location.search);
+  const range = p.get('range');
+  return {
+    selector: p.get('selector') ?? '{}',
+    range: isRange(range) ? range : DEFAULT_RANGE,
+    fixed: readFixed(p),
+    metric: p.get('metric') ?? '',
+    plot: p.get('plot') ?? '',
+    filter: p.get('filter') ?? '',
+    sort: p.get('sort') ?? 'band',
+  };
+}
+
+function writeState(s: ViewState, push: boolean): void {
+  const p = new URLSearchParams();
+  p.set('selector', s.selector);
+  if (s.fixed) {
+    p.set('from', String(s.fixed.from));
+    p.set('to', String(s.fixed.to));
+  } else {
+    p.set('range', s.range);
+  }
+  if (s.metric) p.set('metric', s.metric);
+  if (s.plot) p.set('plot', s.plot);
+  if (s.filter) p.set('filter', s.filter);
+  if (s.sort !== 'band') p.set('sort', s.sort);
+  const url = `${location.pathname}?${p.toString()}`;
+  if (url === `${location.pathname}${location.search}`) return;
+  if (push) history.pushState(null, '', url);
+  else history.replaceState(null, '', url);
+}
+
+function $<T extends HTMLElement>(id: string, type: new () => T): T {
+  const e = document.getElementById(id);
+  if (!(e instanceof type)) throw new Error(`fleet.html lacks a <${type.name}> #${id}`);
+  return e;
+}
+
+const ui = {
+  controls: $('controls', HTMLFormElement),
+  selector: $('selector', HTMLInputElement),
+  range: $('range', HTMLSelectElement),
+  metric: $('metric', HTMLSelectElement),
+  message: $('message', HTMLDivElement),
+  verdictSection: $('verdict-section', HTMLElement),
+  verdict: $('verdict', HTMLHeadingElement),
+  verdictDetail: $('verdict-detail', HTMLParagraphElement),
+  toExplain: $('to-explain', HTMLAnchorElement),
+  plotSection: $('plot-section', HTMLElement),
+  plotTitle: $('plot-title', HTMLSpanElement),
+  plot: $('plot', HTMLSelectElement),
+  strip: $('strip', HTMLDivElement),
+  stripNote: $('strip-note', HTMLParagraphElement),
+  metricsSection: $('metrics-section', HTMLElement),
+  metricsTable: $('metrics-table', HTMLTableElement),
+  nodesSection: $('nodes-section', HTMLElement),
+  nodeFilter: $('node-filter', HTMLInputElement),
+  nodeCount: $('node-count', HTMLSpanElement),
+  nodeTable: $('node-table', HTMLTableElement),
+};
+
+let state = readState();
+let answer: ApiCompare | null = null;
+let nodeInfo = new Map<string, ApiNode>();
+let strip: uPlot | null = null;
+let inflight: AbortController | null = null;
+
+function el<K extends keyof HTMLElementTagNameMap>(tag: K, cls?: string, text?: string): HTMLElementTagNameMap[K] {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+function pValue(p: number | undefined): string {
+  if (p === undefined) return '—';
+  return p < 0.0001 ? 'p < 0.0001' : `p = ${p.toPrecision(2)}`;
+}
+
+function showMessage(kind: 'info' | 'error', title: string, detail: string): void {
+  ui.message.hidden = false;
+  ui.message.className = `message ${kind}`;
+  ui.message.replaceChildren(el('div', 'message-title', title), el('div', 'message-detail', detail));
+}
+
+function rangeSeconds(): { from: number; to: number } {
+  return windowSeconds(state.range, state.fixed);
+}
+
+function applyStateToControls(): void {
+  ui.selector.value = state.selector;
+  fillRangeSelect(ui.range, state.range, state.fixed);
+  ui.nodeFilter.value = state.filter;
+  renderNav('fleet', { selector: state.selector, range: state.range, metric: state.metric });
+  const explain = new URL(viewHref('compare', { selector: state.selector, range: state.range, metric: state.metric }), location.href);
+  if (state.fixed) {
+    explain.searchParams.delete('range');
+    explain.searchParams.set('from', String(state.fixed.from));
+    explain.searchParams.set('to', String(state.fixed.to));
+  }
+  ui.toExplain.href = explain.href;
+}
+
+async function load(): Promise<void> {
+  inflight?.abort();
+  const controller = new AbortController();
+  inflight = controller;
+  const when = state.fixed ? (ui.range.selectedOptions[0]?.text ?? 'a fixed window') : RANGE_LABELS[state.range].toLowerCase();
+  showMessage('info', 'Loading the fleet…', `nodes ${state.selector}, ${when}`);
+  const { from, to } = rangeSeconds();
+  try {
+    const [a, info] = await Promise.all([
+      fetchCompare({ selector: state.selector, from, to, metric: state.metric }, controller.signal),
+      fetchNodesIn(state.selector, from, to, controller.signal),
+    ]);
+    if (controller.signal.aborted) return;
+    answer = a;
+    nodeInfo = new Map(info.map((n) => [n.node, n]));
+    if (a.nodes.length === 0) {
+      showMessage(
+        'info',
+        'No node matches.',
+        `No node matching ${a.selector} sent data in this range. Widen the range, or check the selector's labels (↓ in the Nodes field lists them).`,
+      );
+    } else {
+      ui.message.hidden = true;
+    }
+    render();
+  } catch (err) {
+    if (err instanceof DOMException && err.name === 'AbortError') return;
+    answer = null;
+    render();
+    if (err instanceof ApiError && err.status === 0) {
+      showMessage('error', 'The server is unreachable.', `${err.message}. Press Show to try again.`);
+    } else if (err instanceof ApiError && err.status === 400) {
+      showMessage('error', 'The server refused the question.', err.message);
+    } else {
+      showMessage('error', 'Loading the fleet failed.', err instanceof Error ? err.message : String(err));
+    }
+  }
+}
+
+function render(): void {
+  renderMetricOptions();
+  const a = answer;
+  const empty = a === null || a.nodes.length === 0;
+  for (const s of [ui.verdictSection, ui.plotSection, ui.metricsSection, ui.nodesSection]) s.hidden = empty;
+  if (empty) return;
+  renderVerdict(a);
+  renderPlot(a);
+  renderMetrics(a);
+  renderNodes(a);
+}
+
+function renderMetricOptions(): void {
+  const names = answer?.metrics.map((m) => m.name) ?? [];
+  if (state.metric && !names.includes(state.metric)) names.push(state.metric);
+  ui.metric.replaceChildren(new Option('every metric (strongest split)', ''), ...names.map((n) => new Option(n, n)));
+  ui.metric.value = state.metric;
+}
+
+function renderVerdict(a: ApiCompare): void {
+  ui.verdict.textContent = a.verdict;
+  ui.verdict.className = a.bands ? 'found' : 'none';
+  const b = a.bands;
+  ui.toExplain.hidden = b === null;
+  if (!b) {
+    ui.verdictDetail.textContent =
+      `${a.nodes.length} nodes matching ${a.selector}; ${a.metrics.length} metrics tested at α = ${a.alpha} ` +
+      `(${a.alpha_per_metric.toPrecision(2)} each), none splits the nodes into two bands: the fleet runs as one.`;
+    return;
+  }
+  const sep = b.separation === null ? 'fully separated' : `${figure(b.separation)} robust SDs apart`;
+  const slow = b.slow === null ? null : b.slow === 'high' ? b.high : b.low;
+  const sizes = slow
+    ? `${slow.length} slow and ${a.nodes.length - slow.length} fast of ${a.nodes.length} nodes`
+    : `${b.high.length} high and ${b.low.length} low of ${a.nodes.length} nodes`;
+  ui.verdictDetail.textContent =
+    `${sizes} by ${b.metric}: medians ${figure(b.low_median)} and ${figure(b.high_median)} ${b.unit}, ${sep}; ` +
+    `confidence: ${pValue(b.p_value)} against ${a.alpha_per_metric.toPrecision(2)} per metric ` +
+    `(α = ${a.alpha} over ${a.metrics.length} metrics).`;
+}
+
+function plottedMetric(a: ApiCompare): ApiMetric | undefined {
+  return (
+    a.metrics.find((m) => m.name === state.plot) ??
+    a.metrics.find((m) => m.name === (a.bands?.metric ?? state.metric)) ??
+    closestMetric(a)
+  );
+}
+
+function renderPlot(a: ApiCompare): void {
+  const metric = plottedMetric(a);
+  ui.plot.replaceChildren(...a.metrics.map((m) => new Option(m.name, m.name)));
+  strip?.destroy();
+  strip = null;
+  if (!metric) {
+    ui.plotTitle.textContent = 'Nodes';
+    ui.strip.replaceChildren();
+    ui.stripNote.textContent = 'No metric was measured on these nodes in this range.';
+    return;
+  }
+  ui.plot.value = metric.name;
+  ui.plotTitle.textContent = `Nodes by ${metric.name}`;
+  // The comparison's bands when this is its metric, else the metric's own split (if any).
+  const chosen = chosenSplit(a);
+  const split = chosen?.metric === metric.name ? chosen : metricSplit(metric);
+  const drawn = drawStrip(ui.strip, a, metric, split, 170);
+  strip = drawn.plot;
+  ui.stripNote.textContent = drawn.note;
+}
+
+function renderMetrics(a: ApiCompare): void {
+  const head = el('tr');
+  for (const h of ['metric', 'unit', 'slower when', 'nodes measured', 'median', 'bands', 'confidence', 'low band', 'high band']) {
+    head.append(el('th', undefined, h));
+  }
+  const direction = { higher_is_slower: 'higher', lower_is_slower: 'lower', neither: '—' } as const;
+  const rows = a.metrics.map((m) => {
+    const tr = el('tr', m.name === a.bands?.metric ? 'chosen clickable' : 'clickable');
+    const values = m.values.filter((v): v is number => typeof v === 'number' && Number.isFinite(v)).sort((x, y) => x - y);
+    const median = values.length > 0 ? values[Math.floor(values.length / 2)] : undefined;
+    const best = m.bands.best;
+    const name = el('button', 'link', m.name);
+    name.type = 'button';
+    name.addEventListener('click', () => {
+      state.plot = m.name;
+      writeState(state, true);
+      renderPlot(a);
+      ui.plotSection.scrollIntoView({ behavior: 'smooth', block: 'start' });
+    });
+    const cells: (string | Node)[] = [
+      name,
+      m.unit,
+      direction[m.direction],
+      `${values.length} of ${a.nodes.length}`,
+      figure(median),
+      m.bands.found ? (m.name === a.bands?.metric ? 'two bands (chosen)' : 'two bands') : `none: ${m.bands.reason ?? 'not tested'}`,
+      pValue(m.bands.p_value ?? best?.p_value),
+      String((m.bands.low ?? best?.low ?? []).length || '—'),
+      String((m.bands.high ?? best?.high ?? []).length || '—'),
+    ];
+    cells.forEach((c, i) => {
+      const td = el('td', i === 0 ? 'mono' : i === 5 ? 'small' : i >= 3 ? 'num' : undefined);
+      td.append(c);
+      tr.append(td);
+    });
+    return tr;
+  });
+  ui.metricsTable.replaceChildren();
+  ui.metricsTable.createTHead().append(head);
+  ui.metricsTable.createTBody().append(...rows);
+}
+
+function renderNodes(a: ApiCompare): void {
+  const shown = renderNodeTable(ui.nodeTable, a, chosenSplit(a), nodeInfo, {
+    filter: state.filter,
+    sort: state.sort,
+    range: state.range,
+    onSort: (sort) => {
+      state.sort = sort;
+      writeState(state, true);
+      renderNodes(a);
+    },
+    onLabel: (name, value) => {
+      state.selector = withMatcher(state.selector, { name, op: '=', value });
+      state.filter = '';
+      writeState(state, true);
+      applyStateToControls();
+      void load();
+    },
+  });
+  ui.nodeCount.textContent = shown === a.nodes.length ? `${shown} nodes` : `${shown} of ${a.nodes.length} nodes`;
+}
+
+function init(): void {
+  applyStateToControls();
+  const completion = new SelectorCompletion(ui.selector, (signal) => {
+    const { from, to } = rangeSeconds();
+    return fetchLabels('{}', from, to, signal);
+  });
+  ui.controls.addEventListener('submit', (e) => {
+    e.preventDefault();
+    state.selector = ui.selector.value.trim() || '{}';
+    if (ui.range.value !== FIXED_OPTION) {
+      state.range = isRange(ui.range.value) ? ui.range.value : DEFAULT_RANGE;
+      state.fixed = null;
+    }
+    state.metric = ui.metric.value;
+    state.plot = '';
+    completion.reset();
+    writeState(state, true);
+    applyStateToControls();
+    void load();
+  });
+  ui.metric.addEventListener('change', () => {
+    ui.controls.requestSubmit();
+  });
+  ui.range.addEventListener('change', () => {
+    ui.controls.requestSubmit();
+  });
+  ui.plot.addEventListener('change', () => {
+    state.plot = ui.plot.value;
+    writeState(state, true);
+    if (answer) renderPlot(answer);
+  });
+  ui.nodeFilter.addEventListener('input', () => {
+    state.filter = ui.nodeFilter.value;
+    writeState(state, false);
+    if (answer) renderNodes(answer);
+  });
+  window.addEventListener('popstate', () => {
+    const before = state;
+    state = readState();
+    applyStateToControls();
+    const reload =
+      before.selector !== state.selector ||
+      before.range !== state.range ||
+      before.fixed?.from !== state.fixed?.from ||
+      before.fixed?.to !== state.fixed?.to ||
+      before.metric !== state.metric;
+    if (reload) {
+      void load();
+    } else if (answer) {
+      renderPlot(answer);
+      renderNodes(answer);
+    }
+  });
+  window.addEventListener('resize', () => {
+    if (strip) strip.setSize({ width: Math.max(320, ui.strip.clientWidth), height: 170 });
+  });
+  void load();
+}
+
+init();
