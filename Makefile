@@ -28,11 +28,12 @@ release: web
 demo: release
 	tools/demo.sh
 
-## test: every test: Rust suites (BPF, ClickHouse 18.16, gRPC, browser), modern SQL in chdb, the NUMA guest,
+## test: every test: Rust suites (BPF, ClickHouse 18.16, gRPC, browser), the web UI on its mock API,
+##       modern SQL in chdb, the NUMA guest,
 ##       a fleet of eight NUMA guests compared
 test: web
 	$(CARGO) test --workspace --no-fail-fast
-	cd web && npm run test:unit --silent
+	cd web && npm run test:unit --silent && npm run test:e2e-mock --silent
 	python3 tests/modern_sql.py target/debug/bimodal-server
 	tests/numa/run.sh
 	tests/numa/fleet.sh target/release/bimodal-agent

@@ -30,6 +30,13 @@ interface ViewState {
   orient: 'icicle' | 'flame';
   /** The function whose sandwich view is open; '' for the full graph. */
   sandwich: string;
+  /** Zoom paths in the sandwich's callers and callees graphs, below the function. */
+  callersZoom: string[];
+  calleesZoom: string[];
+}
+
+function splitPath(path: string | null): string[] {
+  return path ? path.split(';').filter((s) => s !== '') : [];
 }
 
 function readState(): ViewState {
@@ -45,6 +52,8 @@ function readState(): ViewState {
     zoom: zoom ? zoom.split(';').filter((s) => s !== '') : [],
     orient: p.get('orient') === 'flame' ? 'flame' : 'icicle',
     sandwich: p.get('sandwich') ?? '',
+    callersZoom: splitPath(p.get('callers_zoom')),
+    calleesZoom: splitPath(p.get('callees_zoom')),
   };
 }
 
@@ -58,6 +67,8 @@ function writeState(s: ViewState, push: boolean): void {
   if (s.zoom.length > 0) p.set('zoom', s.zoom.join(';'));
   if (s.orient === 'flame') p.set('orient', 'flame');
   if (s.sandwich) p.set('sandwich', s.sandwich);
+  if (s.sandwich && s.callersZoom.length > 0) p.set('callers_zoom', s.callersZoom.join(';'));
+  if (s.sandwich && s.calleesZoom.length > 0) p.set('callees_zoom', s.calleesZoom.join(';'));
   // ';' is legal in a query string; leaving it unescaped keeps zoom paths readable.
   const url = `${location.pathname}?${p.toString().replaceAll('%3B', ';')}${location.hash}`;
   if (url === `${location.pathname}${location.search}${location.hash}`) return;
@@ -120,12 +131,12 @@ const graph = new FlameGraph(
   'main',
 );
 
-// The sandwich view's graphs: zooming in them is local (not in the URL).
+// The sandwich view's graphs: their zooms are in the URL too (callers_zoom, callees_zoom).
 const callersGraph: FlameGraph = new FlameGraph(
   ui.swCallers,
   ui.tooltip,
   (frame) => {
-    callersGraph.setZoom(frame);
+    zoomSandwich('callers', frame);
   },
   'callers',
 );
@@ -134,10 +145,34 @@ const calleesGraph: FlameGraph = new FlameGraph(
   ui.swCallees,
   ui.tooltip,
   (frame) => {
-    calleesGraph.setZoom(frame);
+    zoomSandwich('callees', frame);
   },
   'callees',
 );
+
+function zoomSandwich(which: 'callers' | 'callees', frame: Frame): void {
+  const path = frame.parent ? pathOf(frame) : [];
+  if (which === 'callers') {
+    state.callersZoom = path;
+    callersGraph.setZoom(frame);
+  } else {
+    state.calleesZoom = path;
+    calleesGraph.setZoom(frame);
+  }
+  writeState(state, true);
+  renderSearchStatus();
+}
+
+/** The sandwich graphs zoomed as the state says (as far as the paths exist). */
+function applySandwichZoom(): void {
+  for (const [g, path] of [
+    [callersGraph, state.callersZoom],
+    [calleesGraph, state.calleesZoom],
+  ] as const) {
+    const root = g.root;
+    if (root) g.setZoom(path.length > 0 ? resolvePath(root, path) : null);
+  }
+}
 const sandwichAction: FrameAction = {
   label: 'its callers and callees (sandwich)',
   key: 's',
@@ -403,6 +438,10 @@ function renderSearchStatus(): void {
     ui.searchStatus.classList.add('bad');
     return;
   }
+  if (state.sandwich) {
+    renderSandwichSearchStatus();
+    return;
+  }
   const stats = graph.matchStats();
   const root = graph.root;
   const zoom = graph.zoomed;
@@ -420,6 +459,27 @@ function renderSearchStatus(): void {
   let text = `matched ${formatPercent(stats.value, total)} of total (${formatValue(stats.value, profile.unit)}, ${frames})`;
   if (zoom?.parent) text += ` · ${formatPercent(stats.zoomValue, zoom.value)} of zoom`;
   ui.searchStatus.textContent = text;
+  ui.searchStatus.classList.add('good');
+}
+
+/** While a sandwich is open the search counts what it matches there: callees, then callers. */
+function renderSandwichSearchStatus(): void {
+  const sw = built?.name === state.sandwich ? built.sandwich : null;
+  const callees = calleesGraph.matchStats();
+  const callers = callersGraph.matchStats();
+  if (!sw || !callees || !callers || !profile) {
+    ui.searchStatus.textContent = '';
+    return;
+  }
+  if (callees.count + callers.count === 0) {
+    ui.searchStatus.textContent = `no match in the sandwich of ${sw.name}`;
+    ui.searchStatus.classList.add('bad');
+    return;
+  }
+  const frames = (n: number) => (n === 1 ? '1 frame' : `${formatCount(n)} frames`);
+  ui.searchStatus.textContent =
+    `callees: ${formatPercent(callees.value, sw.total)} of ${sw.name} (${formatValue(callees.value, profile.unit)}, ${frames(callees.count)})` +
+    ` · callers: ${formatPercent(callers.value, sw.total)} (${frames(callers.count)})`;
   ui.searchStatus.classList.add('good');
 }
 
@@ -450,6 +510,8 @@ function openSandwich(name: string): void {
   if (name === '') return;
   if (state.sandwich !== name) {
     state.sandwich = name;
+    state.callersZoom = [];
+    state.calleesZoom = [];
     writeState(state, true);
   }
   renderSandwich();
@@ -461,6 +523,8 @@ function closeSandwich(): void {
   if (state.sandwich === '') return;
   const hadFocus = ui.sandwich.contains(document.activeElement);
   state.sandwich = '';
+  state.callersZoom = [];
+  state.calleesZoom = [];
   writeState(state, true);
   renderSandwich();
   if (hadFocus) graph.focus();
@@ -519,8 +583,9 @@ function showSandwich(sw: Sandwich | null, p: ApiFlamegraph): void {
   for (const g of [callersGraph, calleesGraph]) {
     g.setTooltipRows(share);
     g.setMatcher(currentMatcher());
-    g.setZoom(null);
   }
+  applySandwichZoom();
+  renderSearchStatus();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -609,6 +674,7 @@ window.addEventListener('popstate', () => {
   }
   applyMatcher();
   renderSandwich();
+  applySandwichZoom();
   const root = graph.root;
   if (root) {
     const zoom = resolvePath(root, state.zoom);

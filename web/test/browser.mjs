@@ -409,8 +409,34 @@ async function checkSandwich(fn) {
   // A reload restores it from the URL.
   await page.reload({ waitUntil: 'load' });
   await expectSandwich(fn, 'a reload');
+
+  // A zoom in the callees graph is in the URL and survives a reload; the search counts what it
+  // matches in the sandwich.
+  let zoomNote = '';
+  const callee = args.callee[0];
+  if (callee) {
+    const c = await pointAt(callee, 'callees');
+    await page.mouse.click(c.x, c.y);
+    await page.waitForFunction((n) => (new URL(location.href).searchParams.get('callees_zoom') ?? '').split(';').includes(n), callee, { timeout: 5000 });
+    await page.reload({ waitUntil: 'load' });
+    await expectSandwich(fn, 'a reload with a zoomed callee');
+    const zoomed = async () => (await page.evaluate(() => window.__bimodalFlame?.graphs() ?? [])).find((g) => g.name === 'callees')?.zoom ?? null;
+    await page.waitForFunction((n) => window.__bimodalFlame?.graphs().find((g) => g.name === 'callees')?.zoom === n, callee, { timeout: 5000 }).catch(async () => {
+      fail(`after a reload the callees graph is zoomed to ${JSON.stringify(await zoomed())}, expected "${callee}"`);
+    });
+    await page.fill('#search', callee, { timeout: 5000 });
+    const status = await page
+      .waitForFunction(() => {
+        const t = document.getElementById('search-status')?.textContent ?? '';
+        return t.startsWith('callees: ') ? t : false;
+      }, null, { timeout: 5000 })
+      .then((h) => h.jsonValue())
+      .catch(async () => fail(`the search status in the sandwich is "${await page.locator('#search-status').innerText()}"`));
+    zoomNote = `; callees zoomed to ${callee} kept over a reload; search there: ${status}`;
+    await page.fill('#search', '', { timeout: 5000 });
+  }
   await page.mouse.move(1, 1);
-  return `sandwich "${fn}" (${stats}) opened by shift+click, Top functions, Back and a reload, closed by Esc and its button`;
+  return `sandwich "${fn}" (${stats}) opened by shift+click, Top functions, Back and a reload, closed by Esc and its button${zoomNote}`;
 }
 
 let shot = false;
