@@ -11,10 +11,17 @@ pub struct TreeNode {
     pub kind: TreeKind,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub module: String,
+    /// Hex build id of the module; [`SEVERAL_BUILDS`] when the node merges frames of different
+    /// builds (the same function in two versions of a binary); empty when unknown.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub build_id: String,
     /// Inclusive value.
     pub value: u64,
     pub children: Vec<TreeNode>,
 }
+
+/// The build id of a node whose frames come from more than one build of its module.
+pub const SEVERAL_BUILDS: &str = "several";
 
 /// [`FrameKind`] plus the root.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -55,6 +62,7 @@ struct Built<'a> {
     name: u32,
     kind: TreeKind,
     module: &'a str,
+    build_id: &'a str,
     value: u64,
 }
 
@@ -69,7 +77,7 @@ impl<'a> Building<'a> {
         id
     }
 
-    fn child(&mut self, parent: u32, name: u32, kind: TreeKind, module: &'a str) -> u32 {
+    fn child(&mut self, parent: u32, name: u32, kind: TreeKind, module: &'a str, build_id: &'a str) -> u32 {
         let next = self.nodes.len() as u32;
         let id = *self.children.entry((parent, name)).or_insert(next);
         if id == next {
@@ -77,8 +85,14 @@ impl<'a> Building<'a> {
                 name,
                 kind,
                 module,
+                build_id,
                 value: 0,
             });
+        } else {
+            let n = &mut self.nodes[id as usize];
+            if n.build_id != build_id {
+                n.build_id = SEVERAL_BUILDS;
+            }
         }
         id
     }
@@ -103,6 +117,7 @@ impl<'a> Building<'a> {
             name: self.names[n.name as usize].clone(),
             kind: n.kind,
             module: n.module.to_owned(),
+            build_id: n.build_id.to_owned(),
             value: n.value,
             children: kids[id as usize].iter().map(|&c| self.node(c, kids)).collect(),
         }
@@ -121,17 +136,18 @@ pub(crate) fn build(p: &Profile) -> TreeNode {
         name: all,
         kind: TreeKind::Root,
         module: "",
+        build_id: "",
         value: 0,
     });
     let frame_names: Vec<u32> = p.frames.iter().map(|f| b.name(&f.display_name())).collect();
     for s in &p.samples {
         b.nodes[0].value += s.value;
         let comm = b.name(&s.comm);
-        let mut node = b.child(0, comm, TreeKind::Process, "");
+        let mut node = b.child(0, comm, TreeKind::Process, "", "");
         b.nodes[node as usize].value += s.value;
         for &i in s.stack.iter().rev() {
             let f = &p.frames[i as usize];
-            node = b.child(node, frame_names[i as usize], f.kind.into(), &f.module);
+            node = b.child(node, frame_names[i as usize], f.kind.into(), &f.module, &f.build_id);
             b.nodes[node as usize].value += s.value;
         }
     }
@@ -178,5 +194,38 @@ mod tests {
         assert_eq!(m.children[0].value, 30);
         let json = serde_json::to_value(&t).unwrap();
         assert_eq!(json["children"][0]["kind"], "process");
+    }
+
+    /// A node keeps its frames' build id, or says that they came from several builds.
+    #[test]
+    fn nodes_carry_their_build_id() {
+        let mut p = Profile::new("cpu", "nanoseconds");
+        let frame = |function: &str, build_id: &str, address| Frame {
+            kind: FrameKind::User,
+            function: function.into(),
+            module: "/bin/x".into(),
+            build_id: build_id.into(),
+            address,
+            file_offset: address,
+            elf_address: 0,
+        };
+        let main_v1 = p.intern(frame("main", "aa11", 1));
+        let main_v2 = p.intern(frame("main", "bb22", 2));
+        let spin = p.intern(frame("spin", "aa11", 3));
+        for stack in [vec![spin, main_v1], vec![main_v2]] {
+            p.samples.push(Sample {
+                comm: "x".into(),
+                stack,
+                count: 1,
+                value: 1,
+            });
+        }
+        let t = p.to_tree();
+        let main = &t.children[0].children[0];
+        assert_eq!(main.build_id, super::SEVERAL_BUILDS);
+        assert_eq!(main.children[0].build_id, "aa11");
+        let json = serde_json::to_value(&t).unwrap();
+        assert_eq!(json["children"][0]["children"][0]["children"][0]["build_id"], "aa11");
+        assert!(json["children"][0].get("build_id").is_none(), "a process has no build id");
     }
 }

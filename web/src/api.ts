@@ -8,6 +8,8 @@ export interface ApiFrame {
   name: string;
   kind: FrameKind;
   module?: string;
+  /** Hex build id of the module; `several` when the frame merges builds of it. */
+  build_id?: string;
   value: number;
   children?: ApiFrame[];
 }

@@ -48,6 +48,8 @@ export interface Frame {
   readonly name: string;
   readonly kind: FrameKind;
   readonly module: string;
+  /** Hex build id of the module, `several` when the frame merges builds, '' when unknown. */
+  readonly buildId: string;
   readonly value: number;
   /** Value not attributed to any child. */
   readonly self: number;
@@ -70,6 +72,7 @@ export interface FrameSource<T> {
   readonly name: string;
   readonly kind: string;
   readonly module?: string | undefined;
+  readonly build_id?: string | undefined;
   readonly value: number;
   readonly children?: readonly T[] | undefined;
 }
@@ -161,6 +164,7 @@ export function buildTree<T extends FrameSource<T> = ApiFrame>(source: T, extraO
       name: f.name,
       kind: isKind(f.kind) ? f.kind : 'unknown',
       module: f.module ?? '',
+      buildId: f.build_id ?? '',
       value: Number.isFinite(f.value) ? Math.max(0, f.value) : 0,
       self: 0,
       depth,
@@ -1222,6 +1226,7 @@ export class FlameGraph {
     }
     const isAncestor = zoomed !== null && f.depth < zoomed.depth;
     const sub = [f.kind === 'root' ? 'all stacks' : f.kind, f.module].filter((s) => s !== '').map(esc);
+    if (f.buildId) sub.push(f.buildId === 'several' ? 'several builds' : `build id ${esc(f.buildId)}`);
     let rows =
       `<tr><th></th><th class="tt-num">total</th><th class="tt-num">self</th></tr>` +
       `<tr>${th('value')}${td(formatValue(f.value, unit))}${td(formatValue(f.self, unit))}</tr>` +

@@ -55,12 +55,19 @@ interface Node {
   readonly name: string;
   readonly kind: FrameKind;
   readonly module: string;
+  /** The frames' build id, or `several` when the merged frames differ in it. */
+  buildId: string;
   value: number;
   readonly children: Map<string, Node>;
 }
 
-function node(name: string, kind: FrameKind, module: string): Node {
-  return { name, kind, module, value: 0, children: new Map() };
+function node(name: string, kind: FrameKind, module: string, buildId: string): Node {
+  return { name, kind, module, buildId, value: 0, children: new Map() };
+}
+
+/** `n` now also stands for a frame of build `buildId`. */
+function mergeBuild(n: Node, buildId: string): void {
+  if (n.buildId !== buildId) n.buildId = 'several';
 }
 
 /** The child of `parent` merging frames named like `f` (same name and kind), made if missing. */
@@ -68,8 +75,10 @@ function childLike(parent: Node, f: Frame): Node {
   const key = `${f.kind}\u0000${f.name}`;
   let c = parent.children.get(key);
   if (!c) {
-    c = node(f.name, f.kind, f.module);
+    c = node(f.name, f.kind, f.module, f.buildId);
     parent.children.set(key, c);
+  } else {
+    mergeBuild(c, f.buildId);
   }
   return c;
 }
@@ -93,6 +102,7 @@ function toTree(top: Node): Tree {
       name: n.name,
       kind: n.kind,
       module: n.module,
+      buildId: n.buildId,
       value: n.value,
       self: Math.max(0, n.value - childSum),
       depth,
@@ -149,9 +159,10 @@ export function occurrencesOf(root: Frame, name: string): Occurrences {
 
 /** The callers tree of the outermost occurrences `outer` (see the rules above). */
 export function callersTree(outer: readonly Frame[], top: Frame): Tree {
-  const root = node(top.name, top.kind, top.module);
+  const root = node(top.name, top.kind, top.module, top.buildId);
   for (const o of outer) {
     root.value += o.value;
+    mergeBuild(root, o.buildId);
     let n = root;
     for (let a = o.parent; a?.parent; a = a.parent) {
       n = childLike(n, a);
@@ -163,10 +174,11 @@ export function callersTree(outer: readonly Frame[], top: Frame): Tree {
 
 /** The callees tree of the outermost occurrences `outer` (see the rules above). */
 export function calleesTree(outer: readonly Frame[], top: Frame): Tree {
-  const root = node(top.name, top.kind, top.module);
+  const root = node(top.name, top.kind, top.module, top.buildId);
   const stack: [Frame, Node][] = [];
   for (const o of outer) {
     root.value += o.value;
+    mergeBuild(root, o.buildId);
     stack.push([o, root]);
     for (let item = stack.pop(); item; item = stack.pop()) {
       const [f, into] = item;

@@ -25,7 +25,7 @@ const { sandwichOf } = await import(`data:text/javascript;base64,${Buffer.from(o
 
 /** Frames from folded stacks, like the API's tree through buildTree: ids parents first, self = value − children. */
 function tree(text) {
-  const mk = (name, kind, parent) => ({ name, kind, module: kind === 'kernel' ? '[kernel.kallsyms]' : '', value: 0, children: [], parent });
+  const mk = (name, kind, parent) => ({ name, kind, module: kind === 'kernel' ? '[kernel.kallsyms]' : '', buildId: '', value: 0, children: [], parent });
   const root = mk('all', 'root', null);
   for (const line of text.trim().split('\n')) {
     const at = line.trim().lastIndexOf(' ');
