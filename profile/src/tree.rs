@@ -226,6 +226,9 @@ mod tests {
         assert_eq!(main.children[0].build_id, "aa11");
         let json = serde_json::to_value(&t).unwrap();
         assert_eq!(json["children"][0]["children"][0]["children"][0]["build_id"], "aa11");
-        assert!(json["children"][0].get("build_id").is_none(), "a process has no build id");
+        assert!(
+            json["children"][0].get("build_id").is_none(),
+            "a process has no build id"
+        );
     }
 }
