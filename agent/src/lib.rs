@@ -11,6 +11,7 @@
 pub mod batch;
 pub mod bpf;
 pub mod counters;
+pub mod debugfile;
 pub mod elf;
 pub mod events;
 pub mod facts;

@@ -100,6 +100,11 @@ struct SamplingArgs {
     /// Bytes of the kernel ring carrying stack copies to unwind (a power of two).
     #[arg(long, env = "BIMODAL_SNAPSHOT_RING_BYTES", default_value_t = 8 << 20, value_parser = parse_ring_size)]
     snapshot_ring_bytes: u32,
+    /// Directories of separate debug files, searched by build id (`DIR/.build-id/xx/rest.debug`)
+    /// and through an image's .gnu_debuglink, in the sampled process's mount namespace and on the
+    /// host; repeat the flag, or separate them with `:` in the variable.
+    #[arg(long = "debug-dir", env = "BIMODAL_DEBUG_DIRS", value_delimiter = ':', default_values = bimodal_agent::debugfile::DEFAULT_DIRS)]
+    debug_dirs: Vec<PathBuf>,
 }
 
 fn parse_ring_size(s: &str) -> Result<u32, String> {
@@ -294,6 +299,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 map_sizes: a.sampling.map_sizes(),
                 unwind: a.sampling.unwind,
                 data_objects: a.data_objects,
+                debug_dirs: a.sampling.debug_dirs,
             };
             let summary = record::record(&opts)?;
             eprintln!(
@@ -364,6 +370,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 unwind: a.sampling.unwind,
                 symbolize: a.symbolize,
                 upload_max_bytes: a.upload_max_bytes,
+                debug_dirs: a.sampling.debug_dirs,
                 spool_batches: a.spool_batches,
                 placement_every: a.placement_every,
                 placement_processes: a.placement_processes,

@@ -35,6 +35,8 @@ pub struct RecordOptions {
     /// Profile the data objects the samples touched (each stack topped by `[bss] table`)
     /// instead of the code alone; needs a source with data addresses.
     pub data_objects: bool,
+    /// Where separate debug files are looked for (`/usr/lib/debug`, `/lib/debug` by default).
+    pub debug_dirs: Vec<std::path::PathBuf>,
 }
 
 /// What a `record` run sampled.
@@ -73,7 +75,7 @@ pub fn record(opts: &RecordOptions) -> anyhow::Result<RecordSummary> {
         data_addresses: opts.data_objects,
         work_uprobe: None,
     })?;
-    let frames = Frames::default();
+    let frames = Frames::default().with_debug_dirs(opts.debug_dirs.clone());
     let mut profile = Profile::new(opts.event.name(), opts.event.unit());
     profile.period = source.period;
     let started = SystemTime::now();

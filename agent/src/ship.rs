@@ -44,6 +44,8 @@ pub struct RunOptions {
     pub symbolize: Symbolize,
     /// Largest image uploaded for the server to symbolize from, in bytes.
     pub upload_max_bytes: u64,
+    /// Where separate debug files are looked for (`/usr/lib/debug`, `/lib/debug` by default).
+    pub debug_dirs: Vec<PathBuf>,
     /// Unacknowledged batches kept for resending.
     pub spool_batches: usize,
     /// Memory placement is read every this many intervals (0: never); reading `numa_maps`
@@ -129,14 +131,21 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
     let pid = opts.pid;
     let (images_tx, images_rx) = mpsc::channel::<Vec<upload::ImageRef>>(16);
     if by_server {
-        tokio::spawn(upload::run(opts.server_url.clone(), opts.upload_max_bytes, images_rx));
+        tokio::spawn(upload::run(
+            opts.server_url.clone(),
+            opts.upload_max_bytes,
+            opts.debug_dirs.clone(),
+            images_rx,
+        ));
     }
+    let debug_dirs = opts.debug_dirs.clone();
     let sampling = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
         let frames = if by_server {
             Frames::by_server()
         } else {
             Frames::default()
-        };
+        }
+        .with_debug_dirs(debug_dirs);
         let mut start = SystemTime::now();
         let mut counters = NodeCounters::read_from(root).ok();
         let mut counting = CountingEvents::open();

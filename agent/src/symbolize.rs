@@ -1,7 +1,8 @@
 //! Turns instruction pointers into frames: module, build id and file offset always (blazesym's
 //! normalizer), function names where the binary has symbols (blazesym's symbolizer).
 
-use std::path::Path;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
 use bimodal_proto::v1;
 use blazesym::normalize::{Normalizer, UserMeta};
@@ -9,8 +10,8 @@ use blazesym::symbolize::source::{Kernel, Process, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use blazesym::Pid;
 
-use crate::elf;
 use crate::placement::MappingClass;
+use crate::{debugfile, elf};
 
 /// One symbolizer per agent: blazesym caches parsed ELF files and kallsyms across calls.
 pub struct Frames {
@@ -20,7 +21,12 @@ pub struct Frames {
     /// debug-info store (`--symbolize server`).
     by_server: bool,
     /// PT_LOAD segments (p_vaddr, p_offset, p_filesz) of images, by build id.
-    segments: std::cell::RefCell<std::collections::HashMap<Vec<u8>, Vec<elf::Segment>>>,
+    segments: std::cell::RefCell<HashMap<Vec<u8>, Vec<elf::Segment>>>,
+    /// Where separate debug files are looked for ([`debugfile::DEFAULT_DIRS`] by default).
+    debug_dirs: Vec<PathBuf>,
+    /// The separate debug file of each image by build id, `None` when it has none; looked for
+    /// once per build id.
+    debug_files: std::cell::RefCell<HashMap<Vec<u8>, Option<PathBuf>>>,
 }
 
 impl std::fmt::Debug for Frames {
@@ -36,6 +42,8 @@ impl Default for Frames {
             normalizer: Normalizer::builder().enable_build_ids(true).build(),
             by_server: false,
             segments: Default::default(),
+            debug_dirs: debugfile::default_dirs(),
+            debug_files: Default::default(),
         }
     }
 }
@@ -51,6 +59,54 @@ impl Frames {
             by_server: true,
             ..Frames::default()
         }
+    }
+
+    /// Separate debug files are looked for under these directories instead of the defaults.
+    pub fn with_debug_dirs(mut self, dirs: Vec<PathBuf>) -> Frames {
+        self.debug_dirs = dirs;
+        self
+    }
+
+    /// The separate debug file of the frame's image, if one is installed (cached by build id).
+    fn debug_file(&self, tgid: u32, frame: &v1::Frame) -> Option<PathBuf> {
+        if frame.build_id.is_empty() || frame.module.is_empty() {
+            return None;
+        }
+        self.debug_files
+            .borrow_mut()
+            .entry(frame.build_id.clone())
+            .or_insert_with(|| debugfile::find(tgid, &frame.module, &frame.build_id, &self.debug_dirs))
+            .clone()
+    }
+
+    /// Names the frames `local` (indices into `frames`) whose images have a separate debug file
+    /// from it, by ELF address (the stripped image and its debug file share their addresses);
+    /// returns the indices left unnamed.
+    fn name_from_debug_files(&self, tgid: u32, frames: &mut [v1::Frame], local: Vec<usize>) -> Vec<usize> {
+        let mut by_file: HashMap<PathBuf, Vec<usize>> = HashMap::new();
+        let mut rest = Vec::new();
+        for i in local {
+            match (frames[i].elf_address, self.debug_file(tgid, &frames[i])) {
+                (address, Some(path)) if address != 0 => by_file.entry(path).or_default().push(i),
+                _ => rest.push(i),
+            }
+        }
+        for (path, wanted) in by_file {
+            let vaddrs: Vec<u64> = wanted.iter().map(|&i| frames[i].elf_address).collect();
+            let source = Source::Elf(blazesym::symbolize::source::Elf::new(&path));
+            let Ok(symbols) = self.symbolizer.symbolize(&source, Input::VirtOffset(&vaddrs)) else {
+                rest.extend(wanted);
+                continue;
+            };
+            for (i, sym) in wanted.into_iter().zip(symbols) {
+                match sym {
+                    Symbolized::Sym(_) => fill(&mut frames[i], sym),
+                    Symbolized::Unknown(_) => rest.push(i),
+                }
+            }
+        }
+        rest.sort_unstable();
+        rest
     }
 }
 
@@ -130,6 +186,12 @@ impl Frames {
             if local.is_empty() {
                 return frames;
             }
+        }
+        // Images with a separate debug file (stripped binaries of distributions) are named from
+        // it, as the server does with the file this agent uploads; the rest from the process.
+        let local = self.name_from_debug_files(tgid, &mut frames, local);
+        if local.is_empty() {
+            return frames;
         }
         let local_addrs: Vec<u64> = local.iter().map(|&i| addrs[i]).collect();
         let mut process = Process::new(Pid::from(tgid));

@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use bimodal_proto::v1::{self, debuginfo_client::DebuginfoClient, DebuginfoKind};
+
+use crate::debugfile;
 use tokio::sync::mpsc;
 
 /// An image some frames of a batch point into.
@@ -90,34 +92,29 @@ pub fn read_image(image: &ImageRef, max_bytes: u64) -> Result<Vec<u8>, Outcome> 
     Ok(bytes)
 }
 
-/// The standard place of an image's separate debug file, by build id (as gdb and debuginfod
-/// clients look for it).
-fn debug_file_path(build_id: &[u8]) -> Option<PathBuf> {
-    let hex = bimodal_profile::hex(build_id);
-    (hex.len() > 2).then(|| PathBuf::from(format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..])))
-}
-
-/// Reads the debug file installed for an image, in its process's mount namespace or on the host;
-/// `None` when there is none (or it does not match).
-pub fn read_debug_file(image: &ImageRef, max_bytes: u64) -> Option<Vec<u8>> {
-    let standard = debug_file_path(&image.build_id)?;
-    let in_process = PathBuf::from(format!("/proc/{}/root", image.pid)).join(standard.strip_prefix("/").ok()?);
-    let path = [in_process.as_path(), standard.as_path()]
-        .into_iter()
-        .find(|p| p.is_file())?;
-    if std::fs::metadata(path).ok()?.len() > max_bytes {
+/// Reads the separate debug file installed for an image (by build id or through its
+/// `.gnu_debuglink`, in its process's mount namespace or on the host: [`debugfile::find`]);
+/// `None` when there is none, or it is larger than `max_bytes`.
+pub fn read_debug_file(image: &ImageRef, max_bytes: u64, dirs: &[PathBuf]) -> Option<Vec<u8>> {
+    let path = debugfile::find(image.pid, &image.path, &image.build_id, dirs)?;
+    if std::fs::metadata(&path).ok()?.len() > max_bytes {
         return None;
     }
-    let bytes = std::fs::read(path).ok()?;
-    let file = bimodal_proto::inspect_debuginfo(&bytes).ok()?;
-    (file.build_id.as_deref() == Some(image.build_id.as_slice()) && file.has_symbols).then_some(bytes)
+    std::fs::read(path).ok()
 }
 
 /// A build id that failed for a passing reason is tried again after this long.
 const RETRY_AFTER: Duration = Duration::from_secs(300);
 
-/// Uploads images as they are reported, until the sender is dropped.
-pub async fn run(server_url: String, max_bytes: u64, mut images: mpsc::Receiver<Vec<ImageRef>>) {
+/// Uploads images as they are reported, until the sender is dropped; separate debug files are
+/// looked for under `debug_dirs` ([`debugfile::find`]).
+pub async fn run(
+    server_url: String,
+    max_bytes: u64,
+    debug_dirs: Vec<PathBuf>,
+    mut images: mpsc::Receiver<Vec<ImageRef>>,
+) {
+    let debug_dirs: std::sync::Arc<[PathBuf]> = debug_dirs.into();
     let mut done: HashSet<Vec<u8>> = HashSet::new();
     let mut failed: HashMap<Vec<u8>, Instant> = HashMap::new();
     let mut client: Option<DebuginfoClient<tonic::transport::Channel>> = None;
@@ -138,14 +135,14 @@ pub async fn run(server_url: String, max_bytes: u64, mut images: mpsc::Receiver<
                 }
             }
             let c = client.as_mut().expect("connected above");
-            match upload(c, &image, max_bytes).await {
+            match upload(c, &image, max_bytes, &debug_dirs).await {
                 Ok(outcome) => {
                     match &outcome {
                         Outcome::Uploaded => tracing::info!(path = %image.path, "uploaded for symbolization"),
                         Outcome::NoSymbols => tracing::info!(
                             path = %image.path,
                             build_id = %bimodal_profile::hex(&image.build_id),
-                            "stripped: its frames stay unnamed until its debug file is uploaded (bimodal-server debuginfo upload)"
+                            "stripped, and no debug file found by build id or .gnu_debuglink: its frames stay unnamed until one is installed or uploaded (bimodal-server debuginfo upload)"
                         ),
                         Outcome::TooLarge(size) => {
                             tracing::warn!(path = %image.path, size, max_bytes, "too large to upload for symbolization")
@@ -176,6 +173,7 @@ async fn upload(
     client: &mut DebuginfoClient<tonic::transport::Channel>,
     image: &ImageRef,
     max_bytes: u64,
+    debug_dirs: &std::sync::Arc<[PathBuf]>,
 ) -> Result<Outcome, tonic::Status> {
     let status = client
         .check(v1::DebuginfoCheck {
@@ -189,7 +187,9 @@ async fn upload(
         .unwrap_or_default();
     if !status.stored.contains(&(DebuginfoKind::Debuginfo as i32)) {
         let for_read = image.clone();
-        if let Ok(Some(bytes)) = tokio::task::spawn_blocking(move || read_debug_file(&for_read, max_bytes)).await {
+        let dirs = debug_dirs.clone();
+        if let Ok(Some(bytes)) = tokio::task::spawn_blocking(move || read_debug_file(&for_read, max_bytes, &dirs)).await
+        {
             let chunks = bimodal_proto::debuginfo_chunks(
                 &image.build_id,
                 DebuginfoKind::Debuginfo,

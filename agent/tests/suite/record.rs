@@ -162,3 +162,84 @@ fn pprof_output_is_readable_by_go_tool_pprof() {
         "pprof -top lacks spin_hot_loop:\n{text}"
     );
 }
+
+/// The build id of an ELF file, in hex.
+fn build_id_hex(path: &Path) -> String {
+    use object::Object;
+    let bytes = std::fs::read(path).unwrap();
+    let file = object::File::parse(&*bytes).unwrap();
+    let id = file.build_id().unwrap().expect("the fixture has a build id");
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A stripped executable is named from its separate debug file, found the ways distributions
+/// and builds install one: by build id under a debug directory (`.build-id/xx/rest.debug`, as
+/// Debian's -dbgsym packages do), and through its `.gnu_debuglink` in a `.debug/` directory
+/// beside it. Without either the same binary stays `[workload-stripped+0x…]`.
+#[test]
+fn a_stripped_binary_is_named_from_its_installed_debug_file() {
+    let build = fixture::stripped_workload();
+    let spin = "main;spin_loop;spin_hot_loop";
+
+    // Nothing installed: unnamed (the fixture's own debug file is out of every searched place).
+    let dir = tempfile::tempdir().unwrap();
+    let running = fixture::spawn(&build.binary, &["spin", "30"]);
+    let empty = dir.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let folded = record_folded(
+        "cpu",
+        running.pid(),
+        2,
+        dir.path(),
+        &["--debug-dir", empty.to_str().unwrap()],
+    );
+    assert_eq!(share(&folded, spin), 0.0, "nothing could name it: {folded:?}");
+    assert!(folded.keys().any(|k| k.contains("[workload-stripped+0x")), "{folded:?}");
+    drop(running);
+
+    // By build id under a debug directory.
+    let debug_dir = dir.path().join("usr-lib-debug");
+    let hex = build_id_hex(&build.binary);
+    let by_id = debug_dir
+        .join(".build-id")
+        .join(&hex[..2])
+        .join(format!("{}.debug", &hex[2..]));
+    std::fs::create_dir_all(by_id.parent().unwrap()).unwrap();
+    std::fs::copy(&build.debug_file, &by_id).unwrap();
+    let running = fixture::spawn(&build.binary, &["spin", "30"]);
+    let folded = record_folded(
+        "cpu",
+        running.pid(),
+        2,
+        dir.path(),
+        &["--debug-dir", debug_dir.to_str().unwrap()],
+    );
+    let s = share(&folded, spin);
+    assert!(
+        s > 0.8,
+        "only {:.0}% in {spin} with the debug file by build id: {folded:?}",
+        s * 100.0
+    );
+    drop(running);
+
+    // Through .gnu_debuglink, in .debug/ beside the binary (a copy, so its directory is ours).
+    let bin_dir = dir.path().join("bin");
+    std::fs::create_dir_all(bin_dir.join(".debug")).unwrap();
+    let binary = bin_dir.join("workload-stripped");
+    std::fs::copy(&build.binary, &binary).unwrap();
+    std::fs::copy(&build.debug_file, bin_dir.join(".debug/workload-stripped.debug")).unwrap();
+    let running = fixture::spawn(&binary, &["spin", "30"]);
+    let folded = record_folded(
+        "cpu",
+        running.pid(),
+        2,
+        dir.path(),
+        &["--debug-dir", empty.to_str().unwrap()],
+    );
+    let s = share(&folded, spin);
+    assert!(
+        s > 0.8,
+        "only {:.0}% in {spin} with the debug file by debuglink: {folded:?}",
+        s * 100.0
+    );
+}

@@ -164,6 +164,7 @@ pub fn agent_options(server_url: String, node: &str, pid: u32, events: Vec<Event
         unwind: UnwindMode::Auto,
         symbolize: Symbolize::Server,
         upload_max_bytes: 1 << 30,
+        debug_dirs: bimodal_agent::debugfile::default_dirs(),
         spool_batches: 64,
         placement_every: 0,
         placement_processes: 0,

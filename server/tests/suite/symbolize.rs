@@ -1,7 +1,8 @@
 //! Remote symbolization: the agent sends frames as (build id, file offset), uploads the images
 //! that carry symbols, and the server names frames from its debug-info store — including a
 //! stripped binary once its separate debug file is uploaded with `bimodal-server debuginfo
-//! upload`. Real agent, real server and ClickHouse, real gRPC over loopback.
+//! upload`, or found installed by the agent. Real agent, real server and ClickHouse, real gRPC
+//! over loopback.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -118,6 +119,71 @@ async fn a_stripped_binary_is_named_by_the_server_from_its_uploaded_debug_file()
     let bad = client.check(v1::DebuginfoCheck { build_id: Vec::new() }).await;
     assert_eq!(bad.unwrap_err().code(), tonic::Code::InvalidArgument);
 
+    stop_agent.send(true).unwrap();
+    agent.await.unwrap().expect("agent stops cleanly");
+}
+
+/// A stripped binary whose debug file is installed the standard way (by build id under a debug
+/// directory, as distributions' debug packages do) is named without anyone uploading anything:
+/// the agent finds the debug file and uploads it under the binary's build id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_uploads_the_installed_debug_file_of_a_stripped_binary() {
+    let server = TestServer::start().await;
+    let build = fixture::stripped_workload();
+    let debug_dir = tempfile::tempdir().unwrap();
+    let hex = bimodal_profile::hex(&build_id(build.binary.to_str().unwrap()));
+    let installed = debug_dir
+        .path()
+        .join(".build-id")
+        .join(&hex[..2])
+        .join(format!("{}.debug", &hex[2..]));
+    std::fs::create_dir_all(installed.parent().unwrap()).unwrap();
+    std::fs::copy(&build.debug_file, &installed).unwrap();
+
+    let workload = fixture::spawn(&build.binary, &["spin", "120"]);
+    let (stop_agent, agent_stopped) = tokio::sync::watch::channel(false);
+    let agent = tokio::spawn(ship::run(
+        ship::RunOptions {
+            debug_dirs: vec![debug_dir.path().to_owned()],
+            ..agent_options(server.url(), "installed-node", workload.pid(), vec![EventKind::Cpu])
+        },
+        agent_stopped,
+    ));
+    let path = &format!(
+        "/api/v1/flamegraph?event=cpu&{}&format=folded",
+        selector(r#"{node="installed-node"}"#)
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, body) = server.get(path).await;
+        assert_eq!(status, 200, "{body}");
+        let folded = parse_folded(&body);
+        let named: u64 = folded
+            .iter()
+            .filter(|(s, _)| s.contains("main;spin_loop;spin_hot_loop"))
+            .map(|(_, n)| n)
+            .sum();
+        if folded.values().sum::<u64>() >= 100 && named * 10 >= folded.values().sum::<u64>() * 8 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the stripped binary was never named from its installed debug file: {folded:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let mut client = DebuginfoClient::connect(server.url()).await.unwrap();
+    let status = client
+        .check(v1::DebuginfoCheck {
+            build_id: build_id(build.binary.to_str().unwrap()),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        status.stored.contains(&(v1::DebuginfoKind::Debuginfo as i32)),
+        "stored as a debug file: {status:?}"
+    );
     stop_agent.send(true).unwrap();
     agent.await.unwrap().expect("agent stops cleanly");
 }
