@@ -64,43 +64,97 @@ pub enum Outcome {
     Unreadable(String),
 }
 
-/// Reads an image for upload: the file at `path` in `pid`'s mount namespace, or at `path` on the
-/// host, carrying `build_id` and symbols.
-pub fn read_image(image: &ImageRef, max_bytes: u64) -> Result<Vec<u8>, Outcome> {
+/// A file opened for upload, checked, not read: it is sent in chunks ([`chunks`]).
+#[derive(Debug)]
+pub struct Opened {
+    file: std::fs::File,
+    size: u64,
+}
+
+/// Opens an image for upload: the file at `path` in `pid`'s mount namespace, or at `path` on the
+/// host, carrying `build_id` and symbols. Its headers are read through a mapping, so memory does
+/// not grow with the image's size.
+pub fn open_image(image: &ImageRef, max_bytes: u64) -> Result<Opened, Outcome> {
     let in_process = PathBuf::from(format!("/proc/{}/root", image.pid)).join(image.path.trim_start_matches('/'));
     let path = [in_process.as_path(), Path::new(&image.path)]
         .into_iter()
         .find(|p| p.is_file())
         .ok_or_else(|| Outcome::Unreadable(format!("{} is gone", image.path)))?;
-    let size = std::fs::metadata(path)
-        .map_err(|e| Outcome::Unreadable(e.to_string()))?
-        .len();
+    let file = std::fs::File::open(path).map_err(|e| Outcome::Unreadable(e.to_string()))?;
+    let size = file.metadata().map_err(|e| Outcome::Unreadable(e.to_string()))?.len();
     if size > max_bytes {
         return Err(Outcome::TooLarge(size));
     }
-    let bytes = std::fs::read(path).map_err(|e| Outcome::Unreadable(e.to_string()))?;
-    let file = bimodal_proto::inspect_debuginfo(&bytes).map_err(|e| Outcome::Unreadable(format!("not ELF: {e}")))?;
-    if file.build_id.as_deref() != Some(image.build_id.as_slice()) {
+    // SAFETY: read only; the image is mapped by a running process and replaced, not truncated,
+    // by package updates.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Outcome::Unreadable(e.to_string()))?;
+    let inspected = bimodal_proto::inspect_debuginfo(&map).map_err(|e| Outcome::Unreadable(format!("not ELF: {e}")))?;
+    if inspected.build_id.as_deref() != Some(image.build_id.as_slice()) {
         return Err(Outcome::Unreadable(format!(
             "{} changed since it was mapped",
             image.path
         )));
     }
-    if !file.has_symbols {
+    if !inspected.has_symbols {
         return Err(Outcome::NoSymbols);
     }
-    Ok(bytes)
+    Ok(Opened { file, size })
 }
 
-/// Reads the separate debug file installed for an image (by build id or through its
+/// The messages of one upload of `opened`, read [`bimodal_proto::DEBUGINFO_CHUNK_BYTES`] at a time
+/// on a blocking thread while the stream is sent: at most three chunks are in memory at once,
+/// however large the file.
+pub fn chunks(
+    opened: Opened,
+    build_id: &[u8],
+    kind: DebuginfoKind,
+    file_name: &str,
+) -> tokio_stream::wrappers::ReceiverStream<v1::DebuginfoChunk> {
+    use std::io::Read;
+    let (tx, rx) = mpsc::channel(2);
+    let (build_id, file_name) = (build_id.to_vec(), file_name.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let Opened { mut file, size } = opened;
+        let mut sent = 0u64;
+        let mut first = true;
+        loop {
+            let mut data = Vec::with_capacity(bimodal_proto::DEBUGINFO_CHUNK_BYTES);
+            // A short or failed read ends the upload; the server refuses a file whose size or
+            // build id does not match what the first message said.
+            let Ok(n) = (&mut file)
+                .take(bimodal_proto::DEBUGINFO_CHUNK_BYTES as u64)
+                .read_to_end(&mut data)
+            else {
+                return;
+            };
+            sent += n as u64;
+            let chunk = if first {
+                bimodal_proto::debuginfo_first_chunk(&build_id, kind, &file_name, size, data)
+            } else if n == 0 {
+                return;
+            } else {
+                v1::DebuginfoChunk {
+                    data,
+                    ..Default::default()
+                }
+            };
+            first = false;
+            if tx.blocking_send(chunk).is_err() || sent >= size || n == 0 {
+                return;
+            }
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+}
+
+/// Opens the separate debug file installed for an image (by build id or through its
 /// `.gnu_debuglink`, in its process's mount namespace or on the host: [`debugfile::find`]);
 /// `None` when there is none, or it is larger than `max_bytes`.
-pub fn read_debug_file(image: &ImageRef, max_bytes: u64, dirs: &[PathBuf]) -> Option<Vec<u8>> {
+pub fn open_debug_file(image: &ImageRef, max_bytes: u64, dirs: &[PathBuf]) -> Option<Opened> {
     let path = debugfile::find(image.pid, &image.path, &image.build_id, dirs)?;
-    if std::fs::metadata(&path).ok()?.len() > max_bytes {
-        return None;
-    }
-    std::fs::read(path).ok()
+    let file = std::fs::File::open(path).ok()?;
+    let size = file.metadata().ok()?.len();
+    (size <= max_bytes).then_some(Opened { file, size })
 }
 
 /// A build id that failed for a passing reason is tried again after this long.
@@ -188,15 +242,13 @@ async fn upload(
     if !status.stored.contains(&(DebuginfoKind::Debuginfo as i32)) {
         let for_read = image.clone();
         let dirs = debug_dirs.clone();
-        if let Ok(Some(bytes)) = tokio::task::spawn_blocking(move || read_debug_file(&for_read, max_bytes, &dirs)).await
+        if let Ok(Some(opened)) =
+            tokio::task::spawn_blocking(move || open_debug_file(&for_read, max_bytes, &dirs)).await
         {
-            let chunks = bimodal_proto::debuginfo_chunks(
-                &image.build_id,
-                DebuginfoKind::Debuginfo,
-                &format!("{name}.debug"),
-                &bytes,
-            );
-            client.upload(tokio_stream::iter(chunks)).await?;
+            let name = format!("{name}.debug");
+            client
+                .upload(chunks(opened, &image.build_id, DebuginfoKind::Debuginfo, &name))
+                .await?;
             return Ok(Outcome::Uploaded);
         }
     }
@@ -204,13 +256,14 @@ async fn upload(
         return Ok(Outcome::Present);
     }
     let for_read = image.clone();
-    let bytes = match tokio::task::spawn_blocking(move || read_image(&for_read, max_bytes)).await {
-        Ok(Ok(bytes)) => bytes,
+    let opened = match tokio::task::spawn_blocking(move || open_image(&for_read, max_bytes)).await {
+        Ok(Ok(opened)) => opened,
         Ok(Err(outcome)) => return Ok(outcome),
         Err(e) => return Ok(Outcome::Unreadable(e.to_string())),
     };
-    let chunks = bimodal_proto::debuginfo_chunks(&image.build_id, DebuginfoKind::Executable, &name, &bytes);
-    client.upload(tokio_stream::iter(chunks)).await?;
+    client
+        .upload(chunks(opened, &image.build_id, DebuginfoKind::Executable, &name))
+        .await?;
     Ok(Outcome::Uploaded)
 }
 
@@ -278,10 +331,10 @@ mod tests {
         );
     }
 
-    /// Images with symbols are read for upload; one whose build id differs is refused. (Stripped
-    /// executables are covered by the server suite's stripped-binary test.)
+    /// Images with symbols are opened for upload; one whose build id differs is refused. (Stripped
+    /// executables are covered by the server suite's stripped-binary tests.)
     #[test]
-    fn only_images_with_symbols_and_the_right_build_id_are_read() {
+    fn only_images_with_symbols_and_the_right_build_id_are_opened() {
         let build_id = |bytes: &[u8]| {
             bimodal_proto::inspect_debuginfo(bytes)
                 .unwrap()
@@ -296,13 +349,13 @@ mod tests {
             path: exe.to_string_lossy().into_owned(),
         };
         // The test binary has symbols.
-        assert!(read_image(&me, u64::MAX).is_ok());
-        assert_eq!(read_image(&me, 10), Err(Outcome::TooLarge(bytes.len() as u64)));
+        assert!(open_image(&me, u64::MAX).is_ok());
+        assert!(matches!(open_image(&me, 10), Err(Outcome::TooLarge(n)) if n == bytes.len() as u64));
         let other = ImageRef {
             build_id: vec![0xab; 20],
             ..me.clone()
         };
-        assert!(matches!(read_image(&other, u64::MAX), Err(Outcome::Unreadable(_))));
+        assert!(matches!(open_image(&other, u64::MAX), Err(Outcome::Unreadable(_))));
         let path = "/lib/x86_64-linux-gnu/libc.so.6";
         let libc = ImageRef {
             build_id: build_id(&std::fs::read(path).unwrap()),
@@ -310,6 +363,35 @@ mod tests {
             path: path.into(),
         };
         // Stripped, but it names what it exports.
-        assert!(read_image(&libc, u64::MAX).is_ok());
+        assert!(open_image(&libc, u64::MAX).is_ok());
+    }
+
+    /// An opened file goes out as chunks of at most DEBUGINFO_CHUNK_BYTES that add up to it, the
+    /// first naming it; the test binary is tens of MiB, so several chunks.
+    #[tokio::test]
+    async fn an_opened_file_is_streamed_in_chunks_that_add_up_to_it() {
+        use tokio_stream::StreamExt;
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let bytes = std::fs::read(&exe).unwrap();
+        let me = ImageRef {
+            build_id: bimodal_proto::inspect_debuginfo(&bytes).unwrap().build_id.unwrap(),
+            pid: std::process::id(),
+            path: exe.to_string_lossy().into_owned(),
+        };
+        let opened = open_image(&me, u64::MAX).unwrap();
+        let sent: Vec<v1::DebuginfoChunk> = chunks(opened, &me.build_id, DebuginfoKind::Executable, "me")
+            .collect()
+            .await;
+        assert!(sent.len() > 1, "{} chunks", sent.len());
+        assert!(sent
+            .iter()
+            .all(|c| c.data.len() <= bimodal_proto::DEBUGINFO_CHUNK_BYTES));
+        assert_eq!(
+            (sent[0].build_id.as_slice(), sent[0].file_name.as_str(), sent[0].size),
+            (me.build_id.as_slice(), "me", bytes.len() as u64)
+        );
+        assert!(sent[1..].iter().all(|c| c.build_id.is_empty() && c.size == 0));
+        let joined: Vec<u8> = sent.into_iter().flat_map(|c| c.data).collect();
+        assert!(joined == bytes, "the chunks are the file");
     }
 }

@@ -79,21 +79,38 @@ pub fn debuginfo_chunks(
     file_name: &str,
     data: &[u8],
 ) -> Vec<v1::DebuginfoChunk> {
-    let mut chunks: Vec<v1::DebuginfoChunk> = data
-        .chunks(DEBUGINFO_CHUNK_BYTES)
-        .map(|d| v1::DebuginfoChunk {
+    let mut parts = data.chunks(DEBUGINFO_CHUNK_BYTES);
+    let first = debuginfo_first_chunk(
+        build_id,
+        kind,
+        file_name,
+        data.len() as u64,
+        parts.next().unwrap_or_default().to_vec(),
+    );
+    std::iter::once(first)
+        .chain(parts.map(|d| v1::DebuginfoChunk {
             data: d.to_vec(),
             ..Default::default()
-        })
-        .collect();
-    if chunks.is_empty() {
-        chunks.push(v1::DebuginfoChunk::default());
+        }))
+        .collect()
+}
+
+/// The first message of an upload: the file's build id, kind, name and size, and its first
+/// bytes (at most [`DEBUGINFO_CHUNK_BYTES`]); the others carry data only.
+pub fn debuginfo_first_chunk(
+    build_id: &[u8],
+    kind: v1::DebuginfoKind,
+    file_name: &str,
+    size: u64,
+    data: Vec<u8>,
+) -> v1::DebuginfoChunk {
+    v1::DebuginfoChunk {
+        build_id: build_id.to_vec(),
+        kind: kind as i32,
+        file_name: file_name.to_owned(),
+        size,
+        data,
     }
-    chunks[0].build_id = build_id.to_vec();
-    chunks[0].kind = kind as i32;
-    chunks[0].file_name = file_name.to_owned();
-    chunks[0].size = data.len() as u64;
-    chunks
 }
 
 /// What the debug-info store needs to know of an ELF file; agents and the server judge files by
