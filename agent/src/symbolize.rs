@@ -11,7 +11,7 @@ use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use blazesym::Pid;
 
 use crate::placement::MappingClass;
-use crate::{debugfile, elf};
+use crate::{debugfile, elf, placement};
 
 /// One symbolizer per agent: blazesym caches parsed ELF files and kallsyms across calls.
 pub struct Frames {
@@ -27,7 +27,26 @@ pub struct Frames {
     /// The separate debug file of each image by build id, `None` when it has none; looked for
     /// once per build id.
     debug_files: std::cell::RefCell<HashMap<Vec<u8>, Option<PathBuf>>>,
+    /// The file mappings of processes seen alive, by tgid: the samples of a process that exits
+    /// before they are drained are named from them (its /proc entry is gone by then).
+    remembered: std::cell::RefCell<HashMap<u32, Remembered>>,
+    /// Build ids of image files on the host, by path (for processes that have exited).
+    host_build_ids: std::cell::RefCell<HashMap<String, Vec<u8>>>,
+    /// Calls of `user` so far: the remembered mappings are tidied every so many.
+    calls: std::cell::Cell<u64>,
 }
+
+/// A process's file mappings, as they were when it was last seen alive.
+#[derive(Debug)]
+struct Remembered {
+    mappings: Vec<placement::Mapping>,
+    at: std::time::Instant,
+}
+
+/// Remembered mappings are read again after this long (libraries loaded since, a reused pid).
+const REMEMBER_FOR: std::time::Duration = std::time::Duration::from_secs(30);
+/// At most this many processes' mappings are kept; the oldest go first.
+const REMEMBERED_PROCESSES: usize = 4096;
 
 impl std::fmt::Debug for Frames {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -44,6 +63,9 @@ impl Default for Frames {
             segments: Default::default(),
             debug_dirs: debugfile::default_dirs(),
             debug_files: Default::default(),
+            remembered: Default::default(),
+            host_build_ids: Default::default(),
+            calls: Default::default(),
         }
     }
 }
@@ -77,6 +99,120 @@ impl Frames {
             .entry(frame.build_id.clone())
             .or_insert_with(|| debugfile::find(tgid, &frame.module, &frame.build_id, &self.debug_dirs))
             .clone()
+    }
+
+    /// Remembers process `tgid`'s file mappings (read again when older than [`REMEMBER_FOR`]).
+    fn remember(&self, tgid: u32) {
+        let fresh = self
+            .remembered
+            .borrow()
+            .get(&tgid)
+            .is_some_and(|r| r.at.elapsed() < REMEMBER_FOR);
+        if fresh {
+            return;
+        }
+        let Ok(all) = placement::read_mappings(Path::new("/"), tgid) else {
+            return;
+        };
+        let mappings = all
+            .into_iter()
+            .filter(|m| {
+                m.path
+                    .as_deref()
+                    .is_some_and(|p| p.starts_with('/') && !p.ends_with(" (deleted)"))
+            })
+            .collect();
+        self.remembered.borrow_mut().insert(
+            tgid,
+            Remembered {
+                mappings,
+                at: std::time::Instant::now(),
+            },
+        );
+    }
+
+    /// Every 256 calls: forgets exited processes remembered for long enough that their last
+    /// samples were drained, and the oldest beyond [`REMEMBERED_PROCESSES`].
+    fn tidy(&self) {
+        let calls = self.calls.get() + 1;
+        self.calls.set(calls);
+        if !calls.is_multiple_of(256) {
+            return;
+        }
+        let mut remembered = self.remembered.borrow_mut();
+        remembered.retain(|tgid, r| r.at.elapsed() < 4 * REMEMBER_FOR || Path::new(&format!("/proc/{tgid}")).exists());
+        if remembered.len() > REMEMBERED_PROCESSES {
+            let mut ages: Vec<(std::time::Instant, u32)> = remembered.iter().map(|(t, r)| (r.at, *t)).collect();
+            ages.sort_unstable();
+            for (_, tgid) in &ages[..ages.len() - REMEMBERED_PROCESSES] {
+                remembered.remove(tgid);
+            }
+        }
+    }
+
+    /// Fills module, file offset, build id and ELF address of `frames` from the mappings
+    /// remembered of `tgid`, a process that has exited; false when none are remembered.
+    fn locate_in_remembered(&self, tgid: u32, addrs: &[u64], frames: &mut [v1::Frame]) -> bool {
+        let remembered = self.remembered.borrow();
+        let Some(r) = remembered.get(&tgid) else {
+            return false;
+        };
+        for (frame, &addr) in frames.iter_mut().zip(addrs) {
+            let Some(m) = r.mappings.iter().find(|m| m.start <= addr && addr < m.end) else {
+                frame.unsymbolized_reason =
+                    format!("process {tgid} exited; no file mapped {addr:#x} when it was last seen");
+                continue;
+            };
+            let path = m.path.clone().unwrap_or_default();
+            frame.build_id = self.host_build_id(&path);
+            frame.module = path;
+            frame.file_offset = addr - m.start + m.offset;
+            frame.elf_address = self.elf_address(tgid, frame).unwrap_or(0);
+            frame.unsymbolized_reason.clear();
+        }
+        true
+    }
+
+    /// The build id of the image at `path` on the host (empty when it has none or is gone).
+    fn host_build_id(&self, path: &str) -> Vec<u8> {
+        self.host_build_ids
+            .borrow_mut()
+            .entry(path.to_owned())
+            .or_insert_with(|| {
+                blazesym::helper::read_elf_build_id(&path)
+                    .ok()
+                    .flatten()
+                    .map(|id| id.to_vec())
+                    .unwrap_or_default()
+            })
+            .clone()
+    }
+
+    /// Names the frames `local` from their images on the host, by ELF address (for a process
+    /// that has exited).
+    fn name_from_images(&self, frames: &mut [v1::Frame], local: Vec<usize>) {
+        let mut by_image: HashMap<String, Vec<usize>> = HashMap::new();
+        for i in local {
+            if frames[i].elf_address != 0 && !frames[i].module.is_empty() {
+                by_image.entry(frames[i].module.clone()).or_default().push(i);
+            }
+        }
+        for (image, wanted) in by_image {
+            let vaddrs: Vec<u64> = wanted.iter().map(|&i| frames[i].elf_address).collect();
+            let source = Source::Elf(blazesym::symbolize::source::Elf::new(&image));
+            match self.symbolizer.symbolize(&source, Input::VirtOffset(&vaddrs)) {
+                Ok(symbols) => {
+                    for (i, sym) in wanted.into_iter().zip(symbols) {
+                        fill(&mut frames[i], sym);
+                    }
+                }
+                Err(e) => {
+                    for i in wanted {
+                        frames[i].unsymbolized_reason = format!("symbolization failed: {e}");
+                    }
+                }
+            }
+        }
     }
 
     /// Names the frames `local` (indices into `frames`) whose images have a separate debug file
@@ -147,6 +283,9 @@ impl Frames {
             .map(|ip| unsymbolized(v1::FrameKind::User, ip.address, String::new()))
             .collect();
 
+        self.tidy();
+        // Whether the process had exited: its frames come from its remembered mappings.
+        let mut exited = false;
         match self.normalizer.normalize_user_addrs(Pid::from(tgid), &addrs) {
             Ok(normalized) => {
                 for (frame, (offset, meta_index)) in frames.iter_mut().zip(&normalized.outputs) {
@@ -166,12 +305,25 @@ impl Frames {
                         None => {}
                     }
                 }
+                // A process that has exited but not been reaped maps nothing any more.
+                if frames.iter().all(|f| f.module.is_empty())
+                    && has_exited(tgid)
+                    && self.locate_in_remembered(tgid, &addrs, &mut frames)
+                {
+                    exited = true;
+                } else {
+                    self.remember(tgid);
+                }
             }
             Err(e) => {
-                for frame in &mut frames {
-                    frame.unsymbolized_reason = format!("process {tgid} not readable: {e}");
+                if self.locate_in_remembered(tgid, &addrs, &mut frames) {
+                    exited = true;
+                } else {
+                    for frame in &mut frames {
+                        frame.unsymbolized_reason = format!("process {tgid} not readable: {e}");
+                    }
+                    return frames;
                 }
-                return frames;
             }
         }
 
@@ -191,6 +343,11 @@ impl Frames {
         // it, as the server does with the file this agent uploads; the rest from the process.
         let local = self.name_from_debug_files(tgid, &mut frames, local);
         if local.is_empty() {
+            return frames;
+        }
+        if exited {
+            // No process to read: each image is read from the host.
+            self.name_from_images(&mut frames, local);
             return frames;
         }
         let local_addrs: Vec<u64> = local.iter().map(|&i| addrs[i]).collect();
@@ -232,7 +389,11 @@ impl Frames {
                 .join(tgid.to_string())
                 .join("root")
                 .join(frame.module.trim_start_matches('/'));
-            let segments = elf::read_header(&path).map(|h| h.segments).unwrap_or_default();
+            // The host's file when the process has exited (its /proc entry is gone).
+            let segments = elf::read_header(&path)
+                .or_else(|| elf::read_header(Path::new(&frame.module)))
+                .map(|h| h.segments)
+                .unwrap_or_default();
             cache.insert(frame.build_id.clone(), segments);
         }
         elf::vaddr_of_offset(&cache[&frame.build_id], frame.file_offset)
@@ -290,6 +451,17 @@ fn fill(frame: &mut v1::Frame, sym: Symbolized<'_>) {
                 frame.unsymbolized_reason = reason.to_string();
             }
         }
+    }
+}
+
+/// Whether process `tgid` is gone or a zombie (exited, not yet reaped: it maps nothing).
+fn has_exited(tgid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{tgid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_none_or(|state| state == "Z" || state == "X"),
+        Err(_) => true,
     }
 }
 

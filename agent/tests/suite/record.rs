@@ -243,3 +243,29 @@ fn a_stripped_binary_is_named_from_its_installed_debug_file() {
         s * 100.0
     );
 }
+
+/// Samples drained after their process has exited are named from the mappings the agent
+/// remembered of it while it ran: a workload that spins for 2 s, recorded for 4 s with a drain
+/// every second, has no `[unknown]` frame (its last second is drained after it exited, as a
+/// zombie of this test and then reaped).
+#[test]
+fn samples_of_a_process_that_exited_before_the_drain_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = fixture::start("spin", 2);
+    let pid = running.pid();
+    let reaper = std::thread::spawn(move || {
+        // Reaped halfway through the last drains: both a zombie and a vanished process occur.
+        std::thread::sleep(std::time::Duration::from_millis(2600));
+        drop(running);
+    });
+    let folded = record_folded("cpu", pid, 4, dir.path(), &[]);
+    reaper.join().unwrap();
+    let unknown: u64 = folded
+        .iter()
+        .filter(|(k, _)| k.contains("[unknown]"))
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(unknown, 0, "samples left unnamed: {folded:?}");
+    let s = share(&folded, "main;spin_loop;spin_hot_loop");
+    assert!(s > 0.8, "only {:.0}% in spin_hot_loop: {folded:?}", s * 100.0);
+}
