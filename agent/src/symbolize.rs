@@ -374,6 +374,15 @@ impl Frames {
                 }
             }
         }
+        // The process may have exited between reading its mappings and naming from its files:
+        // what is left unnamed is named from the images on the host.
+        let unnamed: Vec<usize> = local
+            .into_iter()
+            .filter(|&i| frames[i].function.is_empty() && !frames[i].module.is_empty())
+            .collect();
+        if !unnamed.is_empty() && has_exited(tgid) {
+            self.name_from_images(&mut frames, unnamed);
+        }
         frames
     }
 
