@@ -9,6 +9,7 @@ import { formatAgo, formatFigure as figure, formatTime } from './format';
 import { DEFAULT_RANGE, fillRangeSelect, isRange, windowSeconds, type RangeKey } from './range';
 import { escapeRegex } from './selector';
 import { renderNav } from './views';
+import { byId as $, el, setUrl, showMessageIn } from './dom';
 
 interface ViewState {
   range: RangeKey;
@@ -26,15 +27,7 @@ function writeState(s: ViewState, push: boolean): void {
   const p = new URLSearchParams({ range: s.range });
   if (s.show !== 'all') p.set('show', s.show);
   const url = `${location.pathname}?${p.toString()}`;
-  if (url === `${location.pathname}${location.search}`) return;
-  if (push) history.pushState(null, '', url);
-  else history.replaceState(null, '', url);
-}
-
-function $<T extends HTMLElement>(id: string, type: new () => T): T {
-  const e = document.getElementById(id);
-  if (!(e instanceof type)) throw new Error(`alerts.html lacks a <${type.name}> #${id}`);
-  return e;
+  setUrl(url, push);
 }
 
 const ui = {
@@ -50,17 +43,8 @@ const ui = {
 let state = readState();
 let inflight: AbortController | null = null;
 
-function el<K extends keyof HTMLElementTagNameMap>(tag: K, cls?: string, text?: string): HTMLElementTagNameMap[K] {
-  const e = document.createElement(tag);
-  if (cls) e.className = cls;
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
-
 function showMessage(kind: 'info' | 'error', title: string, detail: string): void {
-  ui.message.hidden = false;
-  ui.message.className = `message ${kind}`;
-  ui.message.replaceChildren(el('div', 'message-title', title), el('div', 'message-detail', detail));
+  showMessageIn(ui.message, kind, title, detail);
 }
 
 function applyStateToControls(): void {

@@ -19,33 +19,19 @@ import {
   type ApiNode,
 } from './api';
 import { chosenSplit, closestMetric, drawStrip } from './bandplot';
+import { byId as $, el, setUrl, showMessageIn } from './dom';
 import { FlameGraph, buildTree, compileMatcher, type Frame } from './flamegraph';
 import { formatFigure as figure, formatValue } from './format';
 import { renderNodeTable as fillNodeTable } from './nodetable';
-import {
-  DEFAULT_RANGE,
-  FIXED_OPTION,
-  RANGE_LABELS,
-  fillRangeSelect,
-  isRange,
-  readFixed,
-  windowSeconds,
-  type FixedWindow,
-  type RangeKey,
-} from './range';
+import { RANGE_LABELS, fillRangeSelect } from './range';
+import { questionFromControls, questionSeconds, readQuestion, sameQuestion, writeQuestion, type Question } from './question';
 import { SelectorCompletion, escapeRegex } from './selector';
 import { renderNav } from './views';
 
 type Mode = 'absolute' | 'relative';
 
 /** Everything a shared link restores. */
-interface ViewState {
-  selector: string;
-  range: RangeKey;
-  /** A fixed window (an alert's link) instead of the last `range`. */
-  fixed: FixedWindow | null;
-  /** The metric the bands are found in; '' tests every metric. */
-  metric: string;
+interface ViewState extends Question {
   /** Event of the differential flame graph; '' picks the band metric's or the first difference's. */
   event: string;
   mode: Mode;
@@ -58,12 +44,8 @@ interface ViewState {
 
 function readState(): ViewState {
   const p = new URLSearchParams(location.search);
-  const range = p.get('range');
   return {
-    selector: p.get('selector') ?? '{}',
-    range: isRange(range) ? range : DEFAULT_RANGE,
-    fixed: readFixed(p),
-    metric: p.get('metric') ?? '',
+    ...readQuestion(p),
     event: p.get('event') ?? '',
     mode: p.get('mode') === 'relative' ? 'relative' : 'absolute',
     q: p.get('q') ?? '',
@@ -74,29 +56,14 @@ function readState(): ViewState {
 
 function writeState(s: ViewState, push: boolean): void {
   const p = new URLSearchParams();
-  p.set('selector', s.selector);
-  if (s.fixed) {
-    p.set('from', String(s.fixed.from));
-    p.set('to', String(s.fixed.to));
-  } else {
-    p.set('range', s.range);
-  }
-  if (s.metric) p.set('metric', s.metric);
+  writeQuestion(p, s);
   if (s.event) p.set('event', s.event);
   if (s.mode !== 'absolute') p.set('mode', s.mode);
   if (s.q) p.set('q', s.q);
   if (s.filter) p.set('filter', s.filter);
   if (s.sort !== 'band') p.set('sort', s.sort);
   const url = `${location.pathname}?${p.toString()}`;
-  if (url === `${location.pathname}${location.search}`) return;
-  if (push) history.pushState(null, '', url);
-  else history.replaceState(null, '', url);
-}
-
-function $<T extends HTMLElement>(id: string, type: new () => T): T {
-  const e = document.getElementById(id);
-  if (!(e instanceof type)) throw new Error(`compare.html lacks a <${type.name}> #${id}`);
-  return e;
+  setUrl(url, push);
 }
 
 const ui = {
@@ -143,25 +110,16 @@ const graph = new FlameGraph(ui.diffGraph, ui.tooltip, (frame) => {
   graph.render();
 });
 
-function el<K extends keyof HTMLElementTagNameMap>(tag: K, cls?: string, text?: string): HTMLElementTagNameMap[K] {
-  const e = document.createElement(tag);
-  if (cls) e.className = cls;
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
-
 function pValue(p: number): string {
   return p < 0.0001 ? 'p < 0.0001' : `p = ${p.toPrecision(2)}`;
 }
 
 function showMessage(kind: 'info' | 'error', title: string, detail: string): void {
-  ui.message.hidden = false;
-  ui.message.className = `message ${kind}`;
-  ui.message.replaceChildren(el('div', 'message-title', title), el('div', 'message-detail', detail));
+  showMessageIn(ui.message, kind, title, detail);
 }
 
 function rangeSeconds(): { from: number; to: number } {
-  return windowSeconds(state.range, state.fixed);
+  return questionSeconds(state);
 }
 
 function applyStateToControls(): void {
@@ -587,13 +545,8 @@ function init(): void {
   });
   ui.controls.addEventListener('submit', (e) => {
     e.preventDefault();
-    state.selector = ui.selector.value.trim() || '{}';
-    if (ui.range.value !== FIXED_OPTION) {
-      state.range = isRange(ui.range.value) ? ui.range.value : DEFAULT_RANGE;
-      state.fixed = null;
-    }
+    Object.assign(state, questionFromControls(state, ui.selector, ui.range, ui.metric));
     completion.reset();
-    state.metric = ui.metric.value;
     state.event = '';
     writeState(state, true);
     applyStateToControls();
@@ -631,13 +584,7 @@ function init(): void {
     const before = state;
     state = readState();
     applyStateToControls();
-    const reload =
-      before.selector !== state.selector ||
-      before.range !== state.range ||
-      before.fixed?.from !== state.fixed?.from ||
-      before.fixed?.to !== state.fixed?.to ||
-      before.metric !== state.metric;
-    if (reload) {
+    if (!sameQuestion(before, state)) {
       void load();
     } else if (before.event !== state.event || before.mode !== state.mode) {
       void loadDiff();

@@ -12,27 +12,14 @@ import { ApiError, fetchCompare, fetchLabels, fetchNodesIn, type ApiCompare, typ
 import { chosenSplit, closestMetric, drawStrip, metricSplit } from './bandplot';
 import { formatFigure as figure } from './format';
 import { renderNodeTable } from './nodetable';
-import {
-  DEFAULT_RANGE,
-  FIXED_OPTION,
-  RANGE_LABELS,
-  fillRangeSelect,
-  isRange,
-  readFixed,
-  windowSeconds,
-  type FixedWindow,
-  type RangeKey,
-} from './range';
+import { RANGE_LABELS, fillRangeSelect, writeWindow } from './range';
+import { questionFromControls, questionSeconds, readQuestion, sameQuestion, writeQuestion, type Question } from './question';
 import { SelectorCompletion, withMatcher } from './selector';
 import { renderNav, viewHref } from './views';
+import { byId as $, el, setUrl, showMessageIn } from './dom';
 
 /** Everything a shared link restores. */
-interface ViewState {
-  selector: string;
-  range: RangeKey;
-  fixed: FixedWindow | null;
-  /** The metric the bands are found in; '' tests every metric. */
-  metric: string;
+interface ViewState extends Question {
   /** The metric plotted; '' plots the band metric (or the closest to a split). */
   plot: string;
   filter: string;
@@ -42,12 +29,8 @@ interface ViewState {
 
 function readState(): ViewState {
   const p = new URLSearchParams(location.search);
-  const range = p.get('range');
   return {
-    selector: p.get('selector') ?? '{}',
-    range: isRange(range) ? range : DEFAULT_RANGE,
-    fixed: readFixed(p),
-    metric: p.get('metric') ?? '',
+    ...readQuestion(p),
     plot: p.get('plot') ?? '',
     filter: p.get('filter') ?? '',
     sort: p.get('sort') ?? 'band',
@@ -56,27 +39,12 @@ function readState(): ViewState {
 
 function writeState(s: ViewState, push: boolean): void {
   const p = new URLSearchParams();
-  p.set('selector', s.selector);
-  if (s.fixed) {
-    p.set('from', String(s.fixed.from));
-    p.set('to', String(s.fixed.to));
-  } else {
-    p.set('range', s.range);
-  }
-  if (s.metric) p.set('metric', s.metric);
+  writeQuestion(p, s);
   if (s.plot) p.set('plot', s.plot);
   if (s.filter) p.set('filter', s.filter);
   if (s.sort !== 'band') p.set('sort', s.sort);
   const url = `${location.pathname}?${p.toString()}`;
-  if (url === `${location.pathname}${location.search}`) return;
-  if (push) history.pushState(null, '', url);
-  else history.replaceState(null, '', url);
-}
-
-function $<T extends HTMLElement>(id: string, type: new () => T): T {
-  const e = document.getElementById(id);
-  if (!(e instanceof type)) throw new Error(`fleet.html lacks a <${type.name}> #${id}`);
-  return e;
+  setUrl(url, push);
 }
 
 const ui = {
@@ -108,26 +76,17 @@ let nodeInfo = new Map<string, ApiNode>();
 let strip: uPlot | null = null;
 let inflight: AbortController | null = null;
 
-function el<K extends keyof HTMLElementTagNameMap>(tag: K, cls?: string, text?: string): HTMLElementTagNameMap[K] {
-  const e = document.createElement(tag);
-  if (cls) e.className = cls;
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
-
 function pValue(p: number | undefined): string {
   if (p === undefined) return '—';
   return p < 0.0001 ? 'p < 0.0001' : `p = ${p.toPrecision(2)}`;
 }
 
 function showMessage(kind: 'info' | 'error', title: string, detail: string): void {
-  ui.message.hidden = false;
-  ui.message.className = `message ${kind}`;
-  ui.message.replaceChildren(el('div', 'message-title', title), el('div', 'message-detail', detail));
+  showMessageIn(ui.message, kind, title, detail);
 }
 
 function rangeSeconds(): { from: number; to: number } {
-  return windowSeconds(state.range, state.fixed);
+  return questionSeconds(state);
 }
 
 function applyStateToControls(): void {
@@ -136,11 +95,8 @@ function applyStateToControls(): void {
   ui.nodeFilter.value = state.filter;
   renderNav('fleet', { selector: state.selector, range: state.range, metric: state.metric });
   const explain = new URL(viewHref('compare', { selector: state.selector, range: state.range, metric: state.metric }), location.href);
-  if (state.fixed) {
-    explain.searchParams.delete('range');
-    explain.searchParams.set('from', String(state.fixed.from));
-    explain.searchParams.set('to', String(state.fixed.to));
-  }
+  explain.searchParams.delete('range');
+  writeWindow(explain.searchParams, state.range, state.fixed);
   ui.toExplain.href = explain.href;
 }
 
@@ -324,12 +280,7 @@ function init(): void {
   });
   ui.controls.addEventListener('submit', (e) => {
     e.preventDefault();
-    state.selector = ui.selector.value.trim() || '{}';
-    if (ui.range.value !== FIXED_OPTION) {
-      state.range = isRange(ui.range.value) ? ui.range.value : DEFAULT_RANGE;
-      state.fixed = null;
-    }
-    state.metric = ui.metric.value;
+    Object.assign(state, questionFromControls(state, ui.selector, ui.range, ui.metric));
     state.plot = '';
     completion.reset();
     writeState(state, true);
@@ -356,13 +307,7 @@ function init(): void {
     const before = state;
     state = readState();
     applyStateToControls();
-    const reload =
-      before.selector !== state.selector ||
-      before.range !== state.range ||
-      before.fixed?.from !== state.fixed?.from ||
-      before.fixed?.to !== state.fixed?.to ||
-      before.metric !== state.metric;
-    if (reload) {
+    if (!sameQuestion(before, state)) {
       void load();
     } else if (answer) {
       renderPlot(answer);

@@ -13,6 +13,7 @@ import { renderNav } from './views';
 import { formatAgo, formatCount, formatPercent, formatTime, formatValue } from './format';
 import { TopFunctions } from './topfunctions';
 import { sandwichOf, type Sandwich } from './sandwich';
+import { byId as $, el, setUrl } from './dom';
 
 const DEFAULT_EVENT = 'cpu';
 
@@ -71,15 +72,7 @@ function writeState(s: ViewState, push: boolean): void {
   if (s.sandwich && s.calleesZoom.length > 0) p.set('callees_zoom', s.calleesZoom.join(';'));
   // ';' is legal in a query string; leaving it unescaped keeps zoom paths readable.
   const url = `${location.pathname}?${p.toString().replaceAll('%3B', ';')}${location.hash}`;
-  if (url === `${location.pathname}${location.search}${location.hash}`) return;
-  if (push) history.pushState(null, '', url);
-  else history.replaceState(null, '', url);
-}
-
-function $<T extends HTMLElement>(id: string, type: new () => T): T {
-  const el = document.getElementById(id);
-  if (!(el instanceof type)) throw new Error(`index.html lacks a <${type.name}> #${id}`);
-  return el;
+  setUrl(url, push);
 }
 
 /** The header's links carry the chosen node (if one is), the event and the range. */
@@ -181,13 +174,6 @@ const sandwichAction: FrameAction = {
   },
 };
 for (const g of [graph, callersGraph, calleesGraph]) g.setFrameAction(sandwichAction);
-
-function el<K extends keyof HTMLElementTagNameMap>(tag: K, cls?: string, text?: string): HTMLElementTagNameMap[K] {
-  const e = document.createElement(tag);
-  if (cls) e.className = cls;
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Messages

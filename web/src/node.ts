@@ -24,6 +24,7 @@ import {
 import { formatAgo, formatFigure as figure, formatValue } from './format';
 import { DEFAULT_RANGE, RANGES, RANGE_LABELS, isRange, rangeOptions, type RangeKey } from './range';
 import { renderNav } from './views';
+import { byId as $, el, setUrl, showMessageIn } from './dom';
 
 type Rate = 'second' | 'interval';
 
@@ -59,15 +60,7 @@ function writeState(s: ViewState, push: boolean): void {
   if (s.rate !== 'second') p.set('rate', s.rate);
   if (s.open.length > 0) p.set('open', s.open.join(','));
   const url = `${location.pathname}?${p.toString().replaceAll('%2C', ',')}`;
-  if (url === `${location.pathname}${location.search}`) return;
-  if (push) history.pushState(null, '', url);
-  else history.replaceState(null, '', url);
-}
-
-function $<T extends HTMLElement>(id: string, type: new () => T): T {
-  const e = document.getElementById(id);
-  if (!(e instanceof type)) throw new Error(`node.html lacks a <${type.name}> #${id}`);
-  return e;
+  setUrl(url, push);
 }
 
 const ui = {
@@ -105,13 +98,6 @@ let charts: { chart: uPlot; box: HTMLElement }[] = [];
 let inflight: AbortController | null = null;
 let seq = 0;
 
-function el<K extends keyof HTMLElementTagNameMap>(tag: K, cls?: string, text?: string): HTMLElementTagNameMap[K] {
-  const e = document.createElement(tag);
-  if (cls) e.className = cls;
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
-
 function svg<K extends keyof SVGElementTagNameMap>(tag: K, attrs: Record<string, string | number> = {}): SVGElementTagNameMap[K] {
   const e = document.createElementNS(SVG_NS, tag);
   for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, String(v));
@@ -132,9 +118,7 @@ function unreachable(err: unknown): boolean {
 }
 
 function showMessage(kind: 'info' | 'error', title: string, detail: string): void {
-  ui.message.hidden = false;
-  ui.message.className = `message ${kind}`;
-  ui.message.replaceChildren(el('div', 'message-title', title), el('div', 'message-detail', detail));
+  showMessageIn(ui.message, kind, title, detail);
 }
 
 function showSections(show: boolean): void {

@@ -6,6 +6,7 @@ import type { ApiCompare, ApiNode } from './api';
 import { bandOf, type Split } from './bandplot';
 import { formatAgo, formatFigure as figure } from './format';
 import { viewHref } from './views';
+import { el } from './dom';
 
 /** Node labels derived from facts (server/src/selector.rs `NODE_FACT_LABELS`, minus `node`). */
 export const FACT_LABELS: readonly string[] = [
@@ -38,13 +39,6 @@ export interface NodeTableOptions {
   onSort: (sort: string) => void;
   /** A click on a fact or label value (`name`, `value`): the fleet view adds it to its selector. */
   onLabel?: (name: string, value: string) => void;
-}
-
-function el<K extends keyof HTMLElementTagNameMap>(tag: K, cls?: string, text?: string): HTMLElementTagNameMap[K] {
-  const e = document.createElement(tag);
-  if (cls) e.className = cls;
-  if (text !== undefined) e.textContent = text;
-  return e;
 }
 
 const BAND_ORDER = { slow: 0, high: 0, fast: 1, low: 1, '': 2 } as const;

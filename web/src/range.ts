@@ -38,6 +38,16 @@ export function readFixed(p: URLSearchParams): FixedWindow | null {
     : null;
 }
 
+/** Writes a view's time into its URL: `from` and `to` for a fixed window, else `range`. */
+export function writeWindow(p: URLSearchParams, range: RangeKey, fixed: FixedWindow | null): void {
+  if (fixed) {
+    p.set('from', String(fixed.from));
+    p.set('to', String(fixed.to));
+  } else {
+    p.set('range', range);
+  }
+}
+
 /** The window a view queries: the fixed one, or the last `range` up to now. */
 export function windowSeconds(range: RangeKey, fixed: FixedWindow | null): { from: number; to: number } {
   if (fixed) return fixed;

@@ -11,6 +11,7 @@
 import type { FrameKind } from './api';
 import { frameColour, type FlameChange, type FlameGraph, type Frame } from './flamegraph';
 import { formatCount, formatPercent, formatValue } from './format';
+import { el } from './dom';
 
 export interface FunctionStat {
   readonly name: string;
@@ -92,13 +93,6 @@ function firstRows(stats: readonly FunctionStat[], key: SortKey, descending: boo
 const ESCAPES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
 function esc(s: string): string {
   return s.replace(/[&<>"']/g, (c) => ESCAPES[c] ?? c);
-}
-
-function el<K extends keyof HTMLElementTagNameMap>(tag: K, cls: string, text?: string): HTMLElementTagNameMap[K] {
-  const e = document.createElement(tag);
-  e.className = cls;
-  if (text !== undefined) e.textContent = text;
-  return e;
 }
 
 export class TopFunctions {
