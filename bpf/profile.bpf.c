@@ -8,6 +8,8 @@
  *  - task_numa_fault, by fentry or kprobe, for NUMA-balancing hinting faults and the remote
  *    ones among them (remote_access where no PMU counts remote accesses);
  *  - the mm_migrate_pages raw tracepoint for page migrations.
+ * Beside them, exec and exit of processes keep `sampled_processes` true (which processes the
+ * agent has been told of).
  *
  * Two sample maps are used in turn: programs count into `samples_0` or `samples_1` as
  * `active_buffer` says, and user space flips it before draining the other one, so a drain
@@ -58,22 +60,31 @@ struct {
 	__uint(max_entries, 1024 * 1024);
 } data_samples SEC(".maps");
 
-/*
- * Processes whose code has no frame pointers (set by the agent): their samples carry a copy of
- * the user stack for .eh_frame unwinding instead of a frame-pointer stack id.
- */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 8192);
-	__type(key, __u32);
-	__type(value, __u8);
-} unwind_tgids SEC(".maps");
-
 /* samples with a user stack copy (struct stack_snapshot), read continuously by the agent */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 8 * 1024 * 1024);
 } stack_snapshots SEC(".maps");
+
+/*
+ * Processes sampled since they started or last called exec, by tgid, with what the agent knows
+ * of them (enum process_state). The first sample of any other process sends its tgid through
+ * `new_processes`, and the agent reads its mappings and judges its frame pointers at once, while
+ * it still runs: a process that lives less than a drain interval is named and unwound like any
+ * other. LRU: a process forgotten early is only noticed (and judged) again.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u8);
+} sampled_processes SEC(".maps");
+
+/* tgids (__u32) of processes sampled for the first time, read continuously by the agent */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+} new_processes SEC(".maps");
 
 /* lost samples and stacks per event kind and drop reason, per CPU so counting never contends */
 struct {
@@ -95,13 +106,20 @@ const volatile __u32 enabled_events = 0;
 /* send data addresses of samples that have one through `data_samples` */
 const volatile bool send_data_addresses = false;
 
-/* send a stack snapshot for every process with a user stack, not only `unwind_tgids` */
+/* send a stack snapshot for every process with a user stack (`eh-frame` unwinding) */
 const volatile bool unwind_all = false;
+
+/*
+ * send a stack snapshot for processes the agent judged to lack frame pointers, and for those it
+ * has not judged yet (`auto` unwinding)
+ */
+const volatile bool unwind_auto = false;
 
 /* which sample map programs count into; flipped by user space before each drain */
 __u32 active_buffer = 0;
 
 /* emit the shared types into BTF so the skeleton carries them to Rust */
+enum process_state _process_state = 0;
 struct sample_key _sample_key = {};
 struct sample_value _sample_value = {};
 struct data_sample _data_sample = {};
@@ -119,9 +137,35 @@ static __always_inline void count_drop(enum event_kind event, enum drop_reason r
 }
 
 /*
- * Sends the sample (its kernel stack already taken) with the user registers and a copy of the
- * user stack, to be unwound by the agent. False when it could not, and the caller should count it
- * with a frame-pointer user stack.
+ * What the agent knows of process `tgid` (enum process_state); at its first sample, tells the
+ * agent about it (see `sampled_processes`).
+ */
+static __always_inline __u8 process_state(__u32 tgid)
+{
+	__u8 noticed = PROCESS_NOTICED, *state;
+	__u32 *out;
+
+	state = bpf_map_lookup_elem(&sampled_processes, &tgid);
+	if (state)
+		return *state;
+	/* another CPU may have noticed it meanwhile: only the one that inserted it sends */
+	if (bpf_map_update_elem(&sampled_processes, &tgid, &noticed, BPF_NOEXIST))
+		return PROCESS_NOTICED;
+	out = bpf_ringbuf_reserve(&new_processes, sizeof(*out), 0);
+	if (!out) {
+		/* noticed again at its next sample, when the agent has read the ring */
+		bpf_map_delete_elem(&sampled_processes, &tgid);
+		return PROCESS_NOTICED;
+	}
+	*out = tgid;
+	bpf_ringbuf_submit(out, 0);
+	return PROCESS_NOTICED;
+}
+
+/*
+ * Sends the sample of a process with a user stack (its kernel stack already taken) with the user
+ * registers and a copy of the user stack, to be unwound by the agent. False when it could not, and
+ * the caller should count it with a frame-pointer user stack.
  */
 static __always_inline bool send_snapshot(struct sample_key *key, __u64 weight, __u64 address)
 {
@@ -131,11 +175,6 @@ static __always_inline bool send_snapshot(struct sample_key *key, __u64 weight, 
 	__u64 sp, len, chunk;
 	int i;
 
-	/* kernel threads have no user stack to copy */
-	if (!BPF_CORE_READ(task, mm))
-		return false;
-	if (!unwind_all && !bpf_map_lookup_elem(&unwind_tgids, &key->tgid))
-		return false;
 	snap = bpf_ringbuf_reserve(&stack_snapshots, sizeof(*snap), 0);
 	if (!snap) {
 		count_drop(key->event, DROP_SNAPSHOT_RING_FULL);
@@ -185,6 +224,8 @@ static __always_inline int record_sample(void *ctx, enum event_kind event, __u64
 	struct sample_value first = {.count = 1, .value = weight}, *value;
 	struct data_sample *data;
 	__u64 id = bpf_get_current_pid_tgid();
+	__u8 state = PROCESS_NOTICED;
+	bool user;
 	void *samples;
 
 	key.tgid = id >> 32;
@@ -201,13 +242,18 @@ static __always_inline int record_sample(void *ctx, enum event_kind event, __u64
 		return 0;
 	key.event = event;
 	bpf_get_current_comm(&key.comm, sizeof(key.comm));
+	/* kernel threads map no files and have no user stack: nothing to tell or unwind */
+	user = BPF_CORE_READ((struct task_struct *)bpf_get_current_task_btf(), mm);
+	if (user)
+		state = process_state(key.tgid);
 
 	/* a sample taken in user mode has no kernel stack: -EFAULT is expected there, not a loss */
 	key.kernel_stack_id = bpf_get_stackid(ctx, &stacks, 0);
 	if (key.kernel_stack_id < 0 && key.kernel_stack_id != -EFAULT)
 		count_drop(event, DROP_KERNEL_STACK);
 
-	if (send_snapshot(&key, weight, address))
+	if (user && (unwind_all || (unwind_auto && state != PROCESS_FRAME_POINTERS)) &&
+	    send_snapshot(&key, weight, address))
 		return 0;
 
 	/* kernel threads have no user stack: -EFAULT again */
@@ -309,6 +355,28 @@ int BPF_PROG(page_migration, unsigned long succeeded)
 {
 	if (succeeded)
 		record_sample(ctx, EVENT_KIND_PAGE_MIGRATION, succeeded, 0);
+	return 0;
+}
+
+/* a process that calls exec maps other files: its next sample is a first one again */
+SEC("raw_tp/sched_process_exec")
+int process_exec(void *ctx)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+
+	bpf_map_delete_elem(&sampled_processes, &tgid);
+	return 0;
+}
+
+/* a process whose main thread exits is forgotten, so a later process reusing its pid is noticed */
+SEC("raw_tp/sched_process_exit")
+int process_exit(void *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+
+	if (tgid == (__u32)id)
+		bpf_map_delete_elem(&sampled_processes, &tgid);
 	return 0;
 }
 

@@ -2,8 +2,9 @@
 //! writes a local profile (`record`) or streams batches to the fleet server (`run`).
 //!
 //! The data path, by module: `events` (which perf event samples each kind) → `bpf` (programs
-//! and their maps) → `symbolize` (addresses to frames) → `batch` (wire batches) → `record` /
-//! `ship`; `probe` reports which source each event kind uses here.
+//! and their maps) → `processes` (the mappings of each process sampled, read at its first
+//! sample) → `symbolize` (addresses to frames) → `batch` (wire batches) → `record` / `ship`;
+//! `probe` reports which source each event kind uses here.
 //!
 //! Node facts for the server: `topology` (what the node looks like), `counters` (how its NUMA and
 //! fault counters move), `placement` (on which nodes a process's memory and threads are).
@@ -19,6 +20,7 @@ pub mod identity;
 pub mod kubernetes;
 pub mod placement;
 pub mod probe;
+pub mod processes;
 pub mod record;
 pub mod ship;
 pub mod symbolize;

@@ -75,7 +75,9 @@ pub fn record(opts: &RecordOptions) -> anyhow::Result<RecordSummary> {
         data_addresses: opts.data_objects,
         work_uprobe: None,
     })?;
-    let frames = Frames::default().with_debug_dirs(opts.debug_dirs.clone());
+    let frames = Frames::default()
+        .with_debug_dirs(opts.debug_dirs.clone())
+        .with_processes(sampler.processes());
     let mut profile = Profile::new(opts.event.name(), opts.event.unit());
     profile.period = source.period;
     let started = SystemTime::now();

@@ -139,13 +139,15 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
         ));
     }
     let debug_dirs = opts.debug_dirs.clone();
+    let processes = sampler.processes();
     let sampling = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
         let frames = if by_server {
             Frames::by_server()
         } else {
             Frames::default()
         }
-        .with_debug_dirs(debug_dirs);
+        .with_debug_dirs(debug_dirs)
+        .with_processes(processes);
         let mut start = SystemTime::now();
         let mut counters = NodeCounters::read_from(root).ok();
         let mut counting = CountingEvents::open();

@@ -11,7 +11,8 @@ use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use blazesym::Pid;
 
 use crate::placement::MappingClass;
-use crate::{debugfile, elf, placement};
+use crate::processes::ProcessMaps;
+use crate::{debugfile, elf};
 
 /// One symbolizer per agent: blazesym caches parsed ELF files and kallsyms across calls.
 pub struct Frames {
@@ -27,26 +28,14 @@ pub struct Frames {
     /// The separate debug file of each image by build id, `None` when it has none; looked for
     /// once per build id.
     debug_files: std::cell::RefCell<HashMap<Vec<u8>, Option<PathBuf>>>,
-    /// The file mappings of processes seen alive, by tgid: the samples of a process that exits
-    /// before they are drained are named from them (its /proc entry is gone by then).
-    remembered: std::cell::RefCell<HashMap<u32, Remembered>>,
+    /// The file mappings of processes seen alive: the samples of a process that exits before
+    /// they are drained are named from them (its /proc entry is gone by then).
+    processes: ProcessMaps,
     /// Build ids of image files on the host, by path (for processes that have exited).
     host_build_ids: std::cell::RefCell<HashMap<String, Vec<u8>>>,
     /// Calls of `user` so far: the remembered mappings are tidied every so many.
     calls: std::cell::Cell<u64>,
 }
-
-/// A process's file mappings, as they were when it was last seen alive.
-#[derive(Debug)]
-struct Remembered {
-    mappings: Vec<placement::Mapping>,
-    at: std::time::Instant,
-}
-
-/// Remembered mappings are read again after this long (libraries loaded since, a reused pid).
-const REMEMBER_FOR: std::time::Duration = std::time::Duration::from_secs(30);
-/// At most this many processes' mappings are kept; the oldest go first.
-const REMEMBERED_PROCESSES: usize = 4096;
 
 impl std::fmt::Debug for Frames {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -63,7 +52,7 @@ impl Default for Frames {
             segments: Default::default(),
             debug_dirs: debugfile::default_dirs(),
             debug_files: Default::default(),
-            remembered: Default::default(),
+            processes: ProcessMaps::default(),
             host_build_ids: Default::default(),
             calls: Default::default(),
         }
@@ -89,6 +78,13 @@ impl Frames {
         self
     }
 
+    /// Mappings read by the sampler at each process's first sample ([`crate::bpf::Sampler::processes`])
+    /// instead of only at drains.
+    pub fn with_processes(mut self, processes: ProcessMaps) -> Frames {
+        self.processes = processes;
+        self
+    }
+
     /// The separate debug file of the frame's image, if one is installed (cached by build id).
     fn debug_file(&self, tgid: u32, frame: &v1::Frame) -> Option<PathBuf> {
         if frame.build_id.is_empty() || frame.module.is_empty() {
@@ -101,72 +97,30 @@ impl Frames {
             .clone()
     }
 
-    /// Remembers process `tgid`'s file mappings (read again when older than [`REMEMBER_FOR`]).
-    fn remember(&self, tgid: u32) {
-        let fresh = self
-            .remembered
-            .borrow()
-            .get(&tgid)
-            .is_some_and(|r| r.at.elapsed() < REMEMBER_FOR);
-        if fresh {
-            return;
-        }
-        let Ok(all) = placement::read_mappings(Path::new("/"), tgid) else {
-            return;
-        };
-        let mappings = all
-            .into_iter()
-            .filter(|m| {
-                m.path
-                    .as_deref()
-                    .is_some_and(|p| p.starts_with('/') && !p.ends_with(" (deleted)"))
-            })
-            .collect();
-        self.remembered.borrow_mut().insert(
-            tgid,
-            Remembered {
-                mappings,
-                at: std::time::Instant::now(),
-            },
-        );
-    }
-
-    /// Every 256 calls: forgets exited processes remembered for long enough that their last
-    /// samples were drained, and the oldest beyond [`REMEMBERED_PROCESSES`].
+    /// Every 256 calls: forgets the mappings of processes that exited long enough ago.
     fn tidy(&self) {
         let calls = self.calls.get() + 1;
         self.calls.set(calls);
-        if !calls.is_multiple_of(256) {
-            return;
-        }
-        let mut remembered = self.remembered.borrow_mut();
-        remembered.retain(|tgid, r| r.at.elapsed() < 4 * REMEMBER_FOR || Path::new(&format!("/proc/{tgid}")).exists());
-        if remembered.len() > REMEMBERED_PROCESSES {
-            let mut ages: Vec<(std::time::Instant, u32)> = remembered.iter().map(|(t, r)| (r.at, *t)).collect();
-            ages.sort_unstable();
-            for (_, tgid) in &ages[..ages.len() - REMEMBERED_PROCESSES] {
-                remembered.remove(tgid);
-            }
+        if calls.is_multiple_of(256) {
+            self.processes.tidy();
         }
     }
 
     /// Fills module, file offset, build id and ELF address of `frames` from the mappings
     /// remembered of `tgid`, a process that has exited; false when none are remembered.
     fn locate_in_remembered(&self, tgid: u32, addrs: &[u64], frames: &mut [v1::Frame]) -> bool {
-        let remembered = self.remembered.borrow();
-        let Some(r) = remembered.get(&tgid) else {
+        let Some(located) = self.processes.locate(tgid, addrs) else {
             return false;
         };
-        for (frame, &addr) in frames.iter_mut().zip(addrs) {
-            let Some(m) = r.mappings.iter().find(|m| m.start <= addr && addr < m.end) else {
+        for ((frame, &addr), at) in frames.iter_mut().zip(addrs).zip(located) {
+            let Some(at) = at else {
                 frame.unsymbolized_reason =
                     format!("process {tgid} exited; no file mapped {addr:#x} when it was last seen");
                 continue;
             };
-            let path = m.path.clone().unwrap_or_default();
-            frame.build_id = self.host_build_id(&path);
-            frame.module = path;
-            frame.file_offset = addr - m.start + m.offset;
+            frame.build_id = self.host_build_id(&at.path);
+            frame.module = at.path;
+            frame.file_offset = at.file_offset;
             frame.elf_address = self.elf_address(tgid, frame).unwrap_or(0);
             frame.unsymbolized_reason.clear();
         }
@@ -312,13 +266,14 @@ impl Frames {
                 {
                     exited = true;
                 } else {
-                    self.remember(tgid);
+                    self.processes.read_if_stale(tgid);
                 }
             }
             Err(e) => {
                 if self.locate_in_remembered(tgid, &addrs, &mut frames) {
                     exited = true;
                 } else {
+                    tracing::debug!(tgid, "no mappings remembered of a process gone: {e}");
                     for frame in &mut frames {
                         frame.unsymbolized_reason = format!("process {tgid} not readable: {e}");
                     }

@@ -19,6 +19,7 @@ use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
 
 use crate::elf;
 use crate::placement::{self, Mapping};
+use crate::processes::ProcessMaps;
 use object::{Object, ObjectSection, ObjectSegment};
 
 /// Deepest chain unwound, as for frame-pointer stacks (MAX_STACK_DEPTH in sample.h).
@@ -184,6 +185,8 @@ struct Process {
     /// Executable ranges the modules cover.
     covered: Vec<Range<u64>>,
     built: Instant,
+    /// Times its modules were read again.
+    rebuilds: u32,
 }
 
 /// What unwinding did, since the agent started.
@@ -201,6 +204,9 @@ pub struct UnwindStats {
 pub struct Unwinder {
     processes: HashMap<u32, Process>,
     images: HashMap<(String, u64), Option<Arc<Image>>>,
+    /// The mappings of processes read while they ran: a snapshot handled after its process
+    /// exited is unwound with them (and the images on the host).
+    remembered: ProcessMaps,
     pub stats: UnwindStats,
 }
 
@@ -224,6 +230,14 @@ pub struct Snapshot<'a> {
 }
 
 impl Unwinder {
+    /// An unwinder that falls back on `remembered` for processes that have exited.
+    pub fn with_processes(remembered: ProcessMaps) -> Unwinder {
+        Unwinder {
+            remembered,
+            ..Unwinder::default()
+        }
+    }
+
     /// The call chain of a snapshot, leaf first: the instruction pointer, then return addresses.
     pub fn unwind(&mut self, snapshot: &Snapshot<'_>) -> Vec<u64> {
         self.stats.snapshots += 1;
@@ -231,37 +245,30 @@ impl Unwinder {
         let stale = self
             .processes
             .get(&tgid)
-            .is_none_or(|p| !p.covers(snapshot.ip) && p.built.elapsed() >= REBUILD_INTERVAL);
+            .is_none_or(|p| !p.covers(snapshot.ip) && p.may_rebuild());
         if stale {
-            let process = self.build(tgid);
-            self.processes.insert(tgid, process);
+            self.rebuild(tgid);
         }
-        let process = self.processes.get_mut(&tgid).expect("inserted above");
-        let stack = snapshot.stack;
-        let sp = snapshot.sp;
-        let mut read_stack = |address: u64| -> Result<u64, ()> {
-            let at = address.checked_sub(sp).ok_or(())? as usize;
-            let bytes = stack.get(at..at.checked_add(8).ok_or(())?).ok_or(())?;
-            Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| ())?))
-        };
-        let regs = UnwindRegsX86_64::new(snapshot.ip, snapshot.sp, snapshot.bp);
-        let mut frames = Vec::new();
-        let mut iter = process
-            .unwinder
-            .iter_frames(snapshot.ip, regs, &mut process.cache, &mut read_stack);
-        let complete = loop {
-            match iter.next() {
-                Ok(Some(frame)) if frames.len() < MAX_DEPTH => frames.push(frame.address()),
-                Ok(Some(_)) => break false,
-                Ok(None) => break true,
-                Err(_) => break false,
-            }
-        };
+        let process = self.processes.get_mut(&tgid).expect("built above");
+        let (mut frames, mut complete) = process.walk(snapshot);
+        // A chain that ends in code no module covers: a library mapped after the modules were
+        // read (a young process whose loader was still at work), read again and walked again.
+        if !complete && frames.last().is_some_and(|&a| !process.covers(a)) && process.may_rebuild() {
+            self.rebuild(tgid);
+            (frames, complete) = self.processes.get_mut(&tgid).expect("built above").walk(snapshot);
+        }
         if !complete {
             self.stats.truncated += 1;
         }
         self.stats.frames += frames.len() as u64;
         frames
+    }
+
+    fn rebuild(&mut self, tgid: u32) {
+        let rebuilds = self.processes.get(&tgid).map_or(0, |p| p.rebuilds + 1);
+        let mut process = self.build(tgid);
+        process.rebuilds = rebuilds;
+        self.processes.insert(tgid, process);
     }
 
     /// Forgets processes for which `alive` is false.
@@ -280,14 +287,34 @@ impl Unwinder {
             cache: CacheX86_64::new(),
             covered: Vec::new(),
             built: Instant::now(),
+            rebuilds: 0,
         };
         let root = PathBuf::from(format!("/proc/{tgid}/root"));
-        for mapping in executable_mappings(tgid) {
+        let mut mappings = executable_mappings(tgid);
+        let exited = mappings.is_empty();
+        if exited {
+            // Its files as the host sees them, from where they were mapped when it ran.
+            mappings = self.remembered.executable_mappings(tgid);
+        }
+        for mapping in mappings {
+            let key = (mapping.device.clone(), mapping.inode);
             let image = match mapping.path.as_deref() {
                 Some("[vdso]") => vdso(),
+                Some(path) if exited && mapping.inode != 0 && !self.images.contains_key(&key) => {
+                    // Only the very file it mapped: the host's path may name another one.
+                    use std::os::unix::fs::MetadataExt;
+                    let same = std::fs::metadata(path).is_ok_and(|m| m.ino() == mapping.inode);
+                    let image = same
+                        .then(|| map_file(Path::new(path)).and_then(Image::parse).ok().map(Arc::new))
+                        .flatten();
+                    if image.is_some() {
+                        self.images.insert(key.clone(), image);
+                    }
+                    self.images.get(&key).and_then(Option::as_deref)
+                }
                 Some(path) if path.starts_with('/') && mapping.inode != 0 => self
                     .images
-                    .entry((mapping.device.clone(), mapping.inode))
+                    .entry(key)
                     .or_insert_with(|| {
                         let file = root.join(path.trim_start_matches('/'));
                         map_file(&file).and_then(Image::parse).ok().map(Arc::new)
@@ -312,6 +339,40 @@ impl Unwinder {
 impl Process {
     fn covers(&self, address: u64) -> bool {
         self.covered.iter().any(|r| r.contains(&address))
+    }
+
+    /// Whether its modules may be read again: soon after they were first read (20 ms, 80 ms,
+    /// 320 ms, ...), then every [`REBUILD_INTERVAL`] at most.
+    fn may_rebuild(&self) -> bool {
+        let wait = Duration::from_millis(20)
+            .saturating_mul(1 << (2 * self.rebuilds.min(8)))
+            .min(REBUILD_INTERVAL);
+        self.built.elapsed() >= wait
+    }
+
+    /// Unwinds `snapshot` with the modules as they are; true when the chain reached its root.
+    fn walk(&mut self, snapshot: &Snapshot<'_>) -> (Vec<u64>, bool) {
+        let stack = snapshot.stack;
+        let sp = snapshot.sp;
+        let mut read_stack = |address: u64| -> Result<u64, ()> {
+            let at = address.checked_sub(sp).ok_or(())? as usize;
+            let bytes = stack.get(at..at.checked_add(8).ok_or(())?).ok_or(())?;
+            Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| ())?))
+        };
+        let regs = UnwindRegsX86_64::new(snapshot.ip, snapshot.sp, snapshot.bp);
+        let mut frames = Vec::new();
+        let mut iter = self
+            .unwinder
+            .iter_frames(snapshot.ip, regs, &mut self.cache, &mut read_stack);
+        let complete = loop {
+            match iter.next() {
+                Ok(Some(frame)) if frames.len() < MAX_DEPTH => frames.push(frame.address()),
+                Ok(Some(_)) => break false,
+                Ok(None) => break true,
+                Err(_) => break false,
+            }
+        };
+        (frames, complete)
     }
 }
 

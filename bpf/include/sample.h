@@ -41,6 +41,16 @@ enum drop_reason {
 
 #define DROPS_MAX_ENTRIES (EVENT_KIND_COUNT * DROP_REASON_COUNT)
 
+/* what the agent knows of a sampled process (values of `sampled_processes`) */
+enum process_state {
+	/* sampled and told to the agent, not judged yet: unwound from stack copies meanwhile */
+	PROCESS_NOTICED = 0,
+	/* its executable keeps frame pointers: the kernel's frame-pointer stacks serve */
+	PROCESS_FRAME_POINTERS = 1,
+	/* its executable has none: unwound by the agent from stack copies (.eh_frame) */
+	PROCESS_EH_FRAME = 2,
+};
+
 /* samples are counted per distinct key in kernel maps, drained every interval */
 struct sample_key {
 	__u32 tgid;

@@ -13,6 +13,7 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, OpenObject, RingBuffer, RingBufferBuilder};
 
 use crate::events::{perf, Attach, EventKind, EventSource};
+use crate::processes::ProcessMaps;
 use crate::unwind::{self, Snapshot, UnwindStats, Unwinder};
 
 mod profile {
@@ -26,7 +27,7 @@ mod profile {
     include!(concat!(env!("OUT_DIR"), "/profile.skel.rs"));
 }
 
-use profile::types::{data_sample, sample_key, sample_value, stack_snapshot};
+use profile::types::{data_sample, process_state, sample_key, sample_value, stack_snapshot};
 use profile::{OpenProfileSkel, ProfileSkel, ProfileSkelBuilder};
 
 // SAFETY: these are plain C structs of integers and byte arrays: every bit pattern of their
@@ -225,14 +226,12 @@ pub struct Sampler {
     _links: Vec<Link>,
     /// Cumulative loss counters at the previous drain, by `drops` map index.
     drops_seen: HashMap<u32, u64>,
-    unwind: UnwindMode,
     /// Samples unwound from stack snapshots since the last drain, by the unwinding thread.
     unwound: Arc<Mutex<Unwound>>,
-    unwind_thread: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
-    /// Whether each process seen so far keeps frame pointers (`auto` mode), by tgid.
-    classified: HashMap<u32, bool>,
-    /// The same judgement by executable (device, inode), shared by its processes.
-    classified_images: HashMap<(u64, u64), bool>,
+    _unwind_thread: Option<Worker>,
+    /// The file mappings of sampled processes, read by `_process_thread` at their first sample.
+    processes: ProcessMaps,
+    _process_thread: Option<Worker>,
     /// Units of work counted up to the previous drain, when a work uprobe is attached.
     work_seen: Option<u64>,
 }
@@ -247,19 +246,179 @@ struct Unwound {
     stats: UnwindStats,
 }
 
-impl Drop for Sampler {
+/// A thread that reads what the programs send until it is dropped.
+struct Worker {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Worker {
+    /// Runs `work` on a thread named `name`; `work` returns once the flag it is given is set.
+    fn spawn(name: &str, work: impl FnOnce(Arc<AtomicBool>) + Send + 'static) -> Worker {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || work(flag))
+            .expect("spawning a thread");
+        Worker {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Worker {
     fn drop(&mut self) {
-        if let Some((stop, thread)) = self.unwind_thread.take() {
-            stop.store(true, Ordering::Relaxed);
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
             let _ = thread.join();
+        }
+    }
+}
+
+/// In `auto` mode, judges whether each process noticed keeps frame pointers and tells the
+/// programs (`sampled_processes`); each executable is judged once.
+struct Classifier {
+    sampled_processes: MapHandle,
+    /// Whether each executable keeps frame pointers, by (device, inode).
+    images: HashMap<(u64, u64), bool>,
+}
+
+impl Classifier {
+    /// Judges the executables of `tgids` ahead of their first samples.
+    fn judge_images(&mut self, tgids: &[u32]) {
+        let started = Instant::now();
+        for &tgid in tgids {
+            self.uses_frame_pointers(tgid);
+        }
+        tracing::debug!(images = self.images.len(), elapsed = ?started.elapsed(), "executables judged");
+    }
+
+    /// Whether `tgid`'s executable keeps frame pointers; `None` for kernel threads and processes
+    /// that are gone.
+    fn uses_frame_pointers(&mut self, tgid: u32) -> Option<bool> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(format!("/proc/{tgid}/exe")).ok()?;
+        Some(
+            *self
+                .images
+                .entry((meta.dev(), meta.ino()))
+                .or_insert_with(|| unwind::process_uses_frame_pointers(tgid).unwrap_or(true)),
+        )
+    }
+
+    /// Judges process `tgid`, just noticed, and tells the programs how to unwind it.
+    fn judge(&mut self, tgid: u32) {
+        let Some(uses_fp) = self.uses_frame_pointers(tgid) else {
+            return;
+        };
+        tracing::debug!(tgid, uses_fp, "judged");
+        let state = if uses_fp {
+            process_state::PROCESS_FRAME_POINTERS
+        } else {
+            process_state::PROCESS_EH_FRAME
+        };
+        // Only a process still there: one that exited meanwhile was removed by the programs.
+        if let Err(e) = self
+            .sampled_processes
+            .update(&tgid.to_ne_bytes(), &[state.0 as u8], MapFlags::EXIST)
+        {
+            tracing::debug!(tgid, "process gone before it was judged: {e}");
+        }
+    }
+}
+
+/// A process's mappings are read again this long after its first sample: a program's first
+/// samples often come while the dynamic loader is still mapping its libraries.
+const READ_AGAIN_AFTER: [Duration; 2] = [Duration::from_millis(50), Duration::from_millis(500)];
+
+/// Reads the mappings of every process the programs tell of at its first sample
+/// (`new_processes`), until `stop`: at once, while the process still runs, and again
+/// [`READ_AGAIN_AFTER`]. In `auto` mode, a thread of its own judges each one (parsing a new
+/// executable's `.eh_frame` can take long, and must not hold up the next mappings).
+fn watch_processes(
+    ring_map: MapHandle,
+    processes: ProcessMaps,
+    classifier: Option<(Classifier, Vec<u32>)>,
+    stop: Arc<AtomicBool>,
+) {
+    let judge = classifier.map(|(mut classifier, running)| {
+        let (tx, rx) = std::sync::mpsc::channel::<u32>();
+        std::thread::Builder::new()
+            .name("bimodal-judge".into())
+            .spawn(move || {
+                classifier.judge_images(&running);
+                // Ends when the sender is dropped, with this thread.
+                for tgid in rx {
+                    classifier.judge(tgid);
+                }
+            })
+            .expect("spawning a thread");
+        tx
+    });
+    let noticed: Arc<Mutex<Vec<u32>>> = Arc::default();
+    let sink = noticed.clone();
+    let mut builder = RingBufferBuilder::new();
+    let built = builder
+        .add(&ring_map, move |raw: &[u8]| {
+            if let Some(tgid) = raw.get(..4).and_then(|b| b.try_into().ok()).map(u32::from_ne_bytes) {
+                sink.lock().expect("not poisoned").push(tgid);
+            }
+            0
+        })
+        .map(drop);
+    let ring = match built.and_then(|()| builder.build()) {
+        Ok(ring) => ring,
+        Err(e) => {
+            tracing::warn!("new processes cannot be read, their mappings are read at drains only: {e}");
+            return;
+        }
+    };
+    // Processes to read again, and when: what the dynamic loader maps after the first sample.
+    let mut again: std::collections::VecDeque<(Instant, u32)> = Default::default();
+    while !stop.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        let wait = again
+            .front()
+            .map_or(Duration::from_millis(100), |(due, _)| {
+                due.saturating_duration_since(now)
+            })
+            .min(Duration::from_millis(100));
+        if let Err(e) = ring.poll(wait) {
+            tracing::warn!("reading new processes: {e}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let tgids = std::mem::take(&mut *noticed.lock().expect("not poisoned"));
+        // Mappings first: they are what a process that is about to exit takes with it.
+        for &tgid in &tgids {
+            if !processes.read_now(tgid) {
+                tracing::debug!(tgid, "process gone before its mappings were read");
+            } else {
+                let now = Instant::now();
+                for after in READ_AGAIN_AFTER {
+                    again.push_back((now + after, tgid));
+                }
+            }
+        }
+        again.make_contiguous().sort_unstable();
+        let now = Instant::now();
+        while again.front().is_some_and(|(due, _)| *due <= now) {
+            let (_, tgid) = again.pop_front().expect("not empty");
+            processes.read_now(tgid);
+        }
+        if let Some(judge) = &judge {
+            for &tgid in &tgids {
+                let _ = judge.send(tgid);
+            }
         }
     }
 }
 
 /// Unwinds every snapshot the programs send, until `stop`: consumed continuously, since one
 /// copy is kilobytes and the ring holds only hundreds.
-fn unwind_snapshots(ring_map: MapHandle, out: Arc<Mutex<Unwound>>, stop: Arc<AtomicBool>) {
-    let mut unwinder = Unwinder::default();
+fn unwind_snapshots(ring_map: MapHandle, out: Arc<Mutex<Unwound>>, processes: ProcessMaps, stop: Arc<AtomicBool>) {
+    let mut unwinder = Unwinder::with_processes(processes);
     let sink = out.clone();
     let mut builder = RingBufferBuilder::new();
     let added = builder.add(&ring_map, move |raw: &[u8]| {
@@ -302,7 +461,7 @@ fn unwind_snapshots(ring_map: MapHandle, out: Arc<Mutex<Unwound>>, stop: Arc<Ato
         value.value += snap.weight;
         drop(out);
         // Processes that exited leave their unwinders behind; sweep now and then.
-        if unwinder.stats.snapshots % 4096 == 0 {
+        if unwinder.stats.snapshots.is_multiple_of(4096) {
             unwinder.retain(|tgid| Path::new(&format!("/proc/{tgid}")).exists());
         }
         0
@@ -387,6 +546,7 @@ fn open_for(
         rodata.send_data_addresses = opts.is_some_and(|o| o.data_addresses);
         rodata.enabled_events = events;
         rodata.unwind_all = opts.is_some_and(|o| o.unwind == UnwindMode::EhFrame);
+        rodata.unwind_auto = opts.is_some_and(|o| o.unwind == UnwindMode::Auto);
     }
     open.maps
         .stack_snapshots
@@ -413,6 +573,9 @@ fn open_for(
     progs
         .count_work
         .set_autoload(opts.is_some_and(|o| o.work_uprobe.is_some()));
+    // Only a sampler needs to know which processes were sampled; a probe does not.
+    progs.process_exec.set_autoload(opts.is_some());
+    progs.process_exit.set_autoload(opts.is_some());
     Ok(open)
 }
 
@@ -497,6 +660,56 @@ impl Sampler {
         let attaches: Vec<&Attach> = opts.sources.iter().map(|s| &s.attach).collect();
         let events = opts.sources.iter().fold(0u32, |m, s| m | 1 << (s.event as u32));
         let skel = open_for(&attaches, Some(&opts), events)?.load().map_err(load_error)?;
+
+        // The threads that read what the programs send start before any program is attached:
+        // the first samples of a process that lives a few milliseconds find them running.
+        let unwound: Arc<Mutex<Unwound>> = Arc::default();
+        let processes = ProcessMaps::default();
+        let unwind_thread = if opts.unwind == UnwindMode::FramePointer {
+            None
+        } else {
+            let map = MapHandle::try_from(&skel.maps.stack_snapshots).map_err(|source| SamplerError::Map {
+                map: "stack_snapshots",
+                source,
+            })?;
+            let (out, maps) = (unwound.clone(), processes.clone());
+            Some(Worker::spawn("bimodal-unwind", move |stop| {
+                unwind_snapshots(map, out, maps, stop)
+            }))
+        };
+        let classifier = if opts.unwind == UnwindMode::Auto {
+            let sampled_processes =
+                MapHandle::try_from(&skel.maps.sampled_processes).map_err(|source| SamplerError::Map {
+                    map: "sampled_processes",
+                    source,
+                })?;
+            // The executables running now are judged first, so their processes are judged at once.
+            let running: Vec<u32> = match opts.pid {
+                Some(pid) => vec![pid],
+                None => std::fs::read_dir("/proc")
+                    .map(|dir| dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+                    .unwrap_or_default(),
+            };
+            Some((
+                Classifier {
+                    sampled_processes,
+                    images: HashMap::new(),
+                },
+                running,
+            ))
+        } else {
+            None
+        };
+        let process_thread = {
+            let map = MapHandle::try_from(&skel.maps.new_processes).map_err(|source| SamplerError::Map {
+                map: "new_processes",
+                source,
+            })?;
+            let maps = processes.clone();
+            Some(Worker::spawn("bimodal-procs", move |stop| {
+                watch_processes(map, maps, classifier, stop)
+            }))
+        };
 
         // Open every perf event first: a refusal then leaves nothing half attached.
         let mut fds = Vec::new();
@@ -590,47 +803,29 @@ impl Sampler {
             map: "data_samples",
             source,
         })?;
-        let unwound: Arc<Mutex<Unwound>> = Arc::default();
-        let unwind_thread = if opts.unwind == UnwindMode::FramePointer {
-            None
-        } else {
-            let map = MapHandle::try_from(&skel.maps.stack_snapshots).map_err(|source| SamplerError::Map {
-                map: "stack_snapshots",
-                source,
-            })?;
-            let stop = Arc::new(AtomicBool::new(false));
-            let (out, flag) = (unwound.clone(), stop.clone());
-            let thread = std::thread::Builder::new()
-                .name("bimodal-unwind".into())
-                .spawn(move || unwind_snapshots(map, out, flag))
-                .expect("spawning a thread");
-            Some((stop, thread))
-        };
-        let mut sampler = Sampler {
+        // Exec and exit keep `sampled_processes` true; without them a process is noticed once.
+        for (prog, name) in [
+            (&skel.progs.process_exec, "sched_process_exec"),
+            (&skel.progs.process_exit, "sched_process_exit"),
+        ] {
+            match prog.attach() {
+                Ok(link) => links.push(link),
+                Err(e) => tracing::warn!("{name} cannot be traced, a process that execs is noticed once: {e}"),
+            }
+        }
+        Ok(Sampler {
             skel,
             sources: opts.sources,
             ring,
             ring_out,
             _links: links,
             drops_seen: HashMap::new(),
-            unwind: opts.unwind,
             unwound,
-            unwind_thread,
-            classified: HashMap::new(),
-            classified_images: HashMap::new(),
+            _unwind_thread: unwind_thread,
+            processes,
+            _process_thread: process_thread,
             work_seen: opts.work_uprobe.as_ref().map(|_| 0),
-        };
-        // Judge the processes running now, so their first samples are unwound already.
-        if opts.unwind == UnwindMode::Auto {
-            let tgids: Vec<u32> = match opts.pid {
-                Some(pid) => vec![pid],
-                None => std::fs::read_dir("/proc")
-                    .map(|dir| dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
-                    .unwrap_or_default(),
-            };
-            sampler.classify(&tgids);
-        }
-        Ok(sampler)
+        })
     }
 
     /// Units of work since the previous call, when a work uprobe is attached.
@@ -656,57 +851,10 @@ impl Sampler {
         Some(total.saturating_sub(seen))
     }
 
-    /// In `auto` mode, marks processes whose executable lacks frame pointers for `.eh_frame`
-    /// unwinding; each process is judged once, each executable once.
-    fn classify(&mut self, tgids: &[u32]) {
-        use std::os::unix::fs::MetadataExt;
-        let started = Instant::now();
-        let mut marked = 0;
-        for &tgid in tgids {
-            if tgid == std::process::id() || self.classified.contains_key(&tgid) {
-                continue;
-            }
-            // Kernel threads have no executable: nothing to unwind.
-            let Ok(meta) = std::fs::metadata(format!("/proc/{tgid}/exe")) else {
-                self.classified.insert(tgid, true);
-                continue;
-            };
-            let uses_fp = *self
-                .classified_images
-                .entry((meta.dev(), meta.ino()))
-                .or_insert_with(|| unwind::process_uses_frame_pointers(tgid).unwrap_or(true));
-            self.classified.insert(tgid, uses_fp);
-            if !uses_fp {
-                let value = [1u8];
-                match self
-                    .skel
-                    .maps
-                    .unwind_tgids
-                    .update(&tgid.to_ne_bytes(), &value, MapFlags::ANY)
-                {
-                    Ok(()) => marked += 1,
-                    Err(e) => tracing::warn!(tgid, "cannot mark the process for .eh_frame unwinding: {e}"),
-                }
-            }
-        }
-        if marked > 0 {
-            tracing::debug!(marked, elapsed = ?started.elapsed(), "processes without frame pointers");
-        }
-    }
-
-    /// Forgets processes that exited, here and in `unwind_tgids` (their pids may be reused).
-    fn forget_exited(&mut self) {
-        let gone: Vec<u32> = self
-            .classified
-            .keys()
-            .copied()
-            .filter(|tgid| !Path::new(&format!("/proc/{tgid}")).exists())
-            .collect();
-        for tgid in gone {
-            if self.classified.remove(&tgid) == Some(false) {
-                let _ = self.skel.maps.unwind_tgids.delete(&tgid.to_ne_bytes());
-            }
-        }
+    /// The file mappings of the processes sampled, read at their first sample: for
+    /// [`crate::symbolize::Frames::with_processes`].
+    pub fn processes(&self) -> ProcessMaps {
+        self.processes.clone()
     }
 
     /// Unwinding figures since the sampler started.
@@ -856,13 +1004,6 @@ impl Sampler {
                     _ => entry.snapshot_ring_full += added,
                 }
             }
-        }
-        if self.unwind == UnwindMode::Auto {
-            let mut tgids: Vec<u32> = drained.samples.iter().map(|(k, _)| k.tgid).collect();
-            tgids.sort_unstable();
-            tgids.dedup();
-            self.classify(&tgids);
-            self.forget_exited();
         }
         Ok(drained)
     }

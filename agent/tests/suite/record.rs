@@ -269,3 +269,61 @@ fn samples_of_a_process_that_exited_before_the_drain_are_named() {
     let s = share(&folded, "main;spin_loop;spin_hot_loop");
     assert!(s > 0.8, "only {:.0}% in spin_hot_loop: {folded:?}", s * 100.0);
 }
+
+/// Processes that live less than one drain interval are named and unwound like any other: the
+/// agent reads their mappings and judges their frame pointers at their first sample. Short runs
+/// (0.2 s) of the workload built without frame pointers follow each other for the whole
+/// recording (4 s, a drain every second), so most start and exit between two drains.
+///
+/// Before (the agent read mappings and judged frame pointers at drains only): 91% of their
+/// samples `[unknown]`, 9% with the chain from `main`. Now, also with both cores saturated by
+/// other work: at most 1% unknown (a sample taken inside execve has the old program's registers:
+/// no mapping of the new one names it), at least 96% with the chain. The bounds below leave room
+/// for a loaded machine and still fail the old way by far.
+#[test]
+fn processes_shorter_than_a_drain_interval_are_named_and_unwound() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("cpu.folded");
+    let binary = fixture::workload_without_frame_pointers();
+    let comm: String = binary.file_name().unwrap().to_str().unwrap().chars().take(15).collect();
+    let mut recorder = agent()
+        .args(["record", "--event", "cpu", "--duration", "4s", "-o"])
+        .arg(&out)
+        .spawn()
+        .expect("run bimodal-agent");
+    let mut runs = 0;
+    let status = loop {
+        if let Some(status) = recorder.try_wait().unwrap() {
+            break status;
+        }
+        let mut short = fixture::spawn(binary, &["spin", "0.2"]);
+        short.0.wait().unwrap();
+        runs += 1;
+    };
+    assert!(status.success(), "record failed");
+    let folded = parse_folded(&std::fs::read_to_string(&out).expect("folded output"));
+    let theirs: BTreeMap<String, u64> = folded
+        .into_iter()
+        .filter(|(k, _)| k.starts_with(&format!("{comm};")))
+        .collect();
+    assert!(!theirs.is_empty(), "no sample of the {runs} short runs of {comm}");
+    let unknown = share(&theirs, "[unknown]");
+    assert!(
+        unknown < 0.05,
+        "{:.1}% of the short processes' samples unnamed: {theirs:?}",
+        unknown * 100.0
+    );
+    // Complete: from the entry point through libc's start code to the hot loop.
+    let total: u64 = theirs.values().sum();
+    let complete: u64 = theirs
+        .iter()
+        .filter(|(k, _)| k.starts_with(&format!("{comm};_start;")) && k.contains(";main;spin_loop;spin_hot_loop"))
+        .map(|(_, n)| n)
+        .sum();
+    let s = complete as f64 / total as f64;
+    assert!(
+        s > 0.9,
+        "only {:.0}% of the short processes' samples with the chain from _start: {theirs:?}",
+        s * 100.0
+    );
+}
