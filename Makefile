@@ -40,13 +40,15 @@ test: web
 
 ## bench: cost of bimodal-agent record vs perf record under a page-fault-heavy workload (BENCH_SECONDS=30),
 ##        frame-pointer against .eh_frame unwinding (tools/bench-unwind.sh), the agent's memory while it
-##        uploads a 280 MiB image (tools/bench-upload.sh), then storage and ingest
+##        uploads a 280 MiB image (tools/bench-upload.sh) and while short processes come and go
+##        (tools/bench-cache.sh), then storage and ingest
 ##        of simulated fleets of 100 to 10,000 nodes (tools/bench_storage.py, BENCH_FLEETS=100,1000,10000),
 ##        then band detection on seeded synthetic fleets (server/examples/bands_bench.rs)
 bench: release
 	tools/bench.sh
 	tools/bench-unwind.sh
 	tools/bench-upload.sh
+	tools/bench-cache.sh
 	python3 tools/bench_storage.py --nodes $${BENCH_FLEETS:-100,1000,10000}
 	cargo run --release -q -p bimodal-server --example bands_bench $${BENCH_BAND_TRIALS:-200}
 

@@ -105,6 +105,18 @@ struct SamplingArgs {
     /// host; repeat the flag, or separate them with `:` in the variable.
     #[arg(long = "debug-dir", env = "BIMODAL_DEBUG_DIRS", value_delimiter = ':', default_values = bimodal_agent::debugfile::DEFAULT_DIRS)]
     debug_dirs: Vec<PathBuf>,
+    /// Images (executables, libraries, and processes' views of them) kept parsed for naming and
+    /// unwinding; past it the least recent are dropped, and parsed again when needed.
+    #[arg(long, env = "BIMODAL_CACHED_IMAGES", default_value_t = bimodal_agent::symbolize::DEFAULT_CACHED_IMAGES, value_parser = parse_cached_images)]
+    cached_images: usize,
+}
+
+fn parse_cached_images(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        Ok(_) => Err("at least one image must be kept".into()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 fn parse_ring_size(s: &str) -> Result<u32, String> {
@@ -300,6 +312,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 unwind: a.sampling.unwind,
                 data_objects: a.data_objects,
                 debug_dirs: a.sampling.debug_dirs,
+                cached_images: a.sampling.cached_images,
             };
             let summary = record::record(&opts)?;
             eprintln!(
@@ -371,6 +384,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 symbolize: a.symbolize,
                 upload_max_bytes: a.upload_max_bytes,
                 debug_dirs: a.sampling.debug_dirs,
+                cached_images: a.sampling.cached_images,
                 spool_batches: a.spool_batches,
                 placement_every: a.placement_every,
                 placement_processes: a.placement_processes,

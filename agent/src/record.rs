@@ -37,6 +37,8 @@ pub struct RecordOptions {
     pub data_objects: bool,
     /// Where separate debug files are looked for (`/usr/lib/debug`, `/lib/debug` by default).
     pub debug_dirs: Vec<std::path::PathBuf>,
+    /// Images kept parsed for naming and unwinding.
+    pub cached_images: usize,
 }
 
 /// What a `record` run sampled.
@@ -74,10 +76,12 @@ pub fn record(opts: &RecordOptions) -> anyhow::Result<RecordSummary> {
         unwind: opts.unwind,
         data_addresses: opts.data_objects,
         work_uprobe: None,
+        cached_images: opts.cached_images,
     })?;
     let frames = Frames::default()
         .with_debug_dirs(opts.debug_dirs.clone())
-        .with_processes(sampler.processes());
+        .with_processes(sampler.processes())
+        .with_cached_images(opts.cached_images);
     let mut profile = Profile::new(opts.event.name(), opts.event.unit());
     profile.period = source.period;
     let started = SystemTime::now();

@@ -46,6 +46,8 @@ pub struct RunOptions {
     pub upload_max_bytes: u64,
     /// Where separate debug files are looked for (`/usr/lib/debug`, `/lib/debug` by default).
     pub debug_dirs: Vec<PathBuf>,
+    /// Images kept parsed for naming and unwinding.
+    pub cached_images: usize,
     /// Unacknowledged batches kept for resending.
     pub spool_batches: usize,
     /// Memory placement is read every this many intervals (0: never); reading `numa_maps`
@@ -105,6 +107,7 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
         // The server stores what data the samples touched.
         data_addresses: true,
         work_uprobe: opts.work_uprobe.clone(),
+        cached_images: opts.cached_images,
     })?;
     for s in sampler.sources() {
         tracing::info!(event = s.event.name(), source = %s.description, "sampling");
@@ -140,6 +143,7 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
     }
     let debug_dirs = opts.debug_dirs.clone();
     let processes = sampler.processes();
+    let cached_images = opts.cached_images;
     let sampling = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
         let frames = if by_server {
             Frames::by_server()
@@ -147,7 +151,8 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
             Frames::default()
         }
         .with_debug_dirs(debug_dirs)
-        .with_processes(processes);
+        .with_processes(processes)
+        .with_cached_images(cached_images);
         let mut start = SystemTime::now();
         let mut counters = NodeCounters::read_from(root).ok();
         let mut counting = CountingEvents::open();

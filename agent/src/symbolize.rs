@@ -14,9 +14,16 @@ use crate::placement::MappingClass;
 use crate::processes::ProcessMaps;
 use crate::{debugfile, elf};
 
-/// One symbolizer per agent: blazesym caches parsed ELF files and kallsyms across calls.
+/// One symbolizer per agent: blazesym caches parsed ELF files and kallsyms across calls, up to
+/// a bound ([`Frames::with_cached_images`]).
 pub struct Frames {
-    symbolizer: Symbolizer,
+    symbolizer: std::cell::RefCell<Symbolizer>,
+    /// The files and processes the symbolizer has parsed since it was made: blazesym keeps
+    /// every one, so past `max_images` it is made anew (and the caches below emptied).
+    images: std::cell::RefCell<std::collections::HashSet<String>>,
+    max_images: usize,
+    /// Times the caches were emptied for holding more than `max_images`.
+    resets: std::cell::Cell<u64>,
     normalizer: Normalizer,
     /// Leave frames of images with a build id unnamed, for the server to name from its
     /// debug-info store (`--symbolize server`).
@@ -46,7 +53,10 @@ impl std::fmt::Debug for Frames {
 impl Default for Frames {
     fn default() -> Self {
         Frames {
-            symbolizer: Symbolizer::new(),
+            symbolizer: std::cell::RefCell::new(Symbolizer::new()),
+            images: Default::default(),
+            max_images: DEFAULT_CACHED_IMAGES,
+            resets: Default::default(),
             normalizer: Normalizer::builder().enable_build_ids(true).build(),
             by_server: false,
             segments: Default::default(),
@@ -58,6 +68,9 @@ impl Default for Frames {
         }
     }
 }
+
+/// Images (and processes) kept parsed for naming and unwinding, unless told otherwise.
+pub const DEFAULT_CACHED_IMAGES: usize = 256;
 
 /// Why a frame left for the server has no name yet.
 pub const NAMED_BY_SERVER: &str = "named by the server from its build id";
@@ -97,8 +110,45 @@ impl Frames {
             .clone()
     }
 
-    /// Every 256 calls: forgets the mappings of processes that exited long enough ago.
+    /// At most `max` images and processes are kept parsed; past it, the caches are emptied
+    /// and what is needed again is parsed again.
+    pub fn with_cached_images(mut self, max: usize) -> Frames {
+        self.max_images = max.max(1);
+        self
+    }
+
+    /// The symbolizer, with `image` (a file, or a process by pid) counted among its parsed ones.
+    fn symbolizer(&self, image: &str) -> std::cell::Ref<'_, Symbolizer> {
+        let mut images = self.images.borrow_mut();
+        if !images.contains(image) {
+            images.insert(image.to_owned());
+        }
+        self.symbolizer.borrow()
+    }
+
+    /// How many images the caches hold (the largest of them), and how often they were emptied.
+    pub fn cached_images(&self) -> (usize, u64) {
+        let held = [
+            self.images.borrow().len(),
+            self.segments.borrow().len(),
+            self.debug_files.borrow().len(),
+            self.host_build_ids.borrow().len(),
+        ];
+        (held.into_iter().max().unwrap_or(0), self.resets.get())
+    }
+
+    /// Empties the caches once they hold more than `max_images`; every 256 calls, forgets the
+    /// mappings of processes that exited long enough ago.
     fn tidy(&self) {
+        if self.cached_images().0 > self.max_images {
+            *self.symbolizer.borrow_mut() = Symbolizer::new();
+            self.images.borrow_mut().clear();
+            self.segments.borrow_mut().clear();
+            self.debug_files.borrow_mut().clear();
+            self.host_build_ids.borrow_mut().clear();
+            self.resets.set(self.resets.get() + 1);
+            tracing::debug!(max = self.max_images, "symbolizer caches emptied");
+        }
         let calls = self.calls.get() + 1;
         self.calls.set(calls);
         if calls.is_multiple_of(256) {
@@ -154,7 +204,8 @@ impl Frames {
         for (image, wanted) in by_image {
             let vaddrs: Vec<u64> = wanted.iter().map(|&i| frames[i].elf_address).collect();
             let source = Source::Elf(blazesym::symbolize::source::Elf::new(&image));
-            match self.symbolizer.symbolize(&source, Input::VirtOffset(&vaddrs)) {
+            let symbolizer = self.symbolizer(&image);
+            match symbolizer.symbolize(&source, Input::VirtOffset(&vaddrs)) {
                 Ok(symbols) => {
                     for (i, sym) in wanted.into_iter().zip(symbols) {
                         fill(&mut frames[i], sym);
@@ -184,7 +235,8 @@ impl Frames {
         for (path, wanted) in by_file {
             let vaddrs: Vec<u64> = wanted.iter().map(|&i| frames[i].elf_address).collect();
             let source = Source::Elf(blazesym::symbolize::source::Elf::new(&path));
-            let Ok(symbols) = self.symbolizer.symbolize(&source, Input::VirtOffset(&vaddrs)) else {
+            let symbolizer = self.symbolizer(&path.to_string_lossy());
+            let Ok(symbols) = symbolizer.symbolize(&source, Input::VirtOffset(&vaddrs)) else {
                 rest.extend(wanted);
                 continue;
             };
@@ -310,7 +362,9 @@ impl Frames {
         // JIT runtimes publish symbols in /tmp/perf-PID.map.
         process.perf_map = true;
         let source = Source::Process(process);
-        match self.symbolizer.symbolize(&source, Input::AbsAddr(&local_addrs)) {
+        // Its files are opened through /proc/PID/map_files: cached apart from any other process's.
+        let symbolizer = self.symbolizer(&format!("process {tgid}"));
+        match symbolizer.symbolize(&source, Input::AbsAddr(&local_addrs)) {
             Ok(symbolized) => {
                 for (&i, sym) in local.iter().zip(symbolized) {
                     let frame = &mut frames[i];
@@ -379,7 +433,8 @@ impl Frames {
             ..Default::default()
         };
         let source = Source::Kernel(kernel);
-        match self.symbolizer.symbolize(&source, Input::AbsAddr(&addrs)) {
+        let symbolizer = self.symbolizer("kernel");
+        match symbolizer.symbolize(&source, Input::AbsAddr(&addrs)) {
             Ok(symbolized) => {
                 for (frame, sym) in frames.iter_mut().zip(symbolized) {
                     fill(frame, sym);
@@ -509,7 +564,8 @@ impl Frames {
         for (file, wanted) in lookups {
             let vaddrs: Vec<u64> = wanted.iter().map(|w| w.1).collect();
             let source = Source::Elf(blazesym::symbolize::source::Elf::new(&file));
-            if let Ok(symbols) = self.symbolizer.symbolize(&source, Input::VirtOffset(&vaddrs)) {
+            let symbolizer = self.symbolizer(&file);
+            if let Ok(symbols) = symbolizer.symbolize(&source, Input::VirtOffset(&vaddrs)) {
                 for ((index, _), sym) in wanted.iter().zip(symbols) {
                     if let Symbolized::Sym(sym) = sym {
                         out[*index].symbol = sym.name.into_owned();
@@ -518,5 +574,37 @@ impl Frames {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[inline(never)]
+    fn a_function_to_name() -> u64 {
+        std::hint::black_box(a_function_to_name as *const () as u64)
+    }
+
+    /// Past its bound the symbolizer is made anew and its caches emptied, and names stay right.
+    #[test]
+    fn caches_are_emptied_past_their_bound_and_names_stay_right() {
+        let frames = Frames::default().with_cached_images(2);
+        let me = std::process::id();
+        let ip = [Ip {
+            address: a_function_to_name(),
+            leaf: true,
+        }];
+        let name = |frames: &Frames| frames.user(me, &ip)[0].function.clone();
+        assert!(name(&frames).ends_with("a_function_to_name"), "{}", name(&frames));
+        assert_eq!(frames.cached_images(), (1, 0), "this process is one image");
+        for image in ["/a", "/b"] {
+            drop(frames.symbolizer(image));
+        }
+        assert_eq!(frames.cached_images().0, 3, "over the bound until the next call");
+        assert!(name(&frames).ends_with("a_function_to_name"));
+        let (held, resets) = frames.cached_images();
+        assert_eq!(resets, 1, "emptied once");
+        assert!(held <= 2, "{held} images held, bound 2");
     }
 }

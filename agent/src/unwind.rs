@@ -200,10 +200,11 @@ pub struct UnwindStats {
 }
 
 /// Unwinds stack snapshots of many processes, sharing parsed images between them.
-#[derive(Default)]
 pub struct Unwinder {
     processes: HashMap<u32, Process>,
-    images: HashMap<(String, u64), Option<Arc<Image>>>,
+    /// Parsed images by (device, inode), the least recently used dropped past the bound (the
+    /// processes that map one keep it alive).
+    images: lru::LruCache<(String, u64), Option<Arc<Image>>>,
     /// The mappings of processes read while they ran: a snapshot handled after its process
     /// exited is unwound with them (and the images on the host).
     remembered: ProcessMaps,
@@ -229,13 +230,28 @@ pub struct Snapshot<'a> {
     pub stack: &'a [u8],
 }
 
+impl Default for Unwinder {
+    fn default() -> Self {
+        Unwinder::new(ProcessMaps::default(), crate::symbolize::DEFAULT_CACHED_IMAGES)
+    }
+}
+
 impl Unwinder {
-    /// An unwinder that falls back on `remembered` for processes that have exited.
-    pub fn with_processes(remembered: ProcessMaps) -> Unwinder {
+    /// An unwinder that keeps at most `max_images` images parsed, and falls back on `remembered`
+    /// for processes that have exited.
+    pub fn new(remembered: ProcessMaps, max_images: usize) -> Unwinder {
+        let cap = std::num::NonZeroUsize::new(max_images).unwrap_or(std::num::NonZeroUsize::MIN);
         Unwinder {
+            processes: HashMap::new(),
+            images: lru::LruCache::new(cap),
             remembered,
-            ..Unwinder::default()
+            stats: UnwindStats::default(),
         }
+    }
+
+    /// Images held parsed.
+    pub fn images(&self) -> usize {
+        self.images.len()
     }
 
     /// The call chain of a snapshot, leaf first: the instruction pointer, then return addresses.
@@ -300,7 +316,7 @@ impl Unwinder {
             let key = (mapping.device.clone(), mapping.inode);
             let image = match mapping.path.as_deref() {
                 Some("[vdso]") => vdso(),
-                Some(path) if exited && mapping.inode != 0 && !self.images.contains_key(&key) => {
+                Some(path) if exited && mapping.inode != 0 && !self.images.contains(&key) => {
                     // Only the very file it mapped: the host's path may name another one.
                     use std::os::unix::fs::MetadataExt;
                     let same = std::fs::metadata(path).is_ok_and(|m| m.ino() == mapping.inode);
@@ -308,14 +324,13 @@ impl Unwinder {
                         .then(|| map_file(Path::new(path)).and_then(Image::parse).ok().map(Arc::new))
                         .flatten();
                     if image.is_some() {
-                        self.images.insert(key.clone(), image);
+                        self.images.put(key.clone(), image);
                     }
                     self.images.get(&key).and_then(Option::as_deref)
                 }
                 Some(path) if path.starts_with('/') && mapping.inode != 0 => self
                     .images
-                    .entry(key)
-                    .or_insert_with(|| {
+                    .get_or_insert(key, || {
                         let file = root.join(path.trim_start_matches('/'));
                         map_file(&file).and_then(Image::parse).ok().map(Arc::new)
                     })
@@ -505,6 +520,20 @@ mod tests {
             let bytes = map_file(&out).unwrap();
             assert_eq!(uses_frame_pointers(&bytes), Some(expected), "built with {flags:?}");
         }
+    }
+
+    /// This process maps several images (itself, libc, the loader): one is kept parsed when the
+    /// bound is one, and its chains still unwind through all of them.
+    #[test]
+    fn parsed_images_are_bounded_and_processes_keep_theirs() {
+        let mut unwinder = Unwinder::new(ProcessMaps::default(), 1);
+        let process = unwinder.build(std::process::id());
+        assert!(
+            process.covered.len() > 1,
+            "modules of several images: {:?}",
+            process.covered
+        );
+        assert_eq!(unwinder.images(), 1, "one image kept parsed");
     }
 
     #[test]

@@ -192,6 +192,8 @@ pub struct SamplerOptions {
     pub unwind: UnwindMode,
     /// Calls of this function count units of work.
     pub work_uprobe: Option<WorkUprobe>,
+    /// Images the unwinder keeps parsed ([`crate::symbolize::DEFAULT_CACHED_IMAGES`]).
+    pub cached_images: usize,
 }
 
 /// A function whose calls are the node's units of work (`--work-uprobe BINARY:SYMBOL`).
@@ -417,8 +419,15 @@ fn watch_processes(
 
 /// Unwinds every snapshot the programs send, until `stop`: consumed continuously, since one
 /// copy is kilobytes and the ring holds only hundreds.
-fn unwind_snapshots(ring_map: MapHandle, out: Arc<Mutex<Unwound>>, processes: ProcessMaps, stop: Arc<AtomicBool>) {
-    let mut unwinder = Unwinder::with_processes(processes);
+fn unwind_snapshots(
+    ring_map: MapHandle,
+    out: Arc<Mutex<Unwound>>,
+    processes: ProcessMaps,
+    cached_images: usize,
+    stop: Arc<AtomicBool>,
+) {
+    let mut unwinder = Unwinder::new(processes, cached_images);
+    let mut swept = Instant::now();
     let sink = out.clone();
     let mut builder = RingBufferBuilder::new();
     let added = builder.add(&ring_map, move |raw: &[u8]| {
@@ -460,9 +469,11 @@ fn unwind_snapshots(ring_map: MapHandle, out: Arc<Mutex<Unwound>>, processes: Pr
         value.count += 1;
         value.value += snap.weight;
         drop(out);
-        // Processes that exited leave their unwinders behind; sweep now and then.
-        if unwinder.stats.snapshots.is_multiple_of(4096) {
+        // Processes that exited leave their unwinders behind: swept every few seconds, not
+        // every so many snapshots (a node of short processes meets hundreds in between).
+        if swept.elapsed() >= Duration::from_secs(5) {
             unwinder.retain(|tgid| Path::new(&format!("/proc/{tgid}")).exists());
+            swept = Instant::now();
         }
         0
     });
@@ -672,9 +683,9 @@ impl Sampler {
                 map: "stack_snapshots",
                 source,
             })?;
-            let (out, maps) = (unwound.clone(), processes.clone());
+            let (out, maps, cached) = (unwound.clone(), processes.clone(), opts.cached_images);
             Some(Worker::spawn("bimodal-unwind", move |stop| {
-                unwind_snapshots(map, out, maps, stop)
+                unwind_snapshots(map, out, maps, cached, stop)
             }))
         };
         let classifier = if opts.unwind == UnwindMode::Auto {

@@ -165,6 +165,7 @@ pub fn agent_options(server_url: String, node: &str, pid: u32, events: Vec<Event
         symbolize: Symbolize::Server,
         upload_max_bytes: 1 << 30,
         debug_dirs: bimodal_agent::debugfile::default_dirs(),
+        cached_images: bimodal_agent::symbolize::DEFAULT_CACHED_IMAGES,
         spool_batches: 64,
         placement_every: 0,
         placement_processes: 0,
