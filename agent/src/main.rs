@@ -178,9 +178,10 @@ struct RunArgs {
     /// A label of this node, key=value; repeatable. From the environment: comma-separated.
     #[arg(long = "label", env = "BIMODAL_LABELS", value_delimiter = ',', value_parser = parse_label)]
     labels: Vec<(String, String)>,
-    /// Event kinds to sample; repeatable.
-    #[arg(long = "event", env = "BIMODAL_EVENTS", value_delimiter = ',', value_parser = parse_event, default_values = ["cpu", "page_fault"])]
-    events: Vec<EventKind>,
+    /// Event kinds to sample, repeatable; `all`: every kind this machine offers (`bimodal-agent
+    /// probe` lists them, and why the others are not).
+    #[arg(long = "event", env = "BIMODAL_EVENTS", value_delimiter = ',', value_parser = parse_events, default_values = ["all"])]
+    events: Vec<Events>,
     /// How often samples are drained and shipped.
     #[arg(long, env = "BIMODAL_INTERVAL", value_parser = humantime::parse_duration, default_value = "10s")]
     interval: Duration,
@@ -259,6 +260,20 @@ impl KubernetesArgs {
         .map(Some)
         .context("--kubernetes-api-url: cannot use the Kubernetes API server")
     }
+}
+
+/// A `--event` of `run`: one kind, or every kind the machine offers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Events {
+    All,
+    Kind(EventKind),
+}
+
+fn parse_events(s: &str) -> Result<Events, String> {
+    if s == "all" {
+        return Ok(Events::All);
+    }
+    parse_event(s).map(Events::Kind).map_err(|e| format!("{e}, or all"))
 }
 
 fn parse_event(s: &str) -> Result<EventKind, String> {
@@ -375,7 +390,18 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 server_url: a.server_url,
                 node,
                 labels: a.labels.into_iter().collect::<BTreeMap<_, _>>(),
-                events: a.events,
+                // Empty: every kind the machine offers.
+                events: if a.events.contains(&Events::All) {
+                    Vec::new()
+                } else {
+                    a.events
+                        .iter()
+                        .filter_map(|e| match e {
+                            Events::Kind(k) => Some(*k),
+                            Events::All => None,
+                        })
+                        .collect()
+                },
                 pid: a.sampling.pid,
                 interval: a.interval,
                 rates: a.sampling.rates(),

@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use serde::Serialize;
 
-use crate::events::{self, EventKind, Machine, Prober, Rates, Rejected};
+use crate::events::{self, Machine, Prober, Rates, Rejected, Resolution};
 
 /// The chosen source of one event kind.
 #[derive(Clone, Debug, Serialize)]
@@ -37,20 +37,22 @@ pub struct ProbeReport {
 
 /// Resolves every event kind on `machine`.
 pub fn probe(machine: &Machine, rates: &Rates, prober: &dyn Prober) -> ProbeReport {
-    let events = EventKind::ALL
-        .into_iter()
-        .map(|event| {
-            let r = events::resolve(event, rates, machine, prober);
-            EventReport {
-                event: event.name(),
-                chosen: r.chosen.map(|s| Chosen {
-                    attach: s.attach.kind_name(),
-                    source: s.description,
-                    encoding: s.encoding,
-                    data_address: s.data_address,
-                }),
-                rejected: r.rejected,
-            }
+    report(machine, &events::resolve_all(rates, machine, prober))
+}
+
+/// The report of `resolutions` ([`events::resolve_all`]) on `machine`.
+pub fn report(machine: &Machine, resolutions: &[Resolution]) -> ProbeReport {
+    let events = resolutions
+        .iter()
+        .map(|r| EventReport {
+            event: r.event.name(),
+            chosen: r.chosen.as_ref().map(|s| Chosen {
+                attach: s.attach.kind_name(),
+                source: s.description.clone(),
+                encoding: s.encoding.clone(),
+                data_address: s.data_address,
+            }),
+            rejected: r.rejected.clone(),
         })
         .collect();
     ProbeReport {

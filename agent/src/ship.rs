@@ -34,6 +34,7 @@ pub struct RunOptions {
     pub server_url: String,
     pub node: String,
     pub labels: BTreeMap<String, String>,
+    /// Event kinds to sample; empty: every kind this machine offers.
     pub events: Vec<EventKind>,
     pub pid: Option<u32>,
     /// How often samples are drained and shipped.
@@ -90,12 +91,41 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
         .transpose()?;
     let machine = Machine::read();
     let prober = LiveProber::default();
-    let report = probe::probe(&machine, &opts.rates, &prober);
-    let sources = opts
-        .events
-        .iter()
-        .map(|&e| events::resolve(e, &opts.rates, &machine, &prober).into_source())
-        .collect::<Result<Vec<_>, _>>()?;
+    // One resolution of every kind: the facts sent to the server and the sources sampled.
+    let resolutions = events::resolve_all(&opts.rates, &machine, &prober);
+    let report = probe::report(&machine, &resolutions);
+    let sources = if opts.events.is_empty() {
+        for r in resolutions.iter().filter(|r| r.chosen.is_none()) {
+            let why: Vec<String> = r
+                .rejected
+                .iter()
+                .map(|x| format!("{}: {}", x.candidate, x.reason))
+                .collect();
+            tracing::info!(
+                event = r.event.name(),
+                "not offered by this machine: {}",
+                why.join("; ")
+            );
+        }
+        let offered: Vec<_> = resolutions.into_iter().filter_map(|r| r.chosen).collect();
+        anyhow::ensure!(
+            !offered.is_empty(),
+            "no event kind can be sampled on this machine (see `bimodal-agent probe`)"
+        );
+        offered
+    } else {
+        opts.events
+            .iter()
+            .map(|&e| {
+                resolutions
+                    .iter()
+                    .find(|r| r.event == e)
+                    .cloned()
+                    .unwrap_or_else(|| events::resolve(e, &opts.rates, &machine, &prober))
+                    .into_source()
+            })
+            .collect::<Result<Vec<_>, _>>()?
+    };
     let root = Path::new("/");
     let topology = Topology::read_from(root).context("failed to read the node's topology")?;
     let node_facts = facts::node_facts(&topology, &report);

@@ -269,6 +269,15 @@ fn software_candidates(event: EventKind, rates: &Rates) -> Vec<EventSource> {
     }
 }
 
+/// Every event kind resolved on `machine`, in [`EventKind::ALL`]'s order: what `probe` reports
+/// and what `run` samples come from this one resolution.
+pub fn resolve_all(rates: &Rates, machine: &Machine, prober: &dyn Prober) -> Vec<Resolution> {
+    EventKind::ALL
+        .into_iter()
+        .map(|event| resolve(event, rates, machine, prober))
+        .collect()
+}
+
 /// Chooses the best working source for `event`, recording why the others were rejected.
 pub fn resolve(event: EventKind, rates: &Rates, machine: &Machine, prober: &dyn Prober) -> Resolution {
     let mut rejected = Vec::new();

@@ -106,3 +106,66 @@ fn bad_kubernetes_config_is_a_startup_error() {
         );
     }
 }
+
+/// `run` without `--event` samples every kind this machine offers, as `probe` resolves them:
+/// its batches carry a source for each kind `probe` found one for, and for no other.
+#[test]
+fn run_samples_every_kind_the_machine_offers_by_default() {
+    use std::collections::BTreeSet;
+    use std::time::{Duration, Instant};
+
+    let probe = agent(&["probe", "--json"]);
+    assert!(probe.status.success(), "{}", String::from_utf8_lossy(&probe.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&probe.stdout).unwrap();
+    let offered: BTreeSet<String> = report["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| !e["chosen"].is_null())
+        .map(|e| e["event"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(offered.contains("cpu"), "{report}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("node");
+    let workload = crate::fixture::start("fault", 60);
+    let mut run = Command::new(env!("CARGO_BIN_EXE_bimodal-agent"))
+        .args(["run", "--node-name", "every-kind", "--interval", "1s", "--pid"])
+        .arg(workload.pid().to_string())
+        .arg("--output-dir")
+        .arg(&out)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let batches = || {
+        std::fs::read_dir(&out).map_or(Vec::new(), |d| {
+            d.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with("batch-"))
+                .collect()
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while batches().len() < 2 {
+        assert!(run.try_wait().unwrap().is_none(), "run exited early");
+        assert!(Instant::now() < deadline, "no batches written to {}", out.display());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // SAFETY: a plain signal to a child process of this test.
+    unsafe { libc::kill(run.id() as i32, libc::SIGTERM) };
+    let done = run.wait_with_output().unwrap();
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+
+    let mut sampled = BTreeSet::new();
+    for path in batches() {
+        let batch: bimodal_proto::v1::Batch = prost::Message::decode(&std::fs::read(&path).unwrap()[..]).unwrap();
+        for source in batch.sources {
+            sampled.insert(
+                bimodal_proto::v1::EventKind::try_from(source.event)
+                    .unwrap()
+                    .name()
+                    .to_owned(),
+            );
+        }
+    }
+    assert_eq!(sampled, offered, "kinds sampled by default against kinds probe offers");
+}
