@@ -97,9 +97,11 @@ struct SamplingArgs {
     /// pointers from a copy of their stack with .eh_frame, and the rest with frame pointers.
     #[arg(long, env = "BIMODAL_UNWIND", value_enum, default_value_t = UnwindMode::Auto)]
     unwind: UnwindMode,
-    /// Bytes of the kernel ring carrying stack copies to unwind (a power of two).
-    #[arg(long, env = "BIMODAL_SNAPSHOT_RING_BYTES", default_value_t = 8 << 20, value_parser = parse_ring_size)]
-    snapshot_ring_bytes: u32,
+    /// Bytes of the kernel ring carrying stack copies to unwind (a power of two); default: half a
+    /// second of copies from every CPU at --cpu-frequency, 1 to 64 MiB. Its pages count twice in
+    /// the agent's RSS.
+    #[arg(long, env = "BIMODAL_SNAPSHOT_RING_BYTES", value_parser = parse_ring_size)]
+    snapshot_ring_bytes: Option<u32>,
     /// Directories of separate debug files, searched by build id (`DIR/.build-id/xx/rest.debug`)
     /// and through an image's .gnu_debuglink, in the sampled process's mount namespace and on the
     /// host; repeat the flag, or separate them with `:` in the variable.
@@ -141,7 +143,10 @@ impl SamplingArgs {
         MapSizes {
             samples: self.map_samples,
             stacks: self.map_stacks,
-            snapshot_ring: self.snapshot_ring_bytes,
+            snapshot_ring: self.snapshot_ring_bytes.unwrap_or_else(|| {
+                let cpus = bimodal_agent::events::perf::online_cpus().map_or(1, |c| c.len());
+                MapSizes::snapshot_ring_for(cpus, self.cpu_frequency)
+            }),
         }
     }
 }

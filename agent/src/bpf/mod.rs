@@ -100,6 +100,21 @@ pub struct MapSizes {
     pub snapshot_ring: u32,
 }
 
+/// Seconds of stack copies from every CPU the snapshot ring holds by default: how far the
+/// unwinding thread may fall behind before samples fall back to frame pointers (counted).
+const SNAPSHOT_RING_SECONDS: f64 = 0.5;
+
+impl MapSizes {
+    /// The snapshot ring for `cpus` CPUs sampled at `hz`: [`SNAPSHOT_RING_SECONDS`] of copies,
+    /// a power of two from 1 to 64 MiB. The kernel maps its pages into the agent twice (so a
+    /// record can wrap), and all of them count in the agent's RSS.
+    pub fn snapshot_ring_for(cpus: usize, hz: u64) -> u32 {
+        let copies = cpus as f64 * hz as f64 * SNAPSHOT_RING_SECONDS;
+        let bytes = (copies * std::mem::size_of::<stack_snapshot>() as f64).ceil() as u64;
+        bytes.clamp(1 << 20, 64 << 20).next_power_of_two() as u32
+    }
+}
+
 impl Default for MapSizes {
     fn default() -> Self {
         MapSizes {
@@ -1036,5 +1051,28 @@ fn decode_key(raw: &[u8]) -> SampleKey {
         user_stack_id: k.user_stack_id,
         kernel_stack_id: k.kernel_stack_id,
         comm: comm_string(&k.comm),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Half a second of copies from every CPU, in a power of two from 1 to 64 MiB.
+    #[test]
+    fn the_snapshot_ring_is_sized_from_the_cpus_and_the_rate() {
+        let copy = std::mem::size_of::<stack_snapshot>() as u32;
+        assert!((12 << 10..13 << 10).contains(&copy), "a copy is {copy} bytes");
+        assert_eq!(MapSizes::snapshot_ring_for(1, 1), 1 << 20, "never below 1 MiB");
+        // 2 CPUs at 99 Hz: 99 copies, 1.2 MB.
+        assert_eq!(MapSizes::snapshot_ring_for(2, 99), 2 << 20);
+        // 96 CPUs at 99 Hz: 4,752 copies, 59 MB.
+        assert_eq!(MapSizes::snapshot_ring_for(96, 99), 64 << 20);
+        assert_eq!(MapSizes::snapshot_ring_for(192, 999), 64 << 20, "never above 64 MiB");
+        for (cpus, hz) in [(2, 99), (8, 499), (64, 99)] {
+            let bytes = MapSizes::snapshot_ring_for(cpus, hz);
+            assert!(bytes.is_power_of_two());
+            assert!(f64::from(bytes) >= cpus as f64 * hz as f64 * SNAPSHOT_RING_SECONDS * f64::from(copy));
+        }
     }
 }
