@@ -143,6 +143,11 @@ pub struct Mapping {
 }
 
 impl Mapping {
+    /// Whether its code may run (`x` in its permissions).
+    pub fn is_executable(&self) -> bool {
+        self.perms.as_bytes().get(2) == Some(&b'x')
+    }
+
     /// Virtual size in bytes.
     pub fn size_bytes(&self) -> u64 {
         self.end.saturating_sub(self.start)
@@ -555,7 +560,7 @@ fn parse_numa_maps(path: &Path, text: &str) -> Result<HashMap<u64, NumaEntry>, P
 fn classify(mappings: &mut [Mapping]) {
     let images: BTreeSet<String> = mappings
         .iter()
-        .filter(|m| m.perms.as_bytes()[2] == b'x')
+        .filter(|m| m.is_executable())
         .filter_map(|m| m.path.clone())
         .filter(|p| !p.starts_with('[') && !is_shm_path(p))
         .collect();

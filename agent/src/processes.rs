@@ -107,13 +107,7 @@ impl ProcessMaps {
             .lock()
             .expect("not poisoned")
             .get(&tgid)
-            .map(|r| {
-                r.mappings
-                    .iter()
-                    .filter(|m| m.perms.as_bytes().get(2) == Some(&b'x'))
-                    .cloned()
-                    .collect()
-            })
+            .map(|r| r.mappings.iter().filter(|m| m.is_executable()).cloned().collect())
             .unwrap_or_default()
     }
 
@@ -129,16 +123,6 @@ impl ProcessMaps {
                 remembered.remove(tgid);
             }
         }
-    }
-
-    /// How many processes are remembered.
-    pub fn len(&self) -> usize {
-        self.0.lock().expect("not poisoned").len()
-    }
-
-    /// Whether no process is remembered.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

@@ -153,11 +153,7 @@ fn map_file(path: &Path) -> Result<Backing, String> {
 /// Executable mappings of process `pid`, as `maps` lists them.
 fn executable_mappings(pid: u32) -> Vec<Mapping> {
     placement::read_mappings(Path::new("/"), pid)
-        .map(|all| {
-            all.into_iter()
-                .filter(|m| m.perms.as_bytes().get(2) == Some(&b'x'))
-                .collect()
-        })
+        .map(|all| all.into_iter().filter(Mapping::is_executable).collect())
         .unwrap_or_default()
 }
 

@@ -248,7 +248,7 @@ pub struct Sampler {
     _unwind_thread: Option<Worker>,
     /// The file mappings of sampled processes, read by `_process_thread` at their first sample.
     processes: ProcessMaps,
-    _process_thread: Option<Worker>,
+    _process_thread: Worker,
     /// Units of work counted up to the previous drain, when a work uprobe is attached.
     work_seen: Option<u64>,
 }
@@ -732,9 +732,9 @@ impl Sampler {
                 source,
             })?;
             let maps = processes.clone();
-            Some(Worker::spawn("bimodal-procs", move |stop| {
+            Worker::spawn("bimodal-procs", move |stop| {
                 watch_processes(map, maps, classifier, stop)
-            }))
+            })
         };
 
         // Open every perf event first: a refusal then leaves nothing half attached.
