@@ -8,8 +8,11 @@
  *  - task_numa_fault, by fentry or kprobe, for NUMA-balancing hinting faults and the remote
  *    ones among them (remote_access where no PMU counts remote accesses);
  *  - the mm_migrate_pages raw tracepoint for page migrations.
- * Beside them, exec and exit of processes keep `sampled_processes` true (which processes the
- * agent has been told of).
+ * Beside them, exec and exit of processes keep `sampled_processes` and `unwind_processes` true
+ * (which processes the agent has been told of, and their unwind tables).
+ *
+ * User stacks are unwound in the kernel from tables the agent compiles from .eh_frame
+ * (`unwind_user`, docs/design/014), or walked by bpf_get_stackid with frame pointers.
  *
  * Two sample maps are used in turn: programs count into `samples_0` or `samples_1` as
  * `active_buffer` says, and user space flips it before draining the other one, so a drain
@@ -24,6 +27,7 @@
 
 /* vmlinux.h carries no errno values */
 #define EFAULT 14
+#define ENODATA 61
 
 /* task_numa_fault() flags (include/linux/sched/numa_balancing.h, stable since 3.13) */
 #define TNF_FAULT_LOCAL 0x08
@@ -80,11 +84,83 @@ struct {
 	__type(value, __u8);
 } sampled_processes SEC(".maps");
 
-/* tgids (__u32) of processes sampled for the first time, read continuously by the agent */
+/*
+ * tgids (__u32) of processes sampled for the first time, or whose chains met code outside their
+ * mappings with tables (`report_miss`), read continuously by the agent
+ */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 64 * 1024);
 } new_processes SEC(".maps");
+
+/*
+ * Unwind tables (docs/design/014): the rows of every image's table, one after the other; an
+ * image's rows are found through the mappings of each process in `unwind_processes`. Both are
+ * written by the agent; entries are sized by it.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct unwind_row);
+} unwind_rows SEC(".maps");
+
+/* by tgid: the process's executable mappings and where their images' rows are */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct unwind_process);
+} unwind_processes SEC(".maps");
+
+/*
+ * User chains unwound in the kernel, by a hash of their addresses; samples carry the hash. LRU:
+ * the chains of the samples not drained yet are the ones in use.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct user_chain);
+} user_chains SEC(".maps");
+
+/*
+ * When each process with tables last had an address outside all its mappings (ns), so that it is
+ * told to the agent again (a library loaded late) at most every UNWIND_MISS_INTERVAL_NS.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u64);
+} unwind_misses SEC(".maps");
+
+#define UNWIND_MISS_INTERVAL_NS (2ULL * 1000 * 1000 * 1000)
+
+/* where one CPU unwinds: the chain so far and the registers of the frame being stepped */
+struct unwind_scratch {
+	struct user_chain chain;
+	__u64 ip;
+	__u64 sp;
+	__u64 bp;
+	__u64 hash;
+	/*
+	 * the bounds of a binary search, kept in map memory: the verifier then knows nothing of
+	 * their values and sees every round of a search alike, instead of 2^rounds paths
+	 */
+	__u32 lo;
+	__u32 hi;
+	/* an address of the chain lay in no mapping the process's entry has */
+	__u32 missed;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct unwind_scratch);
+} unwind_scratch SEC(".maps");
 
 /* lost samples and stacks per event kind and drop reason, per CPU so counting never contends */
 struct {
@@ -110,8 +186,8 @@ const volatile bool send_data_addresses = false;
 const volatile bool unwind_all = false;
 
 /*
- * send a stack snapshot for processes the agent judged to lack frame pointers, and for those it
- * has not judged yet (`auto` unwinding)
+ * `auto` unwinding: processes whose tables the agent wrote are unwound in the kernel; until then
+ * (the first milliseconds of a process) a stack snapshot is sent for the agent to unwind
  */
 const volatile bool unwind_auto = false;
 
@@ -124,6 +200,10 @@ struct sample_key _sample_key = {};
 struct sample_value _sample_value = {};
 struct data_sample _data_sample = {};
 struct stack_snapshot _stack_snapshot = {};
+struct unwind_row _unwind_row = {};
+struct unwind_process _unwind_process = {};
+struct user_chain _user_chain = {};
+enum unwind_rule _unwind_rule = 0;
 enum event_kind _event_kind = 0;
 enum drop_reason _drop_reason = 0;
 
@@ -216,6 +296,224 @@ static __always_inline bool send_snapshot(struct sample_key *key, __u64 weight, 
 	return true;
 }
 
+/* binary search steps over a process's mappings (UNWIND_MAX_MAPPINGS + 1 outcomes) */
+#define MAPPING_SEARCH_STEPS 8
+/* binary search steps over an image's rows: tables of up to 2^24 rows */
+#define ROW_SEARCH_STEPS 25
+#define UNWIND_MAX_ROWS (1 << 24)
+
+/* the mapping of `process` that holds `ip`, or NULL */
+static __always_inline struct unwind_mapping *find_mapping(struct unwind_scratch *s,
+							   struct unwind_process *process, __u64 ip)
+{
+	struct unwind_mapping *m;
+	__u32 lo, hi, mid;
+	int i;
+
+	s->lo = 0;
+	s->hi = process->len;
+	/* the first mapping that starts above ip: the one before it may hold ip */
+	for (i = 0; i < MAPPING_SEARCH_STEPS; i++) {
+		lo = s->lo;
+		hi = s->hi;
+		if (lo >= hi || hi > UNWIND_MAX_MAPPINGS)
+			break;
+		mid = (lo + hi) / 2;
+		/* the compiler knows mid < hi <= UNWIND_MAX_MAPPINGS, the verifier is shown */
+		barrier_var(mid);
+		mid &= UNWIND_MAX_MAPPINGS - 1;
+		if (process->mappings[mid].start <= ip)
+			s->lo = mid + 1;
+		else
+			s->hi = mid;
+	}
+	lo = s->lo;
+	if (lo == 0 || lo > UNWIND_MAX_MAPPINGS)
+		return NULL;
+	lo -= 1;
+	barrier_var(lo);
+	lo &= UNWIND_MAX_MAPPINGS - 1;
+	m = &process->mappings[lo];
+	return ip < m->end ? m : NULL;
+}
+
+/* the row of `m`'s image that holds image address `pc`, or NULL */
+static __always_inline struct unwind_row *find_row(struct unwind_scratch *s,
+						   struct unwind_mapping *m, __u32 pc)
+{
+	struct unwind_row *row;
+	__u32 lo, hi, mid, index;
+	int i;
+
+	s->lo = 0;
+	s->hi = m->rows_len;
+	/* the first row that starts above pc: the one before it holds pc */
+	for (i = 0; i < ROW_SEARCH_STEPS; i++) {
+		lo = s->lo;
+		hi = s->hi;
+		if (lo >= hi || hi > UNWIND_MAX_ROWS)
+			break;
+		mid = lo + (hi - lo) / 2;
+		index = m->rows_start + mid;
+		row = bpf_map_lookup_elem(&unwind_rows, &index);
+		if (!row)
+			return NULL;
+		if (row->pc <= pc)
+			s->lo = mid + 1;
+		else
+			s->hi = mid;
+	}
+	lo = s->lo;
+	if (lo == 0)
+		return NULL;
+	index = m->rows_start + lo - 1;
+	return bpf_map_lookup_elem(&unwind_rows, &index);
+}
+
+struct unwind_walk {
+	struct unwind_process *process;
+	struct unwind_scratch *scratch;
+};
+
+/*
+ * One frame: records the frame's address, finds the rule for it and steps to its caller.
+ * Returns 1 to end the walk (the chain is complete, or cannot go on), 0 to go on.
+ */
+static long unwind_step(__u64 index, void *ctx)
+{
+	struct unwind_walk *walk = ctx;
+	struct unwind_scratch *s = walk->scratch;
+	__u64 ip = s->ip, lookup, cfa, ra = 0, bp = 0;
+	__u8 rule = UNWIND_RULE_FRAME_POINTER;
+	__s16 cfa_offset = 0, rbp_offset = 0;
+	struct unwind_mapping *m;
+	struct unwind_row *row;
+	__u32 len = s->chain.len;
+
+	if (len >= MAX_STACK_DEPTH)
+		return 1;
+	s->chain.pcs[len] = ip;
+	s->chain.len = len + 1;
+	s->hash = (s->hash ^ ip) * 0x100000001b3ULL;
+
+	/* a caller's address is where its call returns to: the call itself is the byte before */
+	lookup = index ? ip - 1 : ip;
+	m = find_mapping(s, walk->process, lookup);
+	if (!m)
+		s->missed = 1;
+	if (m && m->rows_len && lookup - m->bias <= 0xffffffffULL) {
+		row = find_row(s, m, lookup - m->bias);
+		if (row) {
+			rule = row->rule;
+			cfa_offset = row->cfa_offset;
+			rbp_offset = row->rbp_offset;
+		}
+	}
+	switch (rule) {
+	case UNWIND_RULE_END:
+		s->chain.complete = 1;
+		return 1;
+	case UNWIND_RULE_CFA_RSP:
+		cfa = s->sp + cfa_offset;
+		break;
+	case UNWIND_RULE_CFA_RBP:
+		cfa = s->bp + cfa_offset;
+		break;
+	case UNWIND_RULE_PLT:
+		cfa = s->sp + 8 + ((ip & 15) >= (__u64)cfa_offset ? 8 : 0);
+		break;
+	default:
+		/* code no table covers walks frame pointers; a zero rbp ends such a chain */
+		if (!s->bp) {
+			s->chain.complete = 1;
+			return 1;
+		}
+		cfa = s->bp + 16;
+		rbp_offset = -16;
+		break;
+	}
+	/* stacks grow down: a caller's frame is above its callee's */
+	if (cfa <= s->sp && index)
+		return 1;
+	if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8)))
+		return 1;
+	if (!ra) {
+		s->chain.complete = 1;
+		return 1;
+	}
+	if (rbp_offset) {
+		if (bpf_probe_read_user(&bp, sizeof(bp), (void *)(cfa + rbp_offset)))
+			return 1;
+		s->bp = bp;
+	}
+	s->sp = cfa;
+	s->ip = ra;
+	return 0;
+}
+
+/*
+ * Tells the agent again of process `tgid`, whose chain met code outside every mapping its entry
+ * has (a library loaded after its mappings were read): it reads them again and writes the new
+ * tables. At most every UNWIND_MISS_INTERVAL_NS per process.
+ */
+static __always_inline void report_miss(__u32 tgid)
+{
+	__u64 now = bpf_ktime_get_ns(), *last;
+	__u32 *out;
+
+	last = bpf_map_lookup_elem(&unwind_misses, &tgid);
+	if (last && now - *last < UNWIND_MISS_INTERVAL_NS)
+		return;
+	bpf_map_update_elem(&unwind_misses, &tgid, &now, BPF_ANY);
+	out = bpf_ringbuf_reserve(&new_processes, sizeof(*out), 0);
+	if (!out)
+		return;
+	*out = tgid;
+	bpf_ringbuf_submit(out, 0);
+}
+
+/*
+ * Unwinds the user stack of the current task, a process with tables, in the kernel; the chain
+ * is stored in `user_chains` under the key returned (0: it could not be unwound).
+ */
+static __always_inline __u64 unwind_user(__u32 tgid)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct unwind_scratch *scratch;
+	struct unwind_walk walk;
+	struct pt_regs *regs;
+	__u32 zero = 0;
+	__u64 hash;
+
+	walk.process = bpf_map_lookup_elem(&unwind_processes, &tgid);
+	scratch = bpf_map_lookup_elem(&unwind_scratch, &zero);
+	if (!walk.process || !scratch)
+		return 0;
+	walk.scratch = scratch;
+	/* the user registers saved at the last entry to the kernel: the sample's, in user mode */
+	regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	scratch->ip = BPF_CORE_READ(regs, ip);
+	scratch->sp = BPF_CORE_READ(regs, sp);
+	scratch->bp = BPF_CORE_READ(regs, bp);
+	scratch->chain.len = 0;
+	scratch->chain.complete = 0;
+	scratch->hash = 0xcbf29ce484222325ULL;
+	scratch->missed = 0;
+	bpf_loop(MAX_STACK_DEPTH, unwind_step, &walk, 0);
+	if (scratch->missed)
+		report_miss(tgid);
+	if (!scratch->chain.len)
+		return 0;
+	/* the complete flag tells two chains of the same addresses apart */
+	hash = (scratch->hash ^ scratch->chain.complete) * 0x100000001b3ULL;
+	hash ^= hash >> 29;
+	if (!hash)
+		hash = 1;
+	if (!bpf_map_lookup_elem(&user_chains, &hash))
+		bpf_map_update_elem(&user_chains, &hash, &scratch->chain, BPF_NOEXIST);
+	return hash;
+}
+
 /* counts one sample of `event` standing for `weight` events, with the current stacks */
 static __always_inline int record_sample(void *ctx, enum event_kind event, __u64 weight,
 					 __u64 address)
@@ -252,14 +550,20 @@ static __always_inline int record_sample(void *ctx, enum event_kind event, __u64
 	if (key.kernel_stack_id < 0 && key.kernel_stack_id != -EFAULT)
 		count_drop(event, DROP_KERNEL_STACK);
 
-	if (user && (unwind_all || (unwind_auto && state != PROCESS_FRAME_POINTERS)) &&
+	if (user && (unwind_all || (unwind_auto && state == PROCESS_NOTICED)) &&
 	    send_snapshot(&key, weight, address))
 		return 0;
 
-	/* kernel threads have no user stack: -EFAULT again */
-	key.user_stack_id = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
-	if (key.user_stack_id < 0 && key.user_stack_id != -EFAULT)
-		count_drop(event, DROP_USER_STACK);
+	if (user && state == PROCESS_TABLES)
+		key.user_chain = unwind_user(key.tgid);
+	if (key.user_chain) {
+		key.user_stack_id = -ENODATA;
+	} else {
+		/* kernel threads have no user stack: -EFAULT again */
+		key.user_stack_id = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
+		if (key.user_stack_id < 0 && key.user_stack_id != -EFAULT)
+			count_drop(event, DROP_USER_STACK);
+	}
 
 	samples = active_buffer ? (void *)&samples_1 : (void *)&samples_0;
 	value = bpf_map_lookup_elem(samples, &key);
@@ -289,6 +593,7 @@ static __always_inline int record_sample(void *ctx, enum event_kind event, __u64
 	data->pid = key.pid;
 	data->event = event;
 	data->user_stack_id = key.user_stack_id;
+	data->user_chain = key.user_chain;
 	data->address = address;
 	data->weight = weight;
 	bpf_ringbuf_submit(data, 0);
@@ -365,6 +670,7 @@ int process_exec(void *ctx)
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 
 	bpf_map_delete_elem(&sampled_processes, &tgid);
+	bpf_map_delete_elem(&unwind_processes, &tgid);
 	return 0;
 }
 
@@ -375,8 +681,10 @@ int process_exit(void *ctx)
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32;
 
-	if (tgid == (__u32)id)
+	if (tgid == (__u32)id) {
 		bpf_map_delete_elem(&sampled_processes, &tgid);
+		bpf_map_delete_elem(&unwind_processes, &tgid);
+	}
 	return 0;
 }
 

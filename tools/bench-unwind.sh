@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# `make bench` (second part): what recovering call chains costs, frame pointers against .eh_frame.
+# `make bench` (second part): what recovering call chains costs: frame pointers, tables in the
+# kernel, stack copies unwound in the agent.
 #
 # One CPU-bound process per CPU (testdata/fixtures/workload.c `spin`, and the same source built
 # -O2 -fomit-frame-pointer running `memset`) is profiled system-wide with
 #
 #   bimodal-agent record --event cpu --unwind frame-pointer   (stack ids from bpf_get_stackid)
+#   bimodal-agent record --event cpu --unwind auto            (the default: unwound in the kernel
+#                                                              from tables built from .eh_frame)
 #   bimodal-agent record --event cpu --unwind eh-frame        (a stack copy per sample, unwound
 #                                                              in the agent with framehop)
 #
@@ -58,7 +61,7 @@ for i in $(seq 1 "$cpus"); do
 done
 
 rows=()
-for mode in frame-pointer eh-frame; do
+for mode in frame-pointer auto eh-frame; do
 	say "profiling with --unwind $mode for ${seconds}s"
 	"$time_bin" -f '%e %U %S %M' -o "$runs/$mode.time" \
 		"$agent" record --event cpu --unwind "$mode" --duration "${seconds}s" -o "$runs/$mode.folded" \

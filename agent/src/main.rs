@@ -93,10 +93,14 @@ struct SamplingArgs {
     /// Distinct stacks the kernel holds at once.
     #[arg(long, env = "BIMODAL_MAP_STACKS", default_value_t = 16384)]
     map_stacks: u32,
-    /// How user call chains are recovered: `auto` unwinds processes whose executable has no frame
-    /// pointers from a copy of their stack with .eh_frame, and the rest with frame pointers.
+    /// How user call chains are recovered: `auto` unwinds every process in the kernel from
+    /// tables compiled from .eh_frame (frame pointers where no table covers the code).
     #[arg(long, env = "BIMODAL_UNWIND", value_enum, default_value_t = UnwindMode::Auto)]
     unwind: UnwindMode,
+    /// Rows of unwind tables the kernel holds, for all images together (12 bytes each, kernel
+    /// memory); images that do not fit walk frame pointers.
+    #[arg(long, env = "BIMODAL_UNWIND_ROWS", default_value_t = bimodal_agent::bpf::DEFAULT_UNWIND_ROWS, value_parser = clap::value_parser!(u32).range(1..=1 << 26))]
+    unwind_rows: u32,
     /// Bytes of the kernel ring carrying stack copies to unwind (a power of two); default: half a
     /// second of copies from every CPU at --cpu-frequency, 1 to 64 MiB. Its pages count twice in
     /// the agent's RSS.
@@ -147,6 +151,7 @@ impl SamplingArgs {
                 let cpus = bimodal_agent::events::perf::online_cpus().map_or(1, |c| c.len());
                 MapSizes::snapshot_ring_for(cpus, self.cpu_frequency)
             }),
+            unwind_rows: self.unwind_rows,
         }
     }
 }
@@ -336,12 +341,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             };
             let summary = record::record(&opts)?;
             eprintln!(
-                "bimodal-agent: wrote {} ({} samples of {}, {} lost; {} unwound from .eh_frame, {} of them cut short; {} bytes of batches)",
+                "bimodal-agent: wrote {} ({} samples of {}, {} lost; {} unwound from .eh_frame ({} in the kernel), {} of them cut short; {} bytes of batches)",
                 opts.output.display(),
                 summary.samples,
                 opts.event.name(),
                 summary.dropped,
                 summary.unwound,
+                summary.unwound_in_kernel,
                 summary.unwound_truncated,
                 summary.wire_bytes
             );

@@ -41,11 +41,13 @@ pub struct Located {
 
 impl ProcessMaps {
     /// Reads `tgid`'s file mappings now, whatever is remembered (it was just noticed, maybe
-    /// after an exec). False when there are none to read (the process is gone or a zombie).
-    pub fn read_now(&self, tgid: u32) -> bool {
+    /// after an exec), and returns its executable mappings as read (the vDSO's too, which is
+    /// not remembered); `None` when there are none to read (the process is gone or a zombie).
+    pub fn read_now(&self, tgid: u32) -> Option<Vec<Mapping>> {
         let Ok(all) = placement::read_mappings(Path::new("/"), tgid) else {
-            return false;
+            return None;
         };
+        let executable: Vec<Mapping> = all.iter().filter(|m| m.is_executable()).cloned().collect();
         // Only files can name frames; a deleted file cannot be opened by path later.
         let mappings: Vec<Mapping> = all
             .into_iter()
@@ -57,7 +59,7 @@ impl ProcessMaps {
             .collect();
         // A process that has exited but is not reaped yet maps nothing: keep what was read.
         if mappings.is_empty() {
-            return false;
+            return None;
         }
         self.0.lock().expect("not poisoned").insert(
             tgid,
@@ -66,7 +68,7 @@ impl ProcessMaps {
                 at: Instant::now(),
             },
         );
-        true
+        Some(executable)
     }
 
     /// Reads `tgid`'s file mappings unless they were read less than [`REMEMBER_FOR`] ago.
@@ -78,7 +80,7 @@ impl ProcessMaps {
             .get(&tgid)
             .is_some_and(|r| r.at.elapsed() < REMEMBER_FOR);
         if !fresh {
-            self.read_now(tgid);
+            let _ = self.read_now(tgid);
         }
     }
 
@@ -134,7 +136,7 @@ mod tests {
     fn addresses_of_this_process_are_located_in_its_executable() {
         let maps = ProcessMaps::default();
         let me = std::process::id();
-        assert!(maps.read_now(me));
+        assert!(maps.read_now(me).is_some());
         let here = addresses_of_this_process_are_located_in_its_executable as *const () as u64;
         let located = maps.locate(me, &[here, 0]).expect("remembered");
         let exe = std::fs::read_link("/proc/self/exe").unwrap();

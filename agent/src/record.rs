@@ -49,9 +49,10 @@ pub struct RecordSummary {
     /// Bytes the drains' batches take encoded as `run` would send them (names included: `record`
     /// names frames itself).
     pub wire_bytes: u64,
-    /// Samples unwound from stack copies with .eh_frame, and how many of those chains ended
-    /// before their root.
+    /// Samples unwound with .eh_frame (in the kernel from tables, or in the agent from stack
+    /// copies), how many of them in the kernel, and how many chains ended before their root.
     pub unwound: u64,
+    pub unwound_in_kernel: u64,
     pub unwound_truncated: u64,
 }
 
@@ -120,6 +121,7 @@ pub fn record(opts: &RecordOptions) -> anyhow::Result<RecordSummary> {
     }
     let stats = sampler.unwind_stats();
     summary.unwound = stats.snapshots;
+    summary.unwound_in_kernel = sampler.kernel_unwound().snapshots;
     summary.unwound_truncated = stats.truncated;
     profile.start_unix_nanos = started
         .duration_since(SystemTime::UNIX_EPOCH)

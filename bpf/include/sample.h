@@ -45,10 +45,10 @@ enum drop_reason {
 enum process_state {
 	/* sampled and told to the agent, not judged yet: unwound from stack copies meanwhile */
 	PROCESS_NOTICED = 0,
-	/* its executable keeps frame pointers: the kernel's frame-pointer stacks serve */
+	/* no unwind tables could be written for it: the kernel's frame-pointer stacks serve */
 	PROCESS_FRAME_POINTERS = 1,
-	/* its executable has none: unwound by the agent from stack copies (.eh_frame) */
-	PROCESS_EH_FRAME = 2,
+	/* its unwind tables are in `unwind_processes`: unwound in the kernel (docs/design/014) */
+	PROCESS_TABLES = 2,
 };
 
 /* samples are counted per distinct key in kernel maps, drained every interval */
@@ -61,6 +61,9 @@ struct sample_key {
 	__s32 user_stack_id;
 	__s32 kernel_stack_id;
 	char comm[COMM_LEN];
+	/* key of the user chain in `user_chains` when unwound from tables (then user_stack_id < 0)
+	 */
+	__u64 user_chain;
 };
 
 /* what the samples of one key add up to */
@@ -78,6 +81,8 @@ struct data_sample {
 	/* enum event_kind */
 	__u32 event;
 	__s32 user_stack_id;
+	/* key in `user_chains` when the user stack was unwound from tables */
+	__u64 user_chain;
 	/* the data (virtual) address the event is about */
 	__u64 address;
 	/* events this sample stands for (its period) */
@@ -115,6 +120,71 @@ struct stack_snapshot {
 	__u32 stack_len;
 	char comm[COMM_LEN];
 	__u8 stack[SNAPSHOT_STACK_SIZE];
+};
+
+/*
+ * Unwinding in the kernel from tables the agent compiles from each image's .eh_frame
+ * (docs/design/014). A row says how to find the caller's frame from any address at or above its
+ * `pc` up to the next row's: where the canonical frame address (CFA, the stack pointer before the
+ * call) is, and where the caller's rbp was saved. The return address is always at CFA - 8
+ * (x86-64).
+ */
+enum unwind_rule {
+	/* no row covers the address (JIT code, a gap between functions): step with frame pointers
+	 */
+	UNWIND_RULE_FRAME_POINTER = 0,
+	/* CFA = rsp + cfa_offset */
+	UNWIND_RULE_CFA_RSP = 1,
+	/* CFA = rbp + cfa_offset */
+	UNWIND_RULE_CFA_RBP = 2,
+	/* a lazy-binding PLT entry: CFA = rsp + 8, and 8 more once (ip & 15) >= cfa_offset */
+	UNWIND_RULE_PLT = 3,
+	/* the outermost frame (the return address is undefined): the chain ends here */
+	UNWIND_RULE_END = 4,
+};
+
+/* one row of an image's table, in `unwind_rows`; rows of an image are sorted by pc */
+struct unwind_row {
+	/* first address the rule holds for, as the image states it (ELF virtual address) */
+	__u32 pc;
+	/* enum unwind_rule */
+	__u8 rule;
+	__u8 _pad;
+	__s16 cfa_offset;
+	/* the caller's rbp is saved at CFA + rbp_offset; 0: rbp is unchanged */
+	__s16 rbp_offset;
+	__u16 _pad2;
+};
+
+/* executable mappings of one process with unwind tables; past these, frame pointers serve */
+#define UNWIND_MAX_MAPPINGS 128
+
+/* one executable mapping of a process and the rows of its image */
+struct unwind_mapping {
+	/* addresses in the process: [start, end) */
+	__u64 start;
+	__u64 end;
+	/* address in the process minus the address the image states */
+	__u64 bias;
+	/* the image's first row in `unwind_rows`, and how many; 0 rows: frame pointers */
+	__u32 rows_start;
+	__u32 rows_len;
+};
+
+/* the executable mappings of one process, sorted by start, in `unwind_processes` */
+struct unwind_process {
+	__u32 len;
+	__u32 _pad;
+	struct unwind_mapping mappings[UNWIND_MAX_MAPPINGS];
+};
+
+/* a user call chain unwound in the kernel (leaf first), in `user_chains` */
+struct user_chain {
+	__u32 len;
+	/* the chain reached its outermost frame (not cut by a missing rule or an unreadable stack)
+	 */
+	__u32 complete;
+	__u64 pcs[MAX_STACK_DEPTH];
 };
 
 #endif /* BIMODAL_SAMPLE_H */

@@ -13,8 +13,9 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, OpenObject, RingBuffer, RingBufferBuilder};
 
 use crate::events::{perf, Attach, EventKind, EventSource};
+use crate::placement;
 use crate::processes::ProcessMaps;
-use crate::unwind::{self, Snapshot, UnwindStats, Unwinder};
+use crate::unwind::{Snapshot, UnwindStats, Unwinder};
 
 mod profile {
     #![allow(
@@ -27,7 +28,7 @@ mod profile {
     include!(concat!(env!("OUT_DIR"), "/profile.skel.rs"));
 }
 
-use profile::types::{data_sample, process_state, sample_key, sample_value, stack_snapshot};
+use profile::types::{data_sample, sample_key, sample_value, stack_snapshot, unwind_process, unwind_row, user_chain};
 use profile::{OpenProfileSkel, ProfileSkel, ProfileSkelBuilder};
 
 // SAFETY: these are plain C structs of integers and byte arrays: every bit pattern of their
@@ -39,6 +40,16 @@ unsafe impl plain::Plain for sample_value {}
 unsafe impl plain::Plain for data_sample {}
 // SAFETY: as above.
 unsafe impl plain::Plain for stack_snapshot {}
+// SAFETY: as above.
+unsafe impl plain::Plain for unwind_row {}
+// SAFETY: as above.
+unsafe impl plain::Plain for unwind_process {}
+// SAFETY: as above.
+unsafe impl plain::Plain for user_chain {}
+
+mod tables;
+use tables::TableLoader;
+pub use tables::TableStats;
 
 /// Stack ids given to user stacks unwound from snapshots: above any id of the `stacks` map.
 pub const UNWOUND_STACK_ID_BASE: i32 = 1 << 30;
@@ -46,13 +57,15 @@ pub const UNWOUND_STACK_ID_BASE: i32 = 1 << 30;
 /// How user call chains are recovered (docs/design/006).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum UnwindMode {
-    /// Frame pointers, except for processes whose executable has none: those are unwound from
-    /// copies of their stack with `.eh_frame`.
+    /// In the kernel, from tables compiled from each image's `.eh_frame`, frame pointers where
+    /// no table covers the code (JIT); a process's first milliseconds, before its tables are
+    /// written, from copies of its stack.
     #[default]
     Auto,
-    /// Frame pointers only (cheapest; chains of code without them are cut short).
+    /// Frame pointers only (chains of code without them lose callers).
     FramePointer,
-    /// `.eh_frame` for every process (a stack copy per sample).
+    /// In the agent, from a copy of the stack per sample and `.eh_frame` (the reference the
+    /// tables are checked against; costs a copy of up to 12 KiB per sample).
     EhFrame,
 }
 
@@ -98,7 +111,13 @@ pub struct MapSizes {
     pub stacks: u32,
     /// Bytes of the ring that carries stack snapshots to be unwound (a power of two).
     pub snapshot_ring: u32,
+    /// Rows of unwind tables, of every image loaded (12 bytes each, in kernel memory).
+    pub unwind_rows: u32,
 }
+
+/// Unwind table rows by default: 12 MiB of kernel memory, the tables of about 50 images the size
+/// of libc (BENCHMARKS.md, "Unwinding in the kernel").
+pub const DEFAULT_UNWIND_ROWS: u32 = 1 << 20;
 
 /// Seconds of stack copies from every CPU the snapshot ring holds by default: how far the
 /// unwinding thread may fall behind before samples fall back to frame pointers (counted).
@@ -121,6 +140,7 @@ impl Default for MapSizes {
             samples: 16384,
             stacks: 16384,
             snapshot_ring: 8 << 20,
+            unwind_rows: DEFAULT_UNWIND_ROWS,
         }
     }
 }
@@ -239,13 +259,18 @@ pub struct Sampler {
     skel: ProfileSkel<'static>,
     sources: Vec<EventSource>,
     ring: RingBuffer<'static>,
-    ring_out: Arc<Mutex<Vec<DataSample>>>,
+    /// Data samples read from the ring, with the key of their user chain (0: none).
+    ring_out: Arc<Mutex<Vec<(DataSample, u64)>>>,
     _links: Vec<Link>,
     /// Cumulative loss counters at the previous drain, by `drops` map index.
     drops_seen: HashMap<u32, u64>,
     /// Samples unwound from stack snapshots since the last drain, by the unwinding thread.
     unwound: Arc<Mutex<Unwound>>,
     _unwind_thread: Option<Worker>,
+    /// What the unwind tables hold, as the thread writing them last said.
+    table_stats: Arc<Mutex<TableStats>>,
+    /// Chains unwound in the kernel from tables, as the drains found them.
+    kernel_unwound: UnwindStats,
     /// The file mappings of sampled processes, read by `_process_thread` at their first sample.
     processes: ProcessMaps,
     _process_thread: Worker,
@@ -294,81 +319,34 @@ impl Drop for Worker {
     }
 }
 
-/// In `auto` mode, judges whether each process noticed keeps frame pointers and tells the
-/// programs (`sampled_processes`); each executable is judged once.
-struct Classifier {
-    sampled_processes: MapHandle,
-    /// Whether each executable keeps frame pointers, by (device, inode).
-    images: HashMap<(u64, u64), bool>,
-}
-
-impl Classifier {
-    /// Judges the executables of `tgids` ahead of their first samples.
-    fn judge_images(&mut self, tgids: &[u32]) {
-        let started = Instant::now();
-        for &tgid in tgids {
-            self.uses_frame_pointers(tgid);
-        }
-        tracing::debug!(images = self.images.len(), elapsed = ?started.elapsed(), "executables judged");
-    }
-
-    /// Whether `tgid`'s executable keeps frame pointers; `None` for kernel threads and processes
-    /// that are gone.
-    fn uses_frame_pointers(&mut self, tgid: u32) -> Option<bool> {
-        use std::os::unix::fs::MetadataExt;
-        let meta = std::fs::metadata(format!("/proc/{tgid}/exe")).ok()?;
-        Some(
-            *self
-                .images
-                .entry((meta.dev(), meta.ino()))
-                .or_insert_with(|| unwind::process_uses_frame_pointers(tgid).unwrap_or(true)),
-        )
-    }
-
-    /// Judges process `tgid`, just noticed, and tells the programs how to unwind it.
-    fn judge(&mut self, tgid: u32) {
-        let Some(uses_fp) = self.uses_frame_pointers(tgid) else {
-            return;
-        };
-        tracing::debug!(tgid, uses_fp, "judged");
-        let state = if uses_fp {
-            process_state::PROCESS_FRAME_POINTERS
-        } else {
-            process_state::PROCESS_EH_FRAME
-        };
-        // Only a process still there: one that exited meanwhile was removed by the programs.
-        if let Err(e) = self
-            .sampled_processes
-            .update(&tgid.to_ne_bytes(), &[state.0 as u8], MapFlags::EXIST)
-        {
-            tracing::debug!(tgid, "process gone before it was judged: {e}");
-        }
-    }
-}
-
 /// A process's mappings are read again this long after its first sample: a program's first
 /// samples often come while the dynamic loader is still mapping its libraries.
 const READ_AGAIN_AFTER: [Duration; 2] = [Duration::from_millis(50), Duration::from_millis(500)];
 
 /// Reads the mappings of every process the programs tell of at its first sample
 /// (`new_processes`), until `stop`: at once, while the process still runs, and again
-/// [`READ_AGAIN_AFTER`]. In `auto` mode, a thread of its own judges each one (parsing a new
-/// executable's `.eh_frame` can take long, and must not hold up the next mappings).
+/// [`READ_AGAIN_AFTER`]. In `auto` mode, a thread of its own writes each one's unwind tables
+/// (compiling a new image's `.eh_frame` can take long, and must not hold up the next mappings).
 fn watch_processes(
     ring_map: MapHandle,
     processes: ProcessMaps,
-    classifier: Option<(Classifier, Vec<u32>)>,
+    loader: Option<(TableLoader, Arc<Mutex<TableStats>>)>,
     stop: Arc<AtomicBool>,
 ) {
-    let judge = classifier.map(|(mut classifier, running)| {
-        let (tx, rx) = std::sync::mpsc::channel::<u32>();
+    let tables = loader.map(|(mut loader, stats)| {
+        let (tx, rx) = std::sync::mpsc::channel::<(u32, Vec<placement::Mapping>)>();
         std::thread::Builder::new()
-            .name("bimodal-judge".into())
+            .name("bimodal-tables".into())
             .spawn(move || {
-                classifier.judge_images(&running);
-                // Ends when the sender is dropped, with this thread.
-                for tgid in rx {
-                    classifier.judge(tgid);
+                let mut swept = Instant::now();
+                // Ends when the sender is dropped, with the watching thread.
+                for (tgid, mappings) in rx {
+                    loader.load(tgid, &mappings);
+                    if swept.elapsed() >= Duration::from_secs(5) {
+                        loader.sweep(|tgid| Path::new(&format!("/proc/{tgid}")).exists());
+                        swept = Instant::now();
+                    }
+                    *stats.lock().expect("not poisoned") = loader.stats;
                 }
             })
             .expect("spawning a thread");
@@ -408,13 +386,16 @@ fn watch_processes(
         }
         let tgids = std::mem::take(&mut *noticed.lock().expect("not poisoned"));
         // Mappings first: they are what a process that is about to exit takes with it.
+        let mut read = Vec::new();
         for &tgid in &tgids {
-            if !processes.read_now(tgid) {
-                tracing::debug!(tgid, "process gone before its mappings were read");
-            } else {
-                let now = Instant::now();
-                for after in READ_AGAIN_AFTER {
-                    again.push_back((now + after, tgid));
+            match processes.read_now(tgid) {
+                None => tracing::debug!(tgid, "process gone before its mappings were read"),
+                Some(executable) => {
+                    let now = Instant::now();
+                    for after in READ_AGAIN_AFTER {
+                        again.push_back((now + after, tgid));
+                    }
+                    read.push((tgid, executable));
                 }
             }
         }
@@ -422,11 +403,13 @@ fn watch_processes(
         let now = Instant::now();
         while again.front().is_some_and(|(due, _)| *due <= now) {
             let (_, tgid) = again.pop_front().expect("not empty");
-            processes.read_now(tgid);
+            if let Some(executable) = processes.read_now(tgid) {
+                read.push((tgid, executable));
+            }
         }
-        if let Some(judge) = &judge {
-            for &tgid in &tgids {
-                let _ = judge.send(tgid);
+        if let Some(tables) = &tables {
+            for noticed in read {
+                let _ = tables.send(noticed);
             }
         }
     }
@@ -559,6 +542,7 @@ fn open_for(
             samples: 16,
             stacks: 16,
             snapshot_ring: 64 << 10,
+            unwind_rows: 1,
         },
         |o| o.map_sizes,
     );
@@ -582,6 +566,14 @@ fn open_for(
         map.set_max_entries(sizes.samples).map_err(load_error)?;
     }
     open.maps.stacks.set_max_entries(sizes.stacks).map_err(load_error)?;
+    open.maps
+        .user_chains
+        .set_max_entries(sizes.stacks)
+        .map_err(load_error)?;
+    open.maps
+        .unwind_rows
+        .set_max_entries(sizes.unwind_rows.max(1))
+        .map_err(load_error)?;
     let wants = |a: &Attach| attaches.contains(&a);
     let any_perf = attaches.iter().any(|a| matches!(a, Attach::Perf(_)));
     let progs = &mut open.progs;
@@ -703,26 +695,18 @@ impl Sampler {
                 unwind_snapshots(map, out, maps, cached, stop)
             }))
         };
-        let classifier = if opts.unwind == UnwindMode::Auto {
-            let sampled_processes =
-                MapHandle::try_from(&skel.maps.sampled_processes).map_err(|source| SamplerError::Map {
-                    map: "sampled_processes",
-                    source,
-                })?;
-            // The executables running now are judged first, so their processes are judged at once.
-            let running: Vec<u32> = match opts.pid {
-                Some(pid) => vec![pid],
-                None => std::fs::read_dir("/proc")
-                    .map(|dir| dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
-                    .unwrap_or_default(),
+        let table_stats: Arc<Mutex<TableStats>> = Arc::default();
+        let loader = if opts.unwind == UnwindMode::Auto {
+            let handle = |map: &'static str, m: &libbpf_rs::Map<'_>| {
+                MapHandle::try_from(m).map_err(|source| SamplerError::Map { map, source })
             };
-            Some((
-                Classifier {
-                    sampled_processes,
-                    images: HashMap::new(),
-                },
-                running,
-            ))
+            let loader = TableLoader::new(
+                handle("unwind_rows", &skel.maps.unwind_rows)?,
+                handle("unwind_processes", &skel.maps.unwind_processes)?,
+                handle("sampled_processes", &skel.maps.sampled_processes)?,
+                opts.map_sizes.unwind_rows.max(1),
+            );
+            Some((loader, table_stats.clone()))
         } else {
             None
         };
@@ -732,9 +716,7 @@ impl Sampler {
                 source,
             })?;
             let maps = processes.clone();
-            Worker::spawn("bimodal-procs", move |stop| {
-                watch_processes(map, maps, classifier, stop)
-            })
+            Worker::spawn("bimodal-procs", move |stop| watch_processes(map, maps, loader, stop))
         };
 
         // Open every perf event first: a refusal then leaves nothing half attached.
@@ -803,21 +785,22 @@ impl Sampler {
             links.push(link);
         }
 
-        let ring_out: Arc<Mutex<Vec<DataSample>>> = Arc::default();
+        let ring_out: Arc<Mutex<Vec<(DataSample, u64)>>> = Arc::default();
         let sink = ring_out.clone();
         let mut builder = RingBufferBuilder::new();
         builder
             .add(&skel.maps.data_samples, move |raw: &[u8]| {
                 let mut d = data_sample::default();
                 if plain::copy_from_bytes(&mut d, raw).is_ok() {
-                    sink.lock().expect("not poisoned").push(DataSample {
+                    let sample = DataSample {
                         tgid: d.tgid,
                         pid: d.pid,
                         event: EventKind::try_from(d.event as i32).unwrap_or(EventKind::Unspecified),
                         user_stack_id: d.user_stack_id,
                         address: d.address,
                         weight: d.weight,
-                    });
+                    };
+                    sink.lock().expect("not poisoned").push((sample, d.user_chain));
                 }
                 0
             })
@@ -848,6 +831,8 @@ impl Sampler {
             drops_seen: HashMap::new(),
             unwound,
             _unwind_thread: unwind_thread,
+            table_stats,
+            kernel_unwound: UnwindStats::default(),
             processes,
             _process_thread: process_thread,
             work_seen: opts.work_uprobe.as_ref().map(|_| 0),
@@ -883,9 +868,26 @@ impl Sampler {
         self.processes.clone()
     }
 
-    /// Unwinding figures since the sampler started.
+    /// Unwinding figures since the sampler started: chains unwound in the kernel from tables and
+    /// in the agent from stack copies, together.
     pub fn unwind_stats(&self) -> UnwindStats {
-        self.unwound.lock().expect("not poisoned").stats
+        let copies = self.unwound.lock().expect("not poisoned").stats;
+        let kernel = self.kernel_unwound;
+        UnwindStats {
+            snapshots: copies.snapshots + kernel.snapshots,
+            truncated: copies.truncated + kernel.truncated,
+            frames: copies.frames + kernel.frames,
+        }
+    }
+
+    /// Chains unwound in the kernel from tables since the sampler started.
+    pub fn kernel_unwound(&self) -> UnwindStats {
+        self.kernel_unwound
+    }
+
+    /// What the unwind tables hold now.
+    pub fn table_stats(&self) -> TableStats {
+        *self.table_stats.lock().expect("not poisoned")
     }
 
     /// The sources being sampled.
@@ -920,7 +922,15 @@ impl Sampler {
         };
         // Data samples reference stacks of both buffers; read them before any stack is deleted.
         self.ring.consume().map_err(map_err("data_samples"))?;
-        drained.data = std::mem::take(&mut *self.ring_out.lock().expect("not poisoned"));
+        // Samples whose user chain was unwound in the kernel: (index in samples or data, key).
+        let mut chained_samples: Vec<(usize, u64)> = Vec::new();
+        let mut chained_data: Vec<(usize, u64)> = Vec::new();
+        for (sample, chain) in std::mem::take(&mut *self.ring_out.lock().expect("not poisoned")) {
+            if chain != 0 {
+                chained_data.push((drained.data.len(), chain));
+            }
+            drained.data.push(sample);
+        }
 
         let (inactive, active) = if draining == 0 {
             (&self.skel.maps.samples_0, &self.skel.maps.samples_1)
@@ -934,8 +944,12 @@ impl Sampler {
             };
             let mut v = sample_value::default();
             plain::copy_from_bytes(&mut v, &bytes).expect("map value has the size of sample_value");
+            let (key, chain) = decode_key(&raw);
+            if chain != 0 {
+                chained_samples.push((drained.samples.len(), chain));
+            }
             drained.samples.push((
-                decode_key(&raw),
+                key,
                 SampleValue {
                     count: v.count,
                     value: v.value,
@@ -951,7 +965,7 @@ impl Sampler {
         // Stacks referenced by the active buffer must survive this drain.
         let mut keep: HashSet<i32> = HashSet::new();
         for raw in active.keys() {
-            let k = decode_key(&raw);
+            let (k, _) = decode_key(&raw);
             keep.insert(k.user_stack_id);
             keep.insert(k.kernel_stack_id);
         }
@@ -994,6 +1008,47 @@ impl Sampler {
         for (mut data, chain) in unwound.data {
             data.user_stack_id = chain_id(&mut drained.stacks, chain);
             drained.data.push(data);
+        }
+        // Chains unwound in the kernel, read once each; the map keeps the recently used.
+        // By key: (stack id, reached its outermost frame, frames).
+        let mut chains: HashMap<u64, Option<(i32, bool, u64)>> = HashMap::new();
+        for &(_, key) in chained_samples.iter().chain(&chained_data) {
+            if chains.contains_key(&key) {
+                continue;
+            }
+            let read = self
+                .skel
+                .maps
+                .user_chains
+                .lookup(&key.to_ne_bytes(), MapFlags::ANY)
+                .map_err(map_err("user_chains"))?;
+            let chain = read.map(|raw| {
+                let mut c = user_chain::default();
+                plain::copy_from_bytes(&mut c, &raw).expect("map value has the size of user_chain");
+                let len = (c.len as usize).min(c.pcs.len());
+                let id = chain_id(&mut drained.stacks, c.pcs[..len].to_vec());
+                (id, c.complete != 0, len as u64)
+            });
+            chains.insert(key, chain);
+        }
+        for (index, key) in chained_samples {
+            let (k, v) = &mut drained.samples[index];
+            match chains.get(&key).copied().flatten() {
+                Some((id, complete, frames)) => {
+                    k.user_stack_id = id;
+                    self.kernel_unwound.snapshots += v.count;
+                    self.kernel_unwound.frames += frames * v.count;
+                    if !complete {
+                        self.kernel_unwound.truncated += v.count;
+                    }
+                }
+                None => drained.dropped.entry(k.event).or_default().stack_missing += v.count,
+            }
+        }
+        for (index, key) in chained_data {
+            if let Some((id, _, _)) = chains.get(&key).copied().flatten() {
+                drained.data[index].user_stack_id = id;
+            }
         }
         for (k, v) in &drained.samples {
             for id in [k.user_stack_id, k.kernel_stack_id] {
@@ -1041,17 +1096,19 @@ fn comm_string(comm: &[std::ffi::c_char]) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-fn decode_key(raw: &[u8]) -> SampleKey {
+/// A sample key, and the key of its user chain in `user_chains` (0: none).
+fn decode_key(raw: &[u8]) -> (SampleKey, u64) {
     let mut k = sample_key::default();
     plain::copy_from_bytes(&mut k, raw).expect("map key has the size of sample_key");
-    SampleKey {
+    let key = SampleKey {
         tgid: k.tgid,
         pid: k.pid,
         event: EventKind::try_from(k.event as i32).unwrap_or(EventKind::Unspecified),
         user_stack_id: k.user_stack_id,
         kernel_stack_id: k.kernel_stack_id,
         comm: comm_string(&k.comm),
-    }
+    };
+    (key, k.user_chain)
 }
 
 #[cfg(test)]

@@ -43,6 +43,71 @@ fn golden_build_without_frame_pointers_keeps_the_caller_of_memset() {
     );
 }
 
+/// A frame-pointer build calling libc's memset (Debian builds libc without frame pointers):
+/// unwound in the kernel from libc's table, memset keeps its caller; frame pointers alone lose
+/// it. The stacks are those of the build without frame pointers.
+#[test]
+fn golden_frame_pointer_build_keeps_the_caller_of_a_library_leaf_without_them() {
+    let binary = fixture::workload();
+    let functions = functions_of(&[binary]);
+    let running = spawn(binary, &["memset", "30"]);
+    let folded = record_cpu(running.pid(), 3, &[]);
+    assert_matches_expected("workload-nofp-memset", &folded, &functions);
+
+    let folded = record_cpu(running.pid(), 2, &["--unwind", "frame-pointer"]);
+    let shares = normalized_shares(&folded, &functions);
+    let kept = shares.get("main;memset_loop;clear_buffer;*").copied().unwrap_or(0.0);
+    assert!(
+        kept < 50.0,
+        "frame pointers alone found the full chain in {kept:.0}% of samples: the fixture no longer tests a leaf without them: {shares:?}"
+    );
+}
+
+/// Built -O2 -fno-omit-frame-pointer, GCC sets up no frame in a leaf that touches no stack:
+/// frame pointers lose the leaf's caller (leaf_loop), the tables keep it.
+#[test]
+fn golden_optimized_frame_pointer_build_keeps_the_caller_of_a_leaf_without_a_frame() {
+    let binary = fixture::compile_as("workload", "workload-o2-fp", &["-O2", "-g", "-fno-omit-frame-pointer"]);
+    let functions = functions_of(&[&binary]);
+    let running = spawn(&binary, &["leaf", "30"]);
+    let folded = record_cpu(running.pid(), 3, &[]);
+    assert_matches_expected("workload-leaf", &folded, &functions);
+
+    let folded = record_cpu(running.pid(), 2, &["--unwind", "frame-pointer"]);
+    let shares = normalized_shares(&folded, &functions);
+    let kept = shares.get("main;leaf_loop;leaf_hot_loop").copied().unwrap_or(0.0);
+    assert!(
+        kept < 50.0,
+        "frame pointers alone found the full chain in {kept:.0}% of samples: the leaf has a frame in this build: {shares:?}"
+    );
+}
+
+/// A library without frame pointers loaded seconds after the process was first sampled (its
+/// mappings and tables long written): its code is met outside every mapping with a table, the
+/// process is read again, and its chains keep their callers.
+#[test]
+fn a_library_loaded_late_is_unwound_from_its_table() {
+    let build = fixture::with_late_library();
+    let library = build.library.to_str().unwrap();
+    let running = spawn(&build.binary, &[library, "2", "30"]);
+    let folded = record_cpu(running.pid(), 6, &[]);
+    let shares = normalized_shares(&folded, &functions_of(&[&build.binary, &build.library]));
+    let in_library: f64 = shares
+        .iter()
+        .filter(|(stack, _)| stack.contains("library_hot_loop"))
+        .map(|(_, share)| share)
+        .sum();
+    let complete = shares
+        .get("main;call_loaded;library_work;library_hot_loop")
+        .copied()
+        .unwrap_or(0.0);
+    assert!(in_library > 30.0, "the library ran: {shares:?}");
+    assert!(
+        complete >= in_library * 0.9,
+        "{complete:.0}% of samples with the full chain, of {in_library:.0}% in the library: {shares:?}"
+    );
+}
+
 /// `--unwind eh-frame` unwinds even a frame-pointer build from stack copies, to the same stacks.
 #[test]
 fn golden_eh_frame_unwinding_of_a_frame_pointer_build() {

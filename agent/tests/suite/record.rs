@@ -327,3 +327,48 @@ fn processes_shorter_than_a_drain_interval_are_named_and_unwound() {
         s * 100.0
     );
 }
+
+/// The default unwinding is in the kernel: a process running for a while has nearly all its
+/// samples unwound from tables (the first milliseconds, before its tables are written, from
+/// stack copies), every chain complete.
+#[test]
+fn samples_are_unwound_in_the_kernel_from_tables() {
+    let binary = fixture::workload_without_frame_pointers();
+    let running = fixture::spawn(binary, &["memset", "30"]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = agent()
+        .args([
+            "record",
+            "--event",
+            "cpu",
+            "--duration",
+            "3s",
+            "--pid",
+            &running.pid().to_string(),
+            "-o",
+        ])
+        .arg(dir.path().join("cpu.folded"))
+        .output()
+        .expect("run bimodal-agent");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "record failed: {stderr}");
+    let line = stderr.lines().find(|l| l.contains("wrote")).expect("a summary line");
+    let number = |before: &str| -> u64 {
+        let at = line.find(before).unwrap_or_else(|| panic!("`{before}` in {line}"));
+        line[..at]
+            .rsplit([' ', '(', ',', ';'])
+            .find(|w| !w.is_empty())
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let samples = number(" samples of");
+    let in_kernel = number(" in the kernel");
+    let cut = number(" of them cut short");
+    assert!(samples > 100, "{line}");
+    assert!(
+        in_kernel * 10 >= samples * 9,
+        "fewer than 90% unwound in the kernel: {line}"
+    );
+    assert_eq!(cut, 0, "{line}");
+}

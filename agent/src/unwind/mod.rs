@@ -1,10 +1,9 @@
-//! Call chains of code without frame pointers: BPF copies the user registers and the top of the
-//! user stack (`struct stack_snapshot`), and this module unwinds the copy with each mapped
-//! image's `.eh_frame`, using framehop (docs/design/006).
-//!
-//! Which processes need it is decided once per process from its executable: code built with
-//! frame pointers defines its call frame from `rbp` in `.eh_frame`; code built without defines it
-//! from `rsp` throughout (see [`uses_frame_pointers`]).
+//! Call chains from `.eh_frame`, two ways (docs/design/006, 014):
+//! - [`table`] compiles an image's `.eh_frame` into the rows the BPF programs unwind from in the
+//!   kernel (the default);
+//! - [`Unwinder`] unwinds a copy of the user stack (`struct stack_snapshot`) in the agent with
+//!   framehop: a process's first milliseconds, before its tables are written, and every sample
+//!   with `--unwind eh-frame` (the reference the tables are checked against).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -21,6 +20,8 @@ use crate::elf;
 use crate::placement::{self, Mapping};
 use crate::processes::ProcessMaps;
 use object::{Object, ObjectSection, ObjectSegment};
+
+pub mod table;
 
 /// Deepest chain unwound, as for frame-pointer stacks (MAX_STACK_DEPTH in sample.h).
 pub const MAX_DEPTH: usize = 127;
@@ -117,7 +118,7 @@ impl Image {
     /// The load bias of a mapping of this image at `start` from file offset `offset`: what to add
     /// to an address stated in the image to get the address in the process.
     fn bias(&self, start: u64, offset: u64) -> Option<u64> {
-        Some(start.wrapping_sub(elf::vaddr_of_offset(&self.segments, offset)?))
+        table::Table::bias_of(&self.segments, start, offset)
     }
 
     fn module(&self, name: String, avma: Range<u64>, bias: u64) -> Module<Section> {
@@ -150,6 +151,17 @@ fn map_file(path: &Path) -> Result<Backing, String> {
     Ok(Backing::Mapped(map))
 }
 
+/// The image at `path` (as a process sees it), if it is still file `inode`: the host's path may
+/// name another file than the one a process mapped.
+pub(crate) fn map_image(path: &Path, inode: u64) -> Result<impl Deref<Target = [u8]>, String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if meta.ino() != inode {
+        return Err(format!("{}: another file than the one mapped", path.display()));
+    }
+    map_file(path)
+}
+
 /// Executable mappings of process `pid`, as `maps` lists them.
 fn executable_mappings(pid: u32) -> Vec<Mapping> {
     placement::read_mappings(Path::new("/"), pid)
@@ -157,10 +169,10 @@ fn executable_mappings(pid: u32) -> Vec<Mapping> {
         .unwrap_or_default()
 }
 
-/// The vDSO is the same image in every process of this kernel: read it from the agent's own
+/// The vDSO is the same image in every process of this kernel: read from the agent's own
 /// memory, once.
-fn vdso() -> Option<&'static Image> {
-    static VDSO: OnceLock<Option<Image>> = OnceLock::new();
+pub(crate) fn vdso_bytes() -> Option<&'static [u8]> {
+    static VDSO: OnceLock<Option<Vec<u8>>> = OnceLock::new();
     VDSO.get_or_init(|| {
         let mapping = executable_mappings(std::process::id())
             .into_iter()
@@ -169,9 +181,16 @@ fn vdso() -> Option<&'static Image> {
         mem.seek(SeekFrom::Start(mapping.start)).ok()?;
         let mut bytes = vec![0; (mapping.end - mapping.start) as usize];
         mem.read_exact(&mut bytes).ok()?;
-        Image::parse(Backing::Owned(bytes)).ok()
+        Some(bytes)
     })
-    .as_ref()
+    .as_deref()
+}
+
+/// The vDSO parsed for framehop, once.
+fn vdso() -> Option<&'static Image> {
+    static VDSO: OnceLock<Option<Image>> = OnceLock::new();
+    VDSO.get_or_init(|| Image::parse(Backing::Owned(vdso_bytes()?.to_vec())).ok())
+        .as_ref()
 }
 
 /// The unwinder of one process: its modules and framehop's rule cache.
@@ -387,69 +406,6 @@ impl Process {
     }
 }
 
-/// Whether an ELF image's code keeps frame pointers, judged from its `.eh_frame`: the share of
-/// functions with a stack frame whose call frame is defined from `rbp` somewhere in their body.
-/// Functions without a frame (leaves, `_start`) and PLT stubs say nothing either way. `None` when
-/// the image has no such function to judge by (frame-pointer unwinding is then all there is).
-pub fn uses_frame_pointers(bytes: &[u8]) -> Option<bool> {
-    use gimli::{BaseAddresses, CfaRule, CieOrFde, EhFrame, LittleEndian, UnwindContext, UnwindSection, X86_64};
-
-    let file = object::File::parse(bytes).ok()?;
-    let section = file.section_by_name(".eh_frame")?;
-    let data = section.data().ok()?;
-    let eh_frame = EhFrame::new(data, LittleEndian);
-    let mut bases = BaseAddresses::default().set_eh_frame(section.address());
-    if let Some(text) = file.section_by_name(".text") {
-        bases = bases.set_text(text.address());
-    }
-    let stubs: Vec<Range<u64>> = [".plt", ".plt.got", ".plt.sec"]
-        .into_iter()
-        .filter_map(|name| file.section_by_name(name))
-        .map(|s| s.address()..s.address() + s.size())
-        .collect();
-    let mut ctx = UnwindContext::new();
-    let (mut framed, mut with_rbp) = (0u32, 0u32);
-    let mut entries = eh_frame.entries(&bases);
-    while let Ok(Some(entry)) = entries.next() {
-        let CieOrFde::Fde(partial) = entry else { continue };
-        let Ok(fde) = partial.parse(|_, bases, offset| eh_frame.cie_from_offset(bases, offset)) else {
-            continue;
-        };
-        if stubs.iter().any(|r| r.contains(&fde.initial_address())) {
-            continue;
-        }
-        let Ok(mut rows) = fde.rows(&eh_frame, &bases, &mut ctx) else {
-            continue;
-        };
-        let (mut has_frame, mut uses_rbp) = (false, false);
-        while let Ok(Some(row)) = rows.next_row() {
-            match row.cfa() {
-                CfaRule::RegisterAndOffset { register, .. } if *register == X86_64::RBP => {
-                    uses_rbp = true;
-                    break;
-                }
-                CfaRule::RegisterAndOffset { register, offset } if *register == X86_64::RSP && *offset == 8 => {}
-                _ => has_frame = true,
-            }
-        }
-        if uses_rbp || has_frame {
-            framed += 1;
-            with_rbp += u32::from(uses_rbp);
-        }
-        if framed >= 4096 {
-            break;
-        }
-    }
-    (framed > 0).then_some(with_rbp * 2 >= framed)
-}
-
-/// Whether process `tgid`'s executable keeps frame pointers; `None` when it cannot be read or
-/// judged.
-pub fn process_uses_frame_pointers(tgid: u32) -> Option<bool> {
-    let backing = map_file(Path::new(&format!("/proc/{tgid}/exe"))).ok()?;
-    uses_frame_pointers(&backing)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -473,49 +429,6 @@ mod tests {
         assert_eq!(bias, 0x5555_5555_4000);
         assert_eq!(image.bias(0x5555_5555_7000, 0x2000), Some(0x5555_5555_4000));
         assert_eq!(image.bias(0x1000, 0x9000), None);
-    }
-
-    #[test]
-    fn libc_is_judged_to_lack_frame_pointers_and_reads_its_eh_frame() {
-        let libc = ["/usr/lib/x86_64-linux-gnu/libc.so.6", "/lib/x86_64-linux-gnu/libc.so.6"]
-            .into_iter()
-            .find(|p| Path::new(p).exists())
-            .expect("a glibc system");
-        let bytes = map_file(Path::new(libc)).expect("readable");
-        // Debian builds glibc without frame pointers.
-        assert_eq!(uses_frame_pointers(&bytes), Some(false));
-    }
-
-    /// Builds the same C file with and without frame pointers (with the system compiler) and
-    /// judges both.
-    #[test]
-    fn builds_with_and_without_frame_pointers_are_told_apart() {
-        let dir = tempfile::tempdir().unwrap();
-        let src = dir.path().join("f.c");
-        std::fs::write(
-            &src,
-            // f needs a stack frame for its buffer; with frame pointers it is based on rbp
-            "__attribute__((noinline)) void fill(volatile char *p) { for (int i = 0; i < 64; i++) p[i] = i; }\n\
-             __attribute__((noinline)) int f(int x) { volatile char b[64]; fill(b); return b[x]; }\n\
-             int main(void) { return f(3); }\n",
-        )
-        .unwrap();
-        for (flags, expected) in [
-            (["-O2", "-fno-omit-frame-pointer"], true),
-            (["-O2", "-fomit-frame-pointer"], false),
-        ] {
-            let out = dir.path().join(format!("f{expected}"));
-            let status = std::process::Command::new("cc")
-                .args(flags)
-                .arg("-o")
-                .arg(&out)
-                .arg(&src)
-                .status()
-                .expect("run cc");
-            assert!(status.success());
-            let bytes = map_file(&out).unwrap();
-            assert_eq!(uses_frame_pointers(&bytes), Some(expected), "built with {flags:?}");
-        }
     }
 
     /// This process maps several images (itself, libc, the loader): one is kept parsed when the

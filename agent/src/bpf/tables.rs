@@ -1,0 +1,324 @@
+//! Puts unwind tables where the programs unwind from (docs/design/014): each image's rows in
+//! `unwind_rows`, once for every process that maps it, and each process's executable mappings
+//! with where their rows are in `unwind_processes`; then marks the process `PROCESS_TABLES` in
+//! `sampled_processes`, and its samples are unwound in the kernel from then on.
+//!
+//! Rows are allocated first-fit from free ranges. An image stays loaded while a process maps it,
+//! and after that until its room is wanted (the least recently used first): a job that restarts
+//! every second finds its tables in place.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
+
+use super::profile::types::{process_state, unwind_mapping, unwind_process, unwind_row, unwind_rule};
+use crate::placement::Mapping;
+use crate::unwind::{self, table};
+
+/// An image by the (device, inode) of its file; the vDSO as ("[vdso]", 0).
+type ImageKey = (String, u64);
+
+/// An image's rows in `unwind_rows`.
+#[derive(Debug)]
+struct Loaded {
+    /// Where its rows are; empty when it has none (no `.eh_frame`, unreadable, refused).
+    rows: Range<u32>,
+    segments: Vec<crate::elf::Segment>,
+    /// Processes whose entry references it.
+    users: u32,
+    used: Instant,
+}
+
+/// What the tables hold and what they could not.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TableStats {
+    /// Images compiled and loaded since the start.
+    pub images_loaded: u64,
+    /// Images refused: more rows than are free, or unreadable.
+    pub images_refused: u64,
+    /// Rows in use now.
+    pub rows: u64,
+    /// Processes unwound in the kernel now.
+    pub processes: u64,
+}
+
+/// Writes the unwind tables of noticed processes into the programs' maps.
+pub struct TableLoader {
+    rows_map: MapHandle,
+    processes_map: MapHandle,
+    sampled_processes: MapHandle,
+    capacity: u32,
+    /// Free row ranges, sorted, none touching another.
+    free: Vec<Range<u32>>,
+    images: HashMap<ImageKey, Loaded>,
+    /// The images each process's entry references, and the address ranges it covers.
+    users: HashMap<u32, (Vec<ImageKey>, Vec<Range<u64>>)>,
+    pub stats: TableStats,
+}
+
+impl std::fmt::Debug for TableLoader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TableLoader")
+            .field("capacity", &self.capacity)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+fn row_bytes(row: &table::Row) -> unwind_row {
+    let (rule, cfa_offset) = match row.rule {
+        table::Rule::FramePointer => (unwind_rule::UNWIND_RULE_FRAME_POINTER, 0),
+        table::Rule::CfaRsp(offset) => (unwind_rule::UNWIND_RULE_CFA_RSP, offset),
+        table::Rule::CfaRbp(offset) => (unwind_rule::UNWIND_RULE_CFA_RBP, offset),
+        table::Rule::Plt(threshold) => (unwind_rule::UNWIND_RULE_PLT, i16::from(threshold)),
+        table::Rule::End => (unwind_rule::UNWIND_RULE_END, 0),
+    };
+    unwind_row {
+        pc: row.pc,
+        rule: rule.0 as u8,
+        cfa_offset,
+        rbp_offset: row.rbp_offset,
+        ..Default::default()
+    }
+}
+
+/// The bytes of a plain C value, as maps take them.
+fn bytes_of<T: plain::Plain>(value: &T) -> &[u8] {
+    // SAFETY: `T` is a plain C struct of integers (see the `Plain` impls in the parent module):
+    // all of its bytes are initialized and any of them may be read.
+    unsafe { std::slice::from_raw_parts((value as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
+}
+
+impl TableLoader {
+    /// A loader over the maps of a loaded skeleton; `capacity` is `unwind_rows`' entries.
+    pub fn new(rows_map: MapHandle, processes_map: MapHandle, sampled_processes: MapHandle, capacity: u32) -> Self {
+        TableLoader {
+            rows_map,
+            processes_map,
+            sampled_processes,
+            capacity,
+            free: std::iter::once(0..capacity).collect(),
+            images: HashMap::new(),
+            users: HashMap::new(),
+            stats: TableStats::default(),
+        }
+    }
+
+    /// Writes the tables of process `tgid`, whose executable `mappings` were just read, and tells
+    /// the programs to unwind it in the kernel. False when the process is gone.
+    pub fn load(&mut self, tgid: u32, mappings: &[Mapping]) -> bool {
+        let root = PathBuf::from(format!("/proc/{tgid}/root"));
+        let mut sorted: Vec<&Mapping> = mappings.iter().filter(|m| m.is_executable()).collect();
+        sorted.sort_by_key(|m| m.start);
+        let ranges: Vec<Range<u64>> = sorted.iter().map(|m| m.start..m.end).collect();
+        if self.users.get(&tgid).is_some_and(|(_, had)| *had == ranges) {
+            // Read again (after a miss, or on schedule) and nothing changed.
+            return true;
+        }
+        let mut entry = unwind_process::default();
+        let mut keys = Vec::new();
+        for m in sorted {
+            let key = match m.path.as_deref() {
+                Some("[vdso]") => ("[vdso]".to_string(), 0),
+                Some(path) if path.starts_with('/') && m.inode != 0 => (m.device.clone(), m.inode),
+                _ => {
+                    // Anonymous code (JIT) has no table: frame pointers there. It is in the
+                    // entry so that its addresses are not taken for code loaded since.
+                    let index = entry.len as usize;
+                    if index >= entry.mappings.len() {
+                        break;
+                    }
+                    entry.mappings[index] = unwind_mapping {
+                        start: m.start,
+                        end: m.end,
+                        ..Default::default()
+                    };
+                    entry.len += 1;
+                    continue;
+                }
+            };
+            if !self.images.contains_key(&key) {
+                let loaded = self.compile(&key, m, &root);
+                self.images.insert(key.clone(), loaded);
+            }
+            let loaded = self.images.get_mut(&key).expect("inserted above");
+            loaded.used = Instant::now();
+            let Some(bias) = table::Table::bias_of(&loaded.segments, m.start, m.offset) else {
+                continue;
+            };
+            let index = entry.len as usize;
+            if index >= entry.mappings.len() {
+                break;
+            }
+            entry.mappings[index] = unwind_mapping {
+                start: m.start,
+                end: m.end,
+                bias,
+                rows_start: loaded.rows.start,
+                rows_len: loaded.rows.len() as u32,
+            };
+            entry.len += 1;
+            keys.push(key);
+        }
+        for key in &keys {
+            if let Some(loaded) = self.images.get_mut(key) {
+                loaded.users += 1;
+            }
+        }
+        if let Some((old, _)) = self.users.insert(tgid, (keys, ranges)) {
+            self.release(&old);
+        }
+        let written = self
+            .processes_map
+            .update(&tgid.to_ne_bytes(), bytes_of(&entry), MapFlags::ANY)
+            .and_then(|()| {
+                // Only a process still there: one that exited meanwhile was removed by the programs.
+                self.sampled_processes.update(
+                    &tgid.to_ne_bytes(),
+                    &[process_state::PROCESS_TABLES.0 as u8],
+                    MapFlags::EXIST,
+                )
+            });
+        if let Err(e) = written {
+            tracing::debug!(tgid, "process gone before its tables were written: {e}");
+            self.forget(tgid);
+            return false;
+        }
+        self.stats.processes = self.users.len() as u64;
+        true
+    }
+
+    /// Forgets a process: its entry, and its hold on its images.
+    fn forget(&mut self, tgid: u32) {
+        let _ = self.processes_map.delete(&tgid.to_ne_bytes());
+        if let Some((keys, _)) = self.users.remove(&tgid) {
+            self.release(&keys);
+        }
+        self.stats.processes = self.users.len() as u64;
+    }
+
+    fn release(&mut self, keys: &[ImageKey]) {
+        for key in keys {
+            if let Some(loaded) = self.images.get_mut(key) {
+                loaded.users = loaded.users.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Forgets processes that have exited (the programs removed their entries at exit).
+    pub fn sweep(&mut self, mut alive: impl FnMut(u32) -> bool) {
+        let gone: Vec<u32> = self.users.keys().copied().filter(|&t| !alive(t)).collect();
+        for tgid in gone {
+            self.forget(tgid);
+        }
+        // Images without rows are compiled again when next mapped (one refused for room may fit).
+        self.images.retain(|_, l| l.users > 0 || !l.rows.is_empty());
+    }
+
+    /// Compiles and writes the table of the image mapped by `m`.
+    fn compile(&mut self, key: &ImageKey, m: &Mapping, root: &Path) -> Loaded {
+        let mut loaded = Loaded {
+            rows: 0..0,
+            segments: Vec::new(),
+            users: 0,
+            used: Instant::now(),
+        };
+        let max_rows = self.capacity.min(1 << 24) as usize;
+        let built = if key.0 == "[vdso]" {
+            unwind::vdso_bytes()
+                .ok_or_else(|| "no vDSO".to_string())
+                .and_then(|bytes| table::build(bytes, max_rows))
+        } else {
+            let path = root.join(m.path.as_deref().unwrap_or_default().trim_start_matches('/'));
+            unwind::map_image(&path, m.inode).and_then(|bytes| table::build(&bytes, max_rows))
+        };
+        let table = match built {
+            Ok(table) => table,
+            Err(e) => {
+                tracing::debug!(image = ?m.path, "no unwind table: {e}");
+                self.stats.images_refused += 1;
+                return loaded;
+            }
+        };
+        loaded.segments = table.segments;
+        if table.rows.is_empty() {
+            return loaded;
+        }
+        let Some(rows) = self.allocate(table.rows.len() as u32) else {
+            tracing::debug!(image = ?m.path, rows = table.rows.len(), "no room for its unwind table");
+            self.stats.images_refused += 1;
+            return loaded;
+        };
+        if let Err(e) = self.write(rows.start, &table.rows) {
+            tracing::warn!(image = ?m.path, "cannot write its unwind table: {e}");
+            self.free_range(rows);
+            self.stats.images_refused += 1;
+            return loaded;
+        }
+        self.stats.images_loaded += 1;
+        self.stats.rows += rows.len() as u64;
+        loaded.rows = rows;
+        loaded
+    }
+
+    /// Writes `rows` from index `start`, in batches.
+    fn write(&self, start: u32, rows: &[table::Row]) -> Result<(), libbpf_rs::Error> {
+        const BATCH: usize = 16384;
+        let value_size = std::mem::size_of::<unwind_row>();
+        let mut keys = Vec::with_capacity(BATCH * 4);
+        let mut values = Vec::with_capacity(BATCH * value_size);
+        for (chunk_index, chunk) in rows.chunks(BATCH).enumerate() {
+            keys.clear();
+            values.clear();
+            for (i, row) in chunk.iter().enumerate() {
+                let index = start + (chunk_index * BATCH + i) as u32;
+                keys.extend_from_slice(&index.to_ne_bytes());
+                values.extend_from_slice(bytes_of(&row_bytes(row)));
+            }
+            self.rows_map
+                .update_batch(&keys, &values, chunk.len() as u32, MapFlags::ANY, MapFlags::ANY)?;
+        }
+        Ok(())
+    }
+
+    /// A free range of `len` rows, making room from images no process maps (the least recently
+    /// used first) when there is none.
+    fn allocate(&mut self, len: u32) -> Option<Range<u32>> {
+        loop {
+            if let Some(i) = self.free.iter().position(|r| r.len() as u32 >= len) {
+                let range = self.free[i].start..self.free[i].start + len;
+                self.free[i].start += len;
+                if self.free[i].is_empty() {
+                    self.free.remove(i);
+                }
+                return Some(range);
+            }
+            let unused = self
+                .images
+                .iter()
+                .filter(|(_, l)| l.users == 0 && !l.rows.is_empty())
+                .min_by_key(|(_, l)| l.used)
+                .map(|(k, _)| k.clone())?;
+            let loaded = self.images.remove(&unused).expect("found above");
+            self.stats.rows -= loaded.rows.len() as u64;
+            self.free_range(loaded.rows);
+        }
+    }
+
+    fn free_range(&mut self, range: Range<u32>) {
+        let at = self.free.partition_point(|r| r.start < range.start);
+        self.free.insert(at, range);
+        // merge with the neighbours it touches
+        if at + 1 < self.free.len() && self.free[at].end == self.free[at + 1].start {
+            self.free[at].end = self.free[at + 1].end;
+            self.free.remove(at + 1);
+        }
+        if at > 0 && self.free[at - 1].end == self.free[at].start {
+            self.free[at - 1].end = self.free[at].end;
+            self.free.remove(at);
+        }
+    }
+}
