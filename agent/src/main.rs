@@ -341,7 +341,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             };
             let summary = record::record(&opts)?;
             eprintln!(
-                "bimodal-agent: wrote {} ({} samples of {}, {} lost; {} unwound from .eh_frame ({} in the kernel), {} of them cut short; {} bytes of batches)",
+                "bimodal-agent: wrote {} ({} samples of {}, {} lost; {} unwound from .eh_frame ({} in the kernel), {} of them cut short; {} bytes of batches; unwind tables of {} images in {} rows, {} refused)",
                 opts.output.display(),
                 summary.samples,
                 opts.event.name(),
@@ -349,7 +349,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 summary.unwound,
                 summary.unwound_in_kernel,
                 summary.unwound_truncated,
-                summary.wire_bytes
+                summary.wire_bytes,
+                summary.tables.images_loaded,
+                summary.tables.rows,
+                summary.tables.images_refused
             );
             Ok(())
         }

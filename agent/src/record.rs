@@ -54,6 +54,8 @@ pub struct RecordSummary {
     pub unwound: u64,
     pub unwound_in_kernel: u64,
     pub unwound_truncated: u64,
+    /// What the unwind tables held at the end.
+    pub tables: crate::bpf::TableStats,
 }
 
 /// How often `record` empties the kernel maps: often enough that short-lived processes are
@@ -122,6 +124,7 @@ pub fn record(opts: &RecordOptions) -> anyhow::Result<RecordSummary> {
     let stats = sampler.unwind_stats();
     summary.unwound = stats.snapshots;
     summary.unwound_in_kernel = sampler.kernel_unwound().snapshots;
+    summary.tables = sampler.table_stats();
     summary.unwound_truncated = stats.truncated;
     profile.start_unix_nanos = started
         .duration_since(SystemTime::UNIX_EPOCH)
