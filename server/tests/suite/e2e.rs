@@ -31,7 +31,11 @@ async fn agent_samples_reach_the_flame_graph_in_the_browser() {
         agent_stopped,
     ));
 
-    let chain = "workload;__libc_start_call_main;main;fault_loop;touch_fresh_pages";
+    // The chain is unwound to its root (_start), through libc's start-up code (named from
+    // libc's debug file, which the agent uploads).
+    let on_chain = |l: &str| {
+        l.starts_with("workload;_start;") && l.contains(";__libc_start_call_main;main;fault_loop;touch_fresh_pages ")
+    };
     let deadline = Instant::now() + Duration::from_secs(60);
     let folded = loop {
         let (status, body) = server
@@ -41,7 +45,7 @@ async fn agent_samples_reach_the_flame_graph_in_the_browser() {
             ))
             .await;
         assert_eq!(status, 200, "{body}");
-        if body.lines().any(|l| l.starts_with(chain)) {
+        if body.lines().any(on_chain) {
             break body;
         }
         assert!(
@@ -56,7 +60,7 @@ async fn agent_samples_reach_the_flame_graph_in_the_browser() {
         .sum();
     let hit: u64 = folded
         .lines()
-        .filter(|l| l.starts_with(chain))
+        .filter(|l| on_chain(l))
         .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
         .sum();
     assert!(
