@@ -13,12 +13,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-/// A mapping smaller than this is never a finding: moving it would not matter.
-pub const REMOTE_MIN_BYTES: u64 = 1 << 20;
-
-/// The share of a mapping's resident pages, in percent, that must be on nodes where none of the
-/// process's threads ran for the mapping to be reported as remote.
-pub const REMOTE_MIN_PERCENT: u64 = 80;
+use bimodal_proto::placement as rule;
 
 /// The page size assumed when `numa_maps` gives none (it omits it for mappings without pages).
 const DEFAULT_PAGE_SIZE: u64 = 4096;
@@ -332,58 +327,32 @@ impl Placement {
         })
     }
 
-    /// Data, bss, heap and anonymous mappings of at least [`REMOTE_MIN_BYTES`] resident whose
-    /// pages are at least [`REMOTE_MIN_PERCENT`]% on nodes where none of the threads last ran.
-    /// Nothing when no thread's node is known (no NUMA, or no cpu→node map).
+    /// The mappings that are remote from the process's threads by the one rule
+    /// ([`bimodal_proto::placement::remote`]: data, bss, heap and anonymous memory, at least
+    /// 1 MiB resident, at least 80% of it on nodes where none of the threads last ran). Nothing
+    /// when no thread's node is known (no NUMA, or no cpu→node map).
     pub fn remote_mappings(&self) -> Vec<RemoteFinding> {
-        if self.thread_nodes.is_empty() {
-            return Vec::new();
-        }
-        let mut findings = Vec::new();
-        for m in &self.mappings {
-            if !matches!(
-                m.class,
-                MappingClass::Data | MappingClass::Bss | MappingClass::Heap | MappingClass::Anon
-            ) {
-                continue;
-            }
-            let total_pages = m.resident_pages();
-            if m.resident_bytes() < REMOTE_MIN_BYTES {
-                continue;
-            }
-            let remote: Vec<(u32, u64)> = m
-                .pages_per_node
-                .iter()
-                .filter(|(node, _)| self.thread_nodes.binary_search(node).is_err())
-                .map(|(&node, &pages)| (node, pages))
-                .collect();
-            let remote_pages: u64 = remote.iter().map(|(_, pages)| pages).sum();
-            if remote_pages.saturating_mul(100) < total_pages.saturating_mul(REMOTE_MIN_PERCENT) {
-                continue;
-            }
-            // The node with most pages; on a tie the lowest id, so findings are stable.
-            let Some(node) = remote
-                .iter()
-                .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
-                .map(|(node, _)| *node)
-            else {
-                continue;
-            };
-            findings.push(RemoteFinding {
-                start: m.start,
-                end: m.end,
-                class: m.class,
-                image: m.image.clone(),
-                path: m.path.clone(),
-                node,
-                thread_nodes: self.thread_nodes.clone(),
-                pages_per_node: m.pages_per_node.clone(),
-                remote_pages,
-                total_pages,
-                page_size_bytes: m.page_size_bytes.unwrap_or(DEFAULT_PAGE_SIZE),
-            });
-        }
-        findings
+        self.mappings
+            .iter()
+            .filter(|m| rule::is_judged(m.class.as_str()))
+            .filter_map(|m| {
+                let page_size_bytes = m.page_size_bytes.unwrap_or(DEFAULT_PAGE_SIZE);
+                let remote = rule::remote(&m.pages_per_node, &self.thread_nodes, page_size_bytes)?;
+                Some(RemoteFinding {
+                    start: m.start,
+                    end: m.end,
+                    class: m.class,
+                    image: m.image.clone(),
+                    path: m.path.clone(),
+                    node: remote.node,
+                    thread_nodes: self.thread_nodes.clone(),
+                    pages_per_node: m.pages_per_node.clone(),
+                    remote_pages: remote.remote_pages,
+                    total_pages: remote.total_pages,
+                    page_size_bytes,
+                })
+            })
+            .collect()
     }
 }
 

@@ -1,6 +1,8 @@
 //! Generated wire types: `bimodal.v1` (the agent → server ingest service) and
 //! `perftools.profiles` (pprof).
 
+pub mod placement;
+
 /// The agent → server protocol, version 1.
 pub mod v1 {
     #![allow(missing_docs, clippy::all, missing_debug_implementations)]

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use bimodal_proto::placement as rule;
 use serde::Serialize;
 
 use super::rows::CounterPointRow;
@@ -46,50 +47,34 @@ pub struct RemoteMemory {
     pub text: String,
 }
 
-/// Mappings smaller than this many pages are not worth a finding.
-const MIN_PAGES: u64 = 256;
-/// Share of a mapping's pages that must sit on thread-less nodes, in percent.
-const MIN_REMOTE_PERCENT: u64 = 80;
-
 impl ProcessPlacement {
-    /// The mappings whose placement is judged: data, bss, heap and anonymous memory.
+    /// The mappings whose placement is judged ([`rule::JUDGED_CLASSES`]).
     fn judged(&self) -> impl Iterator<Item = &MappingPages> {
-        self.mappings
-            .iter()
-            .filter(|m| matches!(m.kind.as_str(), "data" | "bss" | "heap" | "anon"))
+        self.mappings.iter().filter(|m| rule::is_judged(&m.kind))
+    }
+
+    fn thread_nodes(&self) -> Vec<u32> {
+        self.threads_per_node.keys().copied().collect()
     }
 
     /// Pages of the judged mappings on NUMA nodes none of the threads ran on, and all of them;
     /// (0, 0) when no thread's node is known.
     pub fn remote_pages(&self) -> (u64, u64) {
-        if self.threads_per_node.is_empty() {
-            return (0, 0);
-        }
+        let thread_nodes = self.thread_nodes();
         self.judged()
-            .flat_map(|m| m.pages_per_node.iter())
-            .fold((0, 0), |(remote, total), (node, &pages)| {
-                let far = !self.threads_per_node.contains_key(node);
-                (remote + if far { pages } else { 0 }, total + pages)
-            })
+            .map(|m| rule::remote_pages(&m.pages_per_node, &thread_nodes))
+            .fold((0, 0), |(remote, total), (r, t)| (remote + r, total + t))
     }
 
-    /// Data, bss, heap and anonymous mappings mostly on nodes none of the threads ran on.
+    /// The mappings remote from the process's threads by the one rule
+    /// ([`bimodal_proto::placement::remote`]), as the agent's `placement` command reports them.
     pub fn remote_memory(&self) -> Vec<RemoteMemory> {
-        let thread_nodes: Vec<u32> = self.threads_per_node.keys().copied().collect();
-        if thread_nodes.is_empty() {
-            return Vec::new();
-        }
+        let thread_nodes = self.thread_nodes();
         self.judged()
             .filter_map(|m| {
-                let total: u64 = m.pages_per_node.values().sum();
-                let remote: u64 = m
-                    .pages_per_node
-                    .iter()
-                    .filter(|(n, _)| !thread_nodes.contains(n))
-                    .map(|(_, p)| p)
-                    .sum();
-                let (&node, _) = m.pages_per_node.iter().max_by_key(|(_, &p)| p)?;
-                (total >= MIN_PAGES && remote * 100 >= total * MIN_REMOTE_PERCENT).then(|| RemoteMemory {
+                let found = rule::remote(&m.pages_per_node, &thread_nodes, m.page_size)?;
+                let (node, remote, total) = (found.node, found.remote_pages, found.total_pages);
+                Some(RemoteMemory {
                     pid: self.pid,
                     comm: self.comm.clone(),
                     kind: m.kind.clone(),
