@@ -8,7 +8,7 @@
 //! every second finds its tables in place.
 
 use std::collections::HashMap;
-use std::ops::Range;
+use std::ops::{ControlFlow, Range};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -218,7 +218,8 @@ impl TableLoader {
         self.images.retain(|_, l| l.users > 0 || !l.rows.is_empty());
     }
 
-    /// Compiles and writes the table of the image mapped by `m`.
+    /// Compiles and writes the table of the image mapped by `m`: counted first, then written in
+    /// chunks as it is compiled again, so no image's whole table is held in the agent.
     fn compile(&mut self, key: &ImageKey, m: &Mapping, root: &Path) -> Loaded {
         let mut loaded = Loaded {
             rows: 0..0,
@@ -226,33 +227,46 @@ impl TableLoader {
             users: 0,
             used: Instant::now(),
         };
-        let max_rows = self.capacity.min(1 << 24) as usize;
-        let built = if key.0 == "[vdso]" {
-            unwind::vdso_bytes()
-                .ok_or_else(|| "no vDSO".to_string())
-                .and_then(|bytes| table::build(bytes, max_rows))
+        let path = root.join(m.path.as_deref().unwrap_or_default().trim_start_matches('/'));
+        let mapped;
+        let bytes: &[u8] = if key.0 == "[vdso]" {
+            match unwind::vdso_bytes() {
+                Some(bytes) => bytes,
+                None => return loaded,
+            }
         } else {
-            let path = root.join(m.path.as_deref().unwrap_or_default().trim_start_matches('/'));
-            unwind::map_image(&path, m.inode).and_then(|bytes| table::build(&bytes, max_rows))
+            match unwind::map_image(&path, m.inode) {
+                Ok(map) => {
+                    mapped = map;
+                    &mapped
+                }
+                Err(e) => {
+                    tracing::debug!(image = ?m.path, "no unwind table: {e}");
+                    self.stats.images_refused += 1;
+                    return loaded;
+                }
+            }
         };
-        let table = match built {
-            Ok(table) => table,
+        let max_rows = self.capacity.min(1 << 24) as usize;
+        let counted = table::Compiler::new(bytes).and_then(|c| Ok((c.count(max_rows)?, c)));
+        let (len, compiler) = match counted {
+            Ok(counted) => counted,
             Err(e) => {
                 tracing::debug!(image = ?m.path, "no unwind table: {e}");
                 self.stats.images_refused += 1;
                 return loaded;
             }
         };
-        loaded.segments = table.segments;
-        if table.rows.is_empty() {
+        loaded.segments = compiler.segments.clone();
+        if len == 0 {
             return loaded;
         }
-        let Some(rows) = self.allocate(table.rows.len() as u32) else {
-            tracing::debug!(image = ?m.path, rows = table.rows.len(), "no room for its unwind table");
+        let Some(rows) = self.allocate(len as u32) else {
+            tracing::debug!(image = ?m.path, rows = len, "no room for its unwind table");
             self.stats.images_refused += 1;
             return loaded;
         };
-        if let Err(e) = self.write(rows.start, &table.rows) {
+        if let Err(e) = self.write(rows.clone(), &compiler) {
             tracing::warn!(image = ?m.path, "cannot write its unwind table: {e}");
             self.free_range(rows);
             self.stats.images_refused += 1;
@@ -264,22 +278,47 @@ impl TableLoader {
         loaded
     }
 
-    /// Writes `rows` from index `start`, in batches.
-    fn write(&self, start: u32, rows: &[table::Row]) -> Result<(), libbpf_rs::Error> {
+    /// Writes the rows `compiler` produces into `range`, in batches.
+    fn write(&self, range: Range<u32>, compiler: &table::Compiler<'_>) -> Result<(), String> {
         const BATCH: usize = 16384;
         let value_size = std::mem::size_of::<unwind_row>();
         let mut keys = Vec::with_capacity(BATCH * 4);
         let mut values = Vec::with_capacity(BATCH * value_size);
-        for (chunk_index, chunk) in rows.chunks(BATCH).enumerate() {
+        let mut next = range.start;
+        let mut failed = None;
+        let flush = |keys: &mut Vec<u8>, values: &mut Vec<u8>| -> Result<(), libbpf_rs::Error> {
+            let count = (keys.len() / 4) as u32;
+            if count > 0 {
+                self.rows_map
+                    .update_batch(keys, values, count, MapFlags::ANY, MapFlags::ANY)?;
+            }
             keys.clear();
             values.clear();
-            for (i, row) in chunk.iter().enumerate() {
-                let index = start + (chunk_index * BATCH + i) as u32;
-                keys.extend_from_slice(&index.to_ne_bytes());
-                values.extend_from_slice(bytes_of(&row_bytes(row)));
+            Ok(())
+        };
+        compiler.rows(|row| {
+            // The image cannot have changed since it was counted (it is mapped), but never
+            // write past the range allocated.
+            if next >= range.end {
+                return ControlFlow::Break(());
             }
-            self.rows_map
-                .update_batch(&keys, &values, chunk.len() as u32, MapFlags::ANY, MapFlags::ANY)?;
+            keys.extend_from_slice(&next.to_ne_bytes());
+            values.extend_from_slice(bytes_of(&row_bytes(&row)));
+            next += 1;
+            if keys.len() / 4 == BATCH {
+                if let Err(e) = flush(&mut keys, &mut values) {
+                    failed = Some(e);
+                    return ControlFlow::Break(());
+                }
+            }
+            ControlFlow::Continue(())
+        })?;
+        if let Some(e) = failed {
+            return Err(e.to_string());
+        }
+        flush(&mut keys, &mut values).map_err(|e| e.to_string())?;
+        if next != range.end {
+            return Err(format!("{} rows written of {}", next - range.start, range.len()));
         }
         Ok(())
     }

@@ -9,8 +9,11 @@
 
 use std::ops::Range;
 
+use std::ops::ControlFlow;
+
 use gimli::{
-    BaseAddresses, CfaRule, CieOrFde, EhFrame, LittleEndian, RegisterRule, UnwindContext, UnwindSection, X86_64,
+    BaseAddresses, CfaRule, CieOrFde, EhFrame, EhFrameOffset, EndianSlice, LittleEndian, RegisterRule, UnwindContext,
+    UnwindSection, X86_64,
 };
 use object::{Object, ObjectSection, ObjectSegment};
 
@@ -65,129 +68,225 @@ fn plt_threshold(expression: &[u8]) -> Option<u8> {
     (before == BEFORE && after == AFTER && (0x30..=0x4f).contains(&lit)).then(|| lit - 0x30)
 }
 
-/// Compiles the `.eh_frame` of an ELF image into rows. An image without `.eh_frame` has no rows
-/// (frame pointers everywhere); one whose code lies above 4 GiB, or whose table would exceed
-/// `max_rows`, is an error (its frames walk frame pointers).
-pub fn build(bytes: &[u8], max_rows: usize) -> Result<Table, String> {
-    let file = object::File::parse(bytes).map_err(|e| format!("not an ELF image: {e}"))?;
-    let segments = file
-        .segments()
-        .map(|s| {
-            let (offset, file_size) = s.file_range();
-            elf::Segment {
-                vaddr: s.address(),
-                offset,
-                file_size,
-            }
-        })
-        .collect();
-    let Some(section) = file.section_by_name(".eh_frame") else {
-        return Ok(Table {
-            rows: Vec::new(),
-            segments,
-        });
-    };
-    let data = section.data().map_err(|e| format!(".eh_frame: {e}"))?;
-    let eh_frame = EhFrame::new(data, LittleEndian);
-    let mut bases = BaseAddresses::default().set_eh_frame(section.address());
-    for (name, set) in [
-        (
-            ".text",
-            BaseAddresses::set_text as fn(BaseAddresses, u64) -> BaseAddresses,
-        ),
-        (".got", BaseAddresses::set_got),
-    ] {
-        if let Some(s) = file.section_by_name(name) {
-            bases = set(bases, s.address());
-        }
-    }
-    let plt: Vec<Range<u64>> = [".plt", ".plt.sec", ".plt.got"]
-        .into_iter()
-        .filter_map(|name| file.section_by_name(name))
-        .map(|s| s.address()..s.address() + s.size())
-        .collect();
+/// The rows of one image, produced in address order without holding them all: a pass over its
+/// `.eh_frame` costs memory for the list of functions (16 bytes each), not for the rows, so the
+/// table of a 200 MB binary can be counted, refused or written in chunks.
+#[derive(Debug)]
+pub struct Compiler<'a> {
+    eh_frame: EhFrame<EndianSlice<'a, LittleEndian>>,
+    bases: BaseAddresses,
+    /// PLT sections: their CFA expressions are the lazy-binding formula.
+    plt: Vec<Range<u64>>,
+    /// Each function's (first address, offset of its FDE in `.eh_frame`), sorted.
+    fdes: Vec<(u64, usize)>,
+    /// The image's segments, to place a mapping of it.
+    pub segments: Vec<elf::Segment>,
+}
 
-    // (pc, ends a function): a function's end is a gap unless another one starts there.
-    let mut rows: Vec<(Row, bool)> = Vec::new();
-    let mut ctx = UnwindContext::new();
-    let mut entries = eh_frame.entries(&bases);
-    loop {
-        let entry = match entries.next() {
-            Ok(Some(entry)) => entry,
-            Ok(None) => break,
-            // A malformed entry ends what can be read; the rows so far stand.
-            Err(_) => break,
+impl<'a> Compiler<'a> {
+    /// Reads an ELF image's `.eh_frame` and lists its functions by address.
+    pub fn new(bytes: &'a [u8]) -> Result<Self, String> {
+        let file = object::File::parse(bytes).map_err(|e| format!("not an ELF image: {e}"))?;
+        let segments = file
+            .segments()
+            .map(|s| {
+                let (offset, file_size) = s.file_range();
+                elf::Segment {
+                    vaddr: s.address(),
+                    offset,
+                    file_size,
+                }
+            })
+            .collect();
+        let (data, address) = match file.section_by_name(".eh_frame") {
+            Some(section) => (
+                section.data().map_err(|e| format!(".eh_frame: {e}"))?,
+                section.address(),
+            ),
+            None => (&[][..], 0),
         };
-        let CieOrFde::Fde(partial) = entry else { continue };
-        let Ok(fde) = partial.parse(|_, bases, offset| eh_frame.cie_from_offset(bases, offset)) else {
-            continue;
-        };
-        let in_plt = plt.iter().any(|r| r.contains(&fde.initial_address()));
-        let Ok(mut table) = fde.rows(&eh_frame, &bases, &mut ctx) else {
-            continue;
-        };
-        while let Ok(Some(row)) = table.next_row() {
-            let rule = match row.cfa() {
-                CfaRule::RegisterAndOffset { register, offset } => match i16::try_from(*offset) {
-                    Ok(offset) if *register == X86_64::RSP => Rule::CfaRsp(offset),
-                    Ok(offset) if *register == X86_64::RBP => Rule::CfaRbp(offset),
-                    _ => Rule::FramePointer,
-                },
-                CfaRule::Expression(expression) if in_plt => expression
-                    .get(&eh_frame)
-                    .ok()
-                    .and_then(|e| plt_threshold(e.0.slice()))
-                    .map_or(Rule::FramePointer, Rule::Plt),
-                CfaRule::Expression(_) => Rule::FramePointer,
-            };
-            let rule = match row.register(X86_64::RA) {
-                Some(RegisterRule::Undefined) => Rule::End,
-                _ => rule,
-            };
-            let rbp_offset = match row.register(X86_64::RBP) {
-                Some(RegisterRule::Offset(offset)) => i16::try_from(offset).unwrap_or(0),
-                _ => 0,
-            };
-            let pc = u32::try_from(row.start_address())
-                .map_err(|_| format!("code at {:#x}, above what tables hold", row.start_address()))?;
-            rows.push((Row { pc, rule, rbp_offset }, false));
+        let eh_frame = EhFrame::new(data, LittleEndian);
+        let mut bases = BaseAddresses::default().set_eh_frame(address);
+        for (name, set) in [
+            (
+                ".text",
+                BaseAddresses::set_text as fn(BaseAddresses, u64) -> BaseAddresses,
+            ),
+            (".got", BaseAddresses::set_got),
+        ] {
+            if let Some(s) = file.section_by_name(name) {
+                bases = set(bases, s.address());
+            }
         }
-        if let Ok(end) = u32::try_from(fde.end_address()) {
-            rows.push((
-                Row {
+        let plt = [".plt", ".plt.sec", ".plt.got"]
+            .into_iter()
+            .filter_map(|name| file.section_by_name(name))
+            .map(|s| s.address()..s.address() + s.size())
+            .collect();
+        let mut fdes = Vec::new();
+        let mut entries = eh_frame.entries(&bases);
+        // A malformed entry ends what can be read; the functions before it stand.
+        while let Ok(Some(entry)) = entries.next() {
+            let CieOrFde::Fde(partial) = entry else { continue };
+            let offset = partial.offset();
+            if let Ok(fde) = partial.parse(|_, bases, o| eh_frame.cie_from_offset(bases, o)) {
+                fdes.push((fde.initial_address(), offset));
+            }
+        }
+        fdes.sort_unstable();
+        Ok(Compiler {
+            eh_frame,
+            bases,
+            plt,
+            fdes,
+            segments,
+        })
+    }
+
+    /// Calls `emit` with every row in address order, no two neighbours alike, until it breaks.
+    /// An error when code lies above 4 GiB (rows hold 32-bit addresses).
+    pub fn rows(&self, mut emit: impl FnMut(Row) -> ControlFlow<()>) -> Result<(), String> {
+        let mut compact = Compact::default();
+        let mut ctx = UnwindContext::new();
+        for &(_, offset) in &self.fdes {
+            let Ok(fde) = self
+                .eh_frame
+                .fde_from_offset(&self.bases, EhFrameOffset(offset), |_, bases, o| {
+                    self.eh_frame.cie_from_offset(bases, o)
+                })
+            else {
+                continue;
+            };
+            let in_plt = self.plt.iter().any(|r| r.contains(&fde.initial_address()));
+            let Ok(mut table) = fde.rows(&self.eh_frame, &self.bases, &mut ctx) else {
+                continue;
+            };
+            while let Ok(Some(row)) = table.next_row() {
+                let pc = u32::try_from(row.start_address())
+                    .map_err(|_| format!("code at {:#x}, above what tables hold", row.start_address()))?;
+                if compact
+                    .push(
+                        Row {
+                            pc,
+                            rule: self.rule(row, in_plt),
+                            rbp_offset: match row.register(X86_64::RBP) {
+                                Some(RegisterRule::Offset(offset)) => i16::try_from(offset).unwrap_or(0),
+                                _ => 0,
+                            },
+                        },
+                        &mut emit,
+                    )
+                    .is_break()
+                {
+                    return Ok(());
+                }
+            }
+            // The function's end is a gap, unless the next one starts there (then its row wins).
+            if let Ok(end) = u32::try_from(fde.end_address()) {
+                let gap = Row {
                     pc: end,
                     rule: Rule::FramePointer,
                     rbp_offset: 0,
-                },
-                true,
-            ));
+                };
+                if compact.push(gap, &mut emit).is_break() {
+                    return Ok(());
+                }
+            }
         }
-        if rows.len() > 2 * max_rows {
-            return Err(format!("more than {max_rows} unwind rows"));
+        let _ = compact.finish(&mut emit);
+        Ok(())
+    }
+
+    /// How many rows there are; an error past `max`.
+    pub fn count(&self, max: usize) -> Result<usize, String> {
+        let mut n = 0;
+        self.rows(|_| {
+            n += 1;
+            if n > max {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        })?;
+        if n > max {
+            return Err(format!("more than {max} unwind rows"));
+        }
+        Ok(n)
+    }
+
+    fn rule(&self, row: &gimli::UnwindTableRow<usize>, in_plt: bool) -> Rule {
+        if let Some(RegisterRule::Undefined) = row.register(X86_64::RA) {
+            return Rule::End;
+        }
+        match row.cfa() {
+            CfaRule::RegisterAndOffset { register, offset } => match i16::try_from(*offset) {
+                Ok(offset) if *register == X86_64::RSP => Rule::CfaRsp(offset),
+                Ok(offset) if *register == X86_64::RBP => Rule::CfaRbp(offset),
+                _ => Rule::FramePointer,
+            },
+            CfaRule::Expression(expression) if in_plt => expression
+                .get(&self.eh_frame)
+                .ok()
+                .and_then(|e| plt_threshold(e.0.slice()))
+                .map_or(Rule::FramePointer, Rule::Plt),
+            CfaRule::Expression(_) => Rule::FramePointer,
         }
     }
-    // At one address, a function's start wins over another's end.
-    rows.sort_by_key(|&(row, gap)| (row.pc, !gap));
-    rows.dedup_by(|next, kept| {
-        let same = next.0.pc == kept.0.pc;
-        if same {
-            *kept = *next;
-        }
-        same
-    });
-    let mut compact: Vec<Row> = Vec::with_capacity(rows.len());
-    for (row, _) in rows {
-        match compact.last() {
-            Some(last) if last.rule == row.rule && last.rbp_offset == row.rbp_offset => {}
-            _ => compact.push(row),
+}
+
+/// Rows in address order made compact as they come: of rows at one address the last wins (a
+/// function's start over the previous one's end), a row that says what the one before said is
+/// dropped, and a row below the last (overlapping functions) is ignored.
+#[derive(Default)]
+struct Compact {
+    pending: Option<Row>,
+    emitted: Option<Row>,
+}
+
+impl Compact {
+    fn push(&mut self, row: Row, emit: &mut impl FnMut(Row) -> ControlFlow<()>) -> ControlFlow<()> {
+        match self.pending {
+            Some(p) if row.pc < p.pc => ControlFlow::Continue(()),
+            Some(p) if row.pc == p.pc => {
+                self.pending = Some(row);
+                ControlFlow::Continue(())
+            }
+            _ => {
+                let flushed = self.finish(emit);
+                self.pending = Some(row);
+                flushed
+            }
         }
     }
-    if compact.len() > max_rows {
-        return Err(format!("{} unwind rows, more than {max_rows}", compact.len()));
+
+    fn finish(&mut self, emit: &mut impl FnMut(Row) -> ControlFlow<()>) -> ControlFlow<()> {
+        let Some(p) = self.pending.take() else {
+            return ControlFlow::Continue(());
+        };
+        if self
+            .emitted
+            .is_some_and(|e| (e.rule, e.rbp_offset) == (p.rule, p.rbp_offset))
+        {
+            return ControlFlow::Continue(());
+        }
+        self.emitted = Some(p);
+        emit(p)
     }
+}
+
+/// Compiles the `.eh_frame` of an ELF image into rows, held in memory. An image without
+/// `.eh_frame` has no rows (frame pointers everywhere); one whose code lies above 4 GiB, or
+/// whose table would exceed `max_rows`, is an error (its frames walk frame pointers).
+pub fn build(bytes: &[u8], max_rows: usize) -> Result<Table, String> {
+    let compiler = Compiler::new(bytes)?;
+    let mut rows = Vec::with_capacity(compiler.count(max_rows)?);
+    compiler.rows(|row| {
+        rows.push(row);
+        ControlFlow::Continue(())
+    })?;
     Ok(Table {
-        rows: compact,
-        segments,
+        rows,
+        segments: compiler.segments,
     })
 }
 
