@@ -21,6 +21,21 @@ pub fn vaddr_of_offset(segments: &[Segment], offset: u64) -> Option<u64> {
         .map(|s| s.vaddr.wrapping_sub(s.offset).wrapping_add(offset))
 }
 
+/// The segments of a parsed ELF file (PT_LOAD and the rest: only loaded ones place offsets).
+pub fn segments_of(file: &object::File<'_>) -> Vec<Segment> {
+    use object::{Object, ObjectSegment};
+    file.segments()
+        .map(|s| {
+            let (offset, file_size) = s.file_range();
+            Segment {
+                vaddr: s.address(),
+                offset,
+                file_size,
+            }
+        })
+        .collect()
+}
+
 /// An ELF file's header facts.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Header {

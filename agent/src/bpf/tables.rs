@@ -85,6 +85,22 @@ fn row_bytes(row: &table::Row) -> unwind_row {
     }
 }
 
+/// Adds mapping `m` with its image's `rows` to a process's entry; false when the entry is full.
+fn push(entry: &mut unwind_process, m: &Mapping, bias: u64, rows: Range<u32>) -> bool {
+    let Some(slot) = entry.mappings.get_mut(entry.len as usize) else {
+        return false;
+    };
+    *slot = unwind_mapping {
+        start: m.start,
+        end: m.end,
+        bias,
+        rows_start: rows.start,
+        rows_len: rows.len() as u32,
+    };
+    entry.len += 1;
+    true
+}
+
 /// The bytes of a plain C value, as maps take them.
 fn bytes_of<T: plain::Plain>(value: &T) -> &[u8] {
     // SAFETY: `T` is a plain C struct of integers (see the `Plain` impls in the parent module):
@@ -127,16 +143,9 @@ impl TableLoader {
                 _ => {
                     // Anonymous code (JIT) has no table: frame pointers there. It is in the
                     // entry so that its addresses are not taken for code loaded since.
-                    let index = entry.len as usize;
-                    if index >= entry.mappings.len() {
+                    if !push(&mut entry, m, 0, 0..0) {
                         break;
                     }
-                    entry.mappings[index] = unwind_mapping {
-                        start: m.start,
-                        end: m.end,
-                        ..Default::default()
-                    };
-                    entry.len += 1;
                     continue;
                 }
             };
@@ -149,18 +158,9 @@ impl TableLoader {
             let Some(bias) = table::Table::bias_of(&loaded.segments, m.start, m.offset) else {
                 continue;
             };
-            let index = entry.len as usize;
-            if index >= entry.mappings.len() {
+            if !push(&mut entry, m, bias, loaded.rows.clone()) {
                 break;
             }
-            entry.mappings[index] = unwind_mapping {
-                start: m.start,
-                end: m.end,
-                bias,
-                rows_start: loaded.rows.start,
-                rows_len: loaded.rows.len() as u32,
-            };
-            entry.len += 1;
             keys.push(key);
         }
         for key in &keys {

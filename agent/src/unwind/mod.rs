@@ -19,7 +19,7 @@ use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
 use crate::elf;
 use crate::placement::{self, Mapping};
 use crate::processes::ProcessMaps;
-use object::{Object, ObjectSection, ObjectSegment};
+use object::{Object, ObjectSection};
 
 pub mod table;
 
@@ -86,17 +86,7 @@ impl Image {
         if !sections.contains_key(".eh_frame") {
             return Err("no .eh_frame".into());
         }
-        let segments = file
-            .segments()
-            .map(|s| {
-                let (offset, file_size) = s.file_range();
-                elf::Segment {
-                    vaddr: s.address(),
-                    offset,
-                    file_size,
-                }
-            })
-            .collect();
+        let segments = elf::segments_of(&file);
         Ok(Image {
             bytes: Arc::new(bytes),
             sections,

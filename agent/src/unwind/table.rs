@@ -15,7 +15,7 @@ use gimli::{
     BaseAddresses, CfaRule, CieOrFde, EhFrame, EhFrameOffset, EndianSlice, LittleEndian, RegisterRule, UnwindContext,
     UnwindSection, X86_64,
 };
-use object::{Object, ObjectSection, ObjectSegment};
+use object::{Object, ObjectSection};
 
 use crate::elf;
 
@@ -87,17 +87,7 @@ impl<'a> Compiler<'a> {
     /// Reads an ELF image's `.eh_frame` and lists its functions by address.
     pub fn new(bytes: &'a [u8]) -> Result<Self, String> {
         let file = object::File::parse(bytes).map_err(|e| format!("not an ELF image: {e}"))?;
-        let segments = file
-            .segments()
-            .map(|s| {
-                let (offset, file_size) = s.file_range();
-                elf::Segment {
-                    vaddr: s.address(),
-                    offset,
-                    file_size,
-                }
-            })
-            .collect();
+        let segments = elf::segments_of(&file);
         let (data, address) = match file.section_by_name(".eh_frame") {
             Some(section) => (
                 section.data().map_err(|e| format!(".eh_frame: {e}"))?,

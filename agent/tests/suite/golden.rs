@@ -15,6 +15,24 @@ fn record_cpu(pid: u32, seconds: u32, extra: &[&str]) -> BTreeMap<String, u64> {
     record_folded("cpu", pid, seconds, dir.path(), extra)
 }
 
+/// Records `binary MODE 30` the default way and checks it against testdata/expected/EXPECTED;
+/// then with frame pointers alone, which must lose the full chain `lost` in most samples (or the
+/// fixture tests nothing frame pointers could not do).
+fn assert_tables_keep_what_frame_pointers_lose(binary: &Path, mode: &str, expected: &str, lost: &str) {
+    let functions = functions_of(&[binary]);
+    let running = spawn(binary, &[mode, "30"]);
+    let folded = record_cpu(running.pid(), 3, &[]);
+    assert_matches_expected(expected, &folded, &functions);
+
+    let folded = record_cpu(running.pid(), 2, &["--unwind", "frame-pointer"]);
+    let shares = normalized_shares(&folded, &functions);
+    let kept = shares.get(lost).copied().unwrap_or(0.0);
+    assert!(
+        kept < 50.0,
+        "frame pointers alone found `{lost}` in {kept:.0}% of samples: the fixture no longer tests unwinding tables: {shares:?}"
+    );
+}
+
 /// Frame-pointer build: every sample is in spin_hot_loop under spin_loop and main.
 #[test]
 fn golden_frame_pointer_build() {
@@ -28,18 +46,11 @@ fn golden_frame_pointer_build() {
 #[test]
 fn golden_build_without_frame_pointers_keeps_the_caller_of_memset() {
     let binary = fixture::workload_without_frame_pointers();
-    let functions = functions_of(&[binary]);
-    let running = spawn(binary, &["memset", "30"]);
-    let folded = record_cpu(running.pid(), 3, &[]);
-    assert_matches_expected("workload-nofp-memset", &folded, &functions);
-
-    // The same process through frame pointers: the chain breaks at memset.
-    let folded = record_cpu(running.pid(), 2, &["--unwind", "frame-pointer"]);
-    let shares = normalized_shares(&folded, &functions);
-    let kept = shares.get("main;memset_loop;clear_buffer;*").copied().unwrap_or(0.0);
-    assert!(
-        kept < 50.0,
-        "frame pointers alone found the full chain in {kept:.0}% of samples: the fixture no longer tests .eh_frame unwinding: {shares:?}"
+    assert_tables_keep_what_frame_pointers_lose(
+        binary,
+        "memset",
+        "workload-nofp-memset",
+        "main;memset_loop;clear_buffer;*",
     );
 }
 
@@ -49,17 +60,11 @@ fn golden_build_without_frame_pointers_keeps_the_caller_of_memset() {
 #[test]
 fn golden_frame_pointer_build_keeps_the_caller_of_a_library_leaf_without_them() {
     let binary = fixture::workload();
-    let functions = functions_of(&[binary]);
-    let running = spawn(binary, &["memset", "30"]);
-    let folded = record_cpu(running.pid(), 3, &[]);
-    assert_matches_expected("workload-nofp-memset", &folded, &functions);
-
-    let folded = record_cpu(running.pid(), 2, &["--unwind", "frame-pointer"]);
-    let shares = normalized_shares(&folded, &functions);
-    let kept = shares.get("main;memset_loop;clear_buffer;*").copied().unwrap_or(0.0);
-    assert!(
-        kept < 50.0,
-        "frame pointers alone found the full chain in {kept:.0}% of samples: the fixture no longer tests a leaf without them: {shares:?}"
+    assert_tables_keep_what_frame_pointers_lose(
+        binary,
+        "memset",
+        "workload-nofp-memset",
+        "main;memset_loop;clear_buffer;*",
     );
 }
 
@@ -68,18 +73,7 @@ fn golden_frame_pointer_build_keeps_the_caller_of_a_library_leaf_without_them() 
 #[test]
 fn golden_optimized_frame_pointer_build_keeps_the_caller_of_a_leaf_without_a_frame() {
     let binary = fixture::compile_as("workload", "workload-o2-fp", &["-O2", "-g", "-fno-omit-frame-pointer"]);
-    let functions = functions_of(&[&binary]);
-    let running = spawn(&binary, &["leaf", "30"]);
-    let folded = record_cpu(running.pid(), 3, &[]);
-    assert_matches_expected("workload-leaf", &folded, &functions);
-
-    let folded = record_cpu(running.pid(), 2, &["--unwind", "frame-pointer"]);
-    let shares = normalized_shares(&folded, &functions);
-    let kept = shares.get("main;leaf_loop;leaf_hot_loop").copied().unwrap_or(0.0);
-    assert!(
-        kept < 50.0,
-        "frame pointers alone found the full chain in {kept:.0}% of samples: the leaf has a frame in this build: {shares:?}"
-    );
+    assert_tables_keep_what_frame_pointers_lose(&binary, "leaf", "workload-leaf", "main;leaf_loop;leaf_hot_loop");
 }
 
 /// A library without frame pointers loaded seconds after the process was first sampled (its
