@@ -7,10 +7,12 @@
 //! `probe` reports which source each event kind uses here.
 //!
 //! Node facts for the server: `topology` (what the node looks like), `counters` (how its NUMA and
-//! fault counters move), `placement` (on which nodes a process's memory and threads are).
+//! fault counters move), `placement` (on which nodes a process's memory and threads are);
+//! `collect` reads them, and the rest of a node's state, into every batch `ship` sends.
 
 pub mod batch;
 pub mod bpf;
+pub mod collect;
 pub mod counters;
 pub mod debugfile;
 pub mod elf;

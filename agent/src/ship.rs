@@ -6,7 +6,7 @@
 //! spool is full the oldest batch is dropped and counted, never silently; so is a batch the
 //! server refuses for good (malformed, undecodable, larger than it accepts).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -17,14 +17,12 @@ use tokio_stream::StreamExt;
 
 use crate::batch::{self, Interval};
 use crate::bpf::{MapSizes, Sampler, SamplerOptions, UnwindMode, WorkUprobe};
-use crate::counters::{CounterDelta, NodeCounters};
-use crate::events::counting::CountingEvents;
+use crate::collect::{self, Collectors};
 use crate::events::{self, EventKind, LiveProber, Machine, Rates};
 use crate::kubernetes::{ApiConfig, PodResolver};
-use crate::placement::{self, Placement};
 use crate::symbolize::Frames;
 use crate::topology::Topology;
-use crate::work::{WorkMetric, WorkScraper};
+use crate::work::WorkMetric;
 use crate::{facts, probe, upload};
 
 /// Settings of `bimodal-agent run`.
@@ -155,13 +153,10 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
     // Draining and symbolizing are blocking work: they run on their own thread.
     let (batches_tx, batches_rx) = mpsc::channel::<v1::Batch>(4);
     let interval = opts.interval;
-    let placement_every = u64::from(opts.placement_every);
-    let placement_processes = opts.placement_processes;
     let mut stop = shutdown.clone();
     // Batches written to files are imported later, maybe far away: named here.
     let by_server = opts.symbolize == Symbolize::Server && opts.output_dir.is_none();
     let work_metric = opts.work_metric.clone();
-    let pid = opts.pid;
     let (images_tx, images_rx) = mpsc::channel::<Vec<upload::ImageRef>>(16);
     if by_server {
         tokio::spawn(upload::run(
@@ -174,6 +169,7 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
     let debug_dirs = opts.debug_dirs.clone();
     let processes = sampler.processes();
     let cached_images = opts.cached_images;
+    let (pid, placement_every, placement_processes) = (opts.pid, opts.placement_every, opts.placement_processes);
     let sampling = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
         let frames = if by_server {
             Frames::by_server()
@@ -183,24 +179,23 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
         .with_debug_dirs(debug_dirs)
         .with_processes(processes)
         .with_cached_images(cached_images);
+        // Every baseline is read here: the first interval's increases are measured from now.
+        let mut collectors = Collectors::default().with(collect::NodeCounterDeltas::new(root.into()));
+        if let Some(pid) = pid {
+            collectors = collectors.with(collect::ProcessCpu::new(root.into(), pid));
+        }
+        let mut collectors = collectors
+            .with(collect::Work::new(work_metric))
+            .with(collect::Counted::open())
+            .with(collect::SamplesTaken)
+            .with(collect::Placements::new(
+                root.into(),
+                topology,
+                placement_every,
+                placement_processes,
+            ));
         let mut start = SystemTime::now();
-        let mut counters = NodeCounters::read_from(root).ok();
-        let mut counting = CountingEvents::open();
-        let mut scraper = work_metric.map(WorkScraper::new);
-        let sampled = pid;
-        let mut process_cpu = sampled.and_then(|pid| crate::counters::process_cpu_ns(root, pid));
-        if let Some(scraper) = &mut scraper {
-            // The baseline: the first interval's increase is measured from here.
-            if let Err(e) = scraper.work_done() {
-                tracing::warn!("units of work: {e}");
-            }
-        }
-        for (name, reason) in &counting.unavailable {
-            tracing::info!(counter = name, %reason, "cannot be counted here");
-        }
-        counting.deltas();
-        let mut busiest: HashMap<u32, u64> = HashMap::new();
-        for n in 0u64.. {
+        loop {
             let done = wait_or_stop(&mut stop, interval);
             let drained = sampler.drain()?;
             let end = SystemTime::now();
@@ -213,64 +208,11 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
                 // The uploader skips build ids it has handled; a full queue only delays one.
                 let _ = images_tx.try_send(upload::unnamed_images(&b));
             }
-            let now = NodeCounters::read_from(root).ok();
-            if let (Some(prev), Some(next)) = (&counters, &now) {
-                b.counters = facts::counters(&CounterDelta::between(prev, next));
-            }
-            counters = now;
-            if let Some(pid) = sampled {
-                let now = crate::counters::process_cpu_ns(root, pid);
-                if let (Some(before), Some(now)) = (process_cpu, now) {
-                    b.counters.push(v1::Counter {
-                        name: bimodal_proto::PROCESS_CPU_COUNTER.into(),
-                        value: now.saturating_sub(before),
-                    });
-                }
-                process_cpu = now;
-            }
-            let work = match &mut scraper {
-                Some(scraper) => scraper.work_done().unwrap_or_else(|e| {
-                    // Not measured is not zero work: the interval goes without the counter.
-                    tracing::warn!("units of work: {e}");
-                    None
-                }),
-                None => sampler.work_done(),
-            };
-            if let Some(work) = work {
-                b.counters.push(v1::Counter {
-                    name: bimodal_proto::WORK_COUNTER.into(),
-                    value: work,
-                });
-            }
-            for (name, value) in counting.deltas() {
-                b.counters.push(v1::Counter {
-                    name: name.into(),
-                    value,
-                });
-            }
-            for source in sampler.sources() {
-                let taken = b
-                    .samples
-                    .iter()
-                    .filter(|s| s.event == source.event as i32)
-                    .map(|s| s.count)
-                    .sum();
-                b.counters.push(v1::Counter {
-                    name: format!("samples_{}", source.event.name()),
-                    value: taken,
-                });
-            }
-            for s in &b.samples {
-                *busiest.entry(s.pid).or_default() += s.count;
-            }
-            if placement_every > 0 && n % placement_every == 0 {
-                b.placements = placements(root, &topology, std::mem::take(&mut busiest), placement_processes);
-            }
+            collectors.collect(&mut b, &mut sampler);
             if batches_tx.blocking_send(b).is_err() || done {
                 return Ok(());
             }
         }
-        Ok(())
     });
 
     let shipping = async {
@@ -599,26 +541,6 @@ async fn stream_once(
             },
         }
     }
-}
-
-/// Placement of the processes with the most samples since the last reading, topped up with the
-/// largest by resident memory; processes that exit meanwhile are skipped.
-fn placements(root: &Path, topology: &Topology, busiest: HashMap<u32, u64>, n: usize) -> Vec<v1::Placement> {
-    let mut by_samples: Vec<(u32, u64)> = busiest.into_iter().collect();
-    by_samples.sort_unstable_by_key(|&(_, count)| std::cmp::Reverse(count));
-    let mut pids: Vec<u32> = by_samples.into_iter().map(|(pid, _)| pid).take(n).collect();
-    for pid in placement::top_by_rss(root, n).unwrap_or_default() {
-        if pids.len() >= n {
-            break;
-        }
-        if !pids.contains(&pid) {
-            pids.push(pid);
-        }
-    }
-    pids.into_iter()
-        .filter_map(|pid| Placement::read(root, pid, &|cpu| topology.node_of_cpu(cpu)).ok())
-        .map(|p| facts::placement(&p, root))
-        .collect()
 }
 
 fn kernel_release() -> String {
