@@ -6,7 +6,9 @@
 #                         throughput drifts: each run is compared with its two neighbours)
 #   bimodal page_fault    bimodal-agent record --event page_fault   (1 in 100 faults, system-wide)
 #   bimodal cpu           bimodal-agent record --event cpu          (99 Hz per CPU)
-#   bimodal all kinds     one `record` per event kind `probe` finds available here, concurrently
+#   bimodal run           one `bimodal-agent run` with every kind this machine offers (its
+#                         default), batches written to a directory (--output-dir: frames named
+#                         by the agent, nothing sent), stopped by --duration
 #   perf -F 4000          perf record -e page-faults -g -a          (perf's default: 4000 Hz)
 #   perf -c 100           perf record -e page-faults -c 100 -g -a   (bimodal's period)
 #
@@ -92,7 +94,7 @@ ready() {
 	while [ $SECONDS -lt $deadline ]; do
 		kill -0 "$pid" 2>/dev/null || fail_start "$name"
 		case $kind in
-		bimodal)
+		bimodal | bimodal-run)
 			if find "/proc/$pid/fd" -mindepth 1 -maxdepth 1 -lname 'anon_inode:\[eventpoll\]' 2>/dev/null | grep -q .; then
 				return 0
 			fi
@@ -261,6 +263,13 @@ measure() {
 			read -r f s l < <(sed -n 's/^bimodal-agent: wrote \(.*\) (\([0-9]*\) samples of [a-z_]*, \([0-9]*\) lost;.*$/\1 \2 \3/p' "$runs/$n.err") || true
 			[ -n "${s:-}" ] || die "$n printed no \`wrote FILE (N samples of EVENT, M lost)\` line ($runs/$n.err)"
 			;;
+		bimodal-run)
+			# bimodal-agent: ran Ns: B batches (S samples of KINDS, L lost)
+			s=$(sed -n 's/^bimodal-agent: ran .*: [0-9]* batches (\([0-9]*\) samples of .*, [0-9]* lost)$/\1/p' "$runs/$n.err")
+			l=$(sed -n 's/^bimodal-agent: ran .*: [0-9]* batches ([0-9]* samples of .*, \([0-9]*\) lost)$/\1/p' "$runs/$n.err")
+			[ -n "$s" ] || die "$n printed no \`ran …: B batches (S samples of …, L lost)\` line ($runs/$n.err)"
+			f=$runs/bimodal-run
+			;;
 		perf)
 			# [ perf record: Captured and wrote 1.561 MB FILE (16786 samples) ]
 			s=$(sed -n 's/.*Captured and wrote .* (\([0-9]*\) samples) \]$/\1/p' "$runs/$n.err")
@@ -276,7 +285,7 @@ measure() {
 		esac
 		samples=$((samples + s))
 		lost=$((lost + l))
-		bytes=$((bytes + $(stat -c %s "$f")))
+		bytes=$((bytes + $(du -sb "$f" | cut -f1)))
 	done
 	# Everything else that ran meanwhile (kernel threads included): the machine's busy time
 	# while the workload ran, less the workload's and (roughly: it ran a bit longer) the profilers'.
@@ -295,8 +304,9 @@ perf_record() { # NAME [perf record options]
 	echo "$perf_bin record -e page-faults $* -g -a -o $runs/$name.data -- sleep $seconds"
 }
 
-all_cmds=()
-for k in "${kinds[@]}"; do all_cmds+=("$(bimodal_record "$k")"); done
+bimodal_run() { # one profiler command line: every kind, batches to files
+	echo "$agent run --duration ${seconds}s --node-name bench --output-dir $runs/bimodal-run"
+}
 
 # A baseline before and after every profiled run: this machine's throughput drifts by several
 # per cent over minutes, so each run is compared with the mean of its two neighbours.
@@ -310,7 +320,7 @@ measure "bimodal page_fault" bimodal "$(bimodal_record page_fault)"
 run_baseline
 measure "bimodal cpu" bimodal "$(bimodal_record cpu)"
 run_baseline
-measure "bimodal all kinds" bimodal "${all_cmds[@]}"
+measure "bimodal run" bimodal-run "$(bimodal_run)"
 run_baseline
 measure "perf -F 4000" perf "$(perf_record perf-F4000)"
 run_baseline
@@ -392,8 +402,10 @@ $table
   the workload ran, as % of one core: /proc/stat's busy time less the workload's and the
   profilers' CPU time. ⚠ marks a row where others used ≥ 10% of a core during it or during one
   of its two baselines: someone else's load skewed that row; run again on an idle machine.
-- "bimodal all kinds" runs one \`record\` per available kind at once: CPU, RSS, samples and
-  bytes are the sums over those processes (largest single process: $(awk -F'|' '$1 == "bimodal all kinds" {printf "%.1f", $10 / 1024}' "$results") MiB).
+- "bimodal run" is one agent with every kind this machine offers (${kinds_list%, }), as a node
+  runs it, its batches written to files instead of sent (\`run --output-dir\`: frames named by
+  the agent); samples and lost from its \`ran …: B batches (S samples of …, L lost)\` line,
+  output the batch files' bytes.
 EOF
 )
 

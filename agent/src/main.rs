@@ -209,6 +209,10 @@ struct RunArgs {
     /// sampled process only when --pid is given.
     #[arg(long, env = "BIMODAL_WORK_UPROBE")]
     work_uprobe: Option<bimodal_agent::bpf::WorkUprobe>,
+    /// Stop after this long (e.g. 30s), sending what is left, and say what was sampled: for
+    /// trials and benchmarks. Default: run until SIGTERM or SIGINT.
+    #[arg(long, env = "BIMODAL_DURATION", value_parser = humantime::parse_duration)]
+    duration: Option<std::time::Duration>,
     /// Write batches as files in this directory instead of sending them (a node that cannot
     /// reach the server); `bimodal-agent import DIR` sends them later. Frames are named here.
     #[arg(long, env = "BIMODAL_OUTPUT_DIR")]
@@ -434,14 +438,33 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 output_dir: a.output_dir,
             };
             let runtime = tokio::runtime::Runtime::new().context("failed to start the async runtime")?;
-            runtime.block_on(async {
+            let duration = a.duration;
+            let started = std::time::Instant::now();
+            let summary = runtime.block_on(async {
                 let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
                 tokio::spawn(async move {
-                    shutdown_signal().await;
+                    match duration {
+                        Some(duration) => {
+                            tokio::select! {
+                                () = shutdown_signal() => {},
+                                () = tokio::time::sleep(duration) => {},
+                            }
+                        }
+                        None => shutdown_signal().await,
+                    }
                     let _ = stop_tx.send(true);
                 });
                 ship::run(opts, stop_rx).await
-            })
+            })?;
+            eprintln!(
+                "bimodal-agent: ran {:.0?}: {} batches ({} samples of {}, {} lost)",
+                started.elapsed(),
+                summary.batches,
+                summary.samples,
+                summary.events.join(","),
+                summary.lost
+            );
+            Ok(())
         }
     }
 }

@@ -76,8 +76,19 @@ pub enum Symbolize {
     Local,
 }
 
+/// What a `run` sampled and sent.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunSummary {
+    /// The event kinds sampled.
+    pub events: Vec<&'static str>,
+    pub batches: u64,
+    pub samples: u64,
+    /// Samples lost whole or in part (the batches' loss counters).
+    pub lost: u64,
+}
+
 /// Samples and ships until `shutdown` turns true, then sends what is left once.
-pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
+pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::Result<RunSummary> {
     // A bad CA bundle is a startup error, not a warning at the first lookup.
     let mut pods = opts
         .kubernetes
@@ -170,7 +181,7 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
     let processes = sampler.processes();
     let cached_images = opts.cached_images;
     let (pid, placement_every, placement_processes) = (opts.pid, opts.placement_every, opts.placement_processes);
-    let sampling = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+    let sampling = tokio::task::spawn_blocking(move || -> anyhow::Result<RunSummary> {
         let frames = if by_server {
             Frames::by_server()
         } else {
@@ -194,6 +205,10 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
                 placement_every,
                 placement_processes,
             ));
+        let mut summary = RunSummary {
+            events: sampler.sources().iter().map(|s| s.event.name()).collect(),
+            ..RunSummary::default()
+        };
         let mut start = SystemTime::now();
         loop {
             let done = wait_or_stop(&mut stop, interval);
@@ -209,8 +224,11 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
                 let _ = images_tx.try_send(upload::unnamed_images(&b));
             }
             collectors.collect(&mut b, &mut sampler);
+            summary.batches += 1;
+            summary.samples += b.samples.iter().map(|s| s.count).sum::<u64>();
+            summary.lost += b.sources.iter().map(|s| s.dropped).sum::<u64>();
             if batches_tx.blocking_send(b).is_err() || done {
-                return Ok(());
+                return Ok(summary);
             }
         }
     });
@@ -231,8 +249,9 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
         }
     };
     let (sampled, shipped) = tokio::join!(sampling, shipping);
-    sampled.context("sampling thread panicked")??;
-    shipped
+    let summary = sampled.context("sampling thread panicked")??;
+    shipped?;
+    Ok(summary)
 }
 
 /// The hello of a node's written batches, and the batches' file names (in the order written).

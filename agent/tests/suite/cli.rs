@@ -169,3 +169,45 @@ fn run_samples_every_kind_the_machine_offers_by_default() {
     }
     assert_eq!(sampled, offered, "kinds sampled by default against kinds probe offers");
 }
+
+/// `run --duration` stops by itself, sends what is left, and says what it sampled: as many
+/// batches and samples as it wrote.
+#[test]
+fn run_with_a_duration_stops_and_says_what_it_sampled() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("node");
+    let workload = crate::fixture::start("spin", 60);
+    let started = std::time::Instant::now();
+    let done = Command::new(env!("CARGO_BIN_EXE_bimodal-agent"))
+        .args(["run", "--event", "cpu", "--duration", "3s", "--interval", "1s", "--pid"])
+        .arg(workload.pid().to_string())
+        .arg("--output-dir")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    assert!(done.status.success(), "{stderr}");
+    assert!(started.elapsed().as_secs() < 30, "ran {:?}", started.elapsed());
+    let line = stderr
+        .lines()
+        .find(|l| l.contains(": ran "))
+        .unwrap_or_else(|| panic!("no summary: {stderr}"));
+    let numbers: Vec<u64> = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    // ran Ns: B batches (S samples of cpu, L lost)
+    let (batches, samples) = (numbers[1], numbers[2]);
+    let mut written = (0u64, 0u64);
+    for entry in std::fs::read_dir(&out).unwrap() {
+        let path = entry.unwrap().path();
+        if !path.file_name().unwrap().to_str().unwrap().starts_with("batch-") {
+            continue;
+        }
+        let batch: bimodal_proto::v1::Batch = prost::Message::decode(&std::fs::read(&path).unwrap()[..]).unwrap();
+        written.0 += 1;
+        written.1 += batch.samples.iter().map(|s| s.count).sum::<u64>();
+    }
+    assert!(samples > 0, "{line}");
+    assert_eq!((batches, samples), written, "{line}");
+}
