@@ -155,9 +155,20 @@ struct unwind_scratch {
 	__u32 missed;
 };
 
+/*
+ * One scratch per CPU for perf-event programs and one for tracing programs: a perf event's
+ * program (a timer interrupt, or an NMI) may interrupt a tracing program's walk on the same CPU,
+ * while perf-event programs never nest in each other (the kernel skips one that would) and the
+ * tracing programs here run in process context only.
+ */
+enum unwind_slot {
+	UNWIND_SLOT_PERF_EVENT = 0,
+	UNWIND_SLOT_TRACING = 1,
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, __u32);
 	__type(value, struct unwind_scratch);
 } unwind_scratch SEC(".maps");
@@ -476,17 +487,16 @@ static __always_inline void report_miss(__u32 tgid)
  * Unwinds the user stack of the current task, a process with tables, in the kernel; the chain
  * is stored in `user_chains` under the key returned (0: it could not be unwound).
  */
-static __always_inline __u64 unwind_user(__u32 tgid)
+static __always_inline __u64 unwind_user(__u32 tgid, __u32 slot)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct unwind_scratch *scratch;
 	struct unwind_walk walk;
 	struct pt_regs *regs;
-	__u32 zero = 0;
 	__u64 hash;
 
 	walk.process = bpf_map_lookup_elem(&unwind_processes, &tgid);
-	scratch = bpf_map_lookup_elem(&unwind_scratch, &zero);
+	scratch = bpf_map_lookup_elem(&unwind_scratch, &slot);
 	if (!walk.process || !scratch)
 		return 0;
 	walk.scratch = scratch;
@@ -516,7 +526,7 @@ static __always_inline __u64 unwind_user(__u32 tgid)
 
 /* counts one sample of `event` standing for `weight` events, with the current stacks */
 static __always_inline int record_sample(void *ctx, enum event_kind event, __u64 weight,
-					 __u64 address)
+					 __u64 address, enum unwind_slot slot)
 {
 	struct sample_key key = {};
 	struct sample_value first = {.count = 1, .value = weight}, *value;
@@ -555,7 +565,7 @@ static __always_inline int record_sample(void *ctx, enum event_kind event, __u64
 		return 0;
 
 	if (user && state == PROCESS_TABLES)
-		key.user_chain = unwind_user(key.tgid);
+		key.user_chain = unwind_user(key.tgid, slot);
 	if (key.user_chain) {
 		key.user_stack_id = -ENODATA;
 	} else {
@@ -605,26 +615,29 @@ static __always_inline int record_sample(void *ctx, enum event_kind event, __u64
 SEC("perf_event")
 int sample_cpu(struct bpf_perf_event_data *ctx)
 {
-	return record_sample(ctx, EVENT_KIND_CPU, ctx->sample_period, 0);
+	return record_sample(ctx, EVENT_KIND_CPU, ctx->sample_period, 0, UNWIND_SLOT_PERF_EVENT);
 }
 
 SEC("perf_event")
 int sample_page_fault(struct bpf_perf_event_data *ctx)
 {
 	/* the software page-fault event reports the faulting address */
-	return record_sample(ctx, EVENT_KIND_PAGE_FAULT, ctx->sample_period, ctx->addr);
+	return record_sample(ctx, EVENT_KIND_PAGE_FAULT, ctx->sample_period, ctx->addr,
+			     UNWIND_SLOT_PERF_EVENT);
 }
 
 SEC("perf_event")
 int sample_cache_miss(struct bpf_perf_event_data *ctx)
 {
-	return record_sample(ctx, EVENT_KIND_CACHE_MISS, ctx->sample_period, ctx->addr);
+	return record_sample(ctx, EVENT_KIND_CACHE_MISS, ctx->sample_period, ctx->addr,
+			     UNWIND_SLOT_PERF_EVENT);
 }
 
 SEC("perf_event")
 int sample_remote_access(struct bpf_perf_event_data *ctx)
 {
-	return record_sample(ctx, EVENT_KIND_REMOTE_ACCESS, ctx->sample_period, ctx->addr);
+	return record_sample(ctx, EVENT_KIND_REMOTE_ACCESS, ctx->sample_period, ctx->addr,
+			     UNWIND_SLOT_PERF_EVENT);
 }
 
 /*
@@ -636,9 +649,9 @@ static __always_inline int numa_fault(void *ctx, int pages, int flags)
 {
 	if (pages <= 0)
 		return 0;
-	record_sample(ctx, EVENT_KIND_NUMA_HINT_FAULT, pages, 0);
+	record_sample(ctx, EVENT_KIND_NUMA_HINT_FAULT, pages, 0, UNWIND_SLOT_TRACING);
 	if (!(flags & TNF_FAULT_LOCAL))
-		record_sample(ctx, EVENT_KIND_REMOTE_ACCESS, pages, 0);
+		record_sample(ctx, EVENT_KIND_REMOTE_ACCESS, pages, 0, UNWIND_SLOT_TRACING);
 	return 0;
 }
 
@@ -659,7 +672,7 @@ SEC("raw_tp/mm_migrate_pages")
 int BPF_PROG(page_migration, unsigned long succeeded)
 {
 	if (succeeded)
-		record_sample(ctx, EVENT_KIND_PAGE_MIGRATION, succeeded, 0);
+		record_sample(ctx, EVENT_KIND_PAGE_MIGRATION, succeeded, 0, UNWIND_SLOT_TRACING);
 	return 0;
 }
 

@@ -130,8 +130,15 @@ impl TableLoader {
         let mut sorted: Vec<&Mapping> = mappings.iter().filter(|m| m.is_executable()).collect();
         sorted.sort_by_key(|m| m.start);
         let ranges: Vec<Range<u64>> = sorted.iter().map(|m| m.start..m.end).collect();
-        if self.users.get(&tgid).is_some_and(|(_, had)| *had == ranges) {
-            // Read again (after a miss, or on schedule) and nothing changed.
+        let unchanged = self.users.get(&tgid).is_some_and(|(_, had)| *had == ranges);
+        // Read again (after a miss, or on schedule) and nothing changed, and the programs still
+        // have the entry (an exec or a reused pid with the very same ranges removed it).
+        if unchanged
+            && matches!(
+                self.processes_map.lookup(&tgid.to_ne_bytes(), MapFlags::ANY),
+                Ok(Some(_))
+            )
+        {
             return true;
         }
         let mut entry = unwind_process::default();
