@@ -211,7 +211,13 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
         };
         let mut start = SystemTime::now();
         loop {
-            let done = wait_or_stop(&mut stop, interval);
+            // Data samples are read as they come: an interval of page faults holds more than
+            // their ring does.
+            let done = wait_or_stop(&mut stop, interval, || {
+                if let Err(e) = sampler.read_data() {
+                    tracing::warn!("{e}");
+                }
+            });
             let drained = sampler.drain()?;
             let end = SystemTime::now();
             let mut b = batch::build(&drained, sampler.sources(), &frames, Interval { start, end });
@@ -324,8 +330,9 @@ pub async fn import(dir: &Path, server_url: &str) -> anyhow::Result<usize> {
     Ok(count)
 }
 
-/// Sleeps for `interval` in short steps; true when shutdown was asked for.
-fn wait_or_stop(stop: &mut watch::Receiver<bool>, interval: Duration) -> bool {
+/// Sleeps for `interval` in short steps, calling `each_step` after each; true when shutdown was asked
+/// for.
+fn wait_or_stop(stop: &mut watch::Receiver<bool>, interval: Duration, mut each_step: impl FnMut()) -> bool {
     let step = Duration::from_millis(100);
     let mut waited = Duration::ZERO;
     while waited < interval {
@@ -334,6 +341,7 @@ fn wait_or_stop(stop: &mut watch::Receiver<bool>, interval: Duration) -> bool {
         }
         std::thread::sleep(step);
         waited += step;
+        each_step();
     }
     *stop.borrow()
 }

@@ -895,6 +895,16 @@ impl Sampler {
         &self.sources
     }
 
+    /// Reads the data samples the programs sent so far (they are kept until the next drain): call
+    /// it between drains when they are seconds apart, since the ring holds about 20,000.
+    pub fn read_data(&mut self) -> Result<(), SamplerError> {
+        self.ring.consume().map_err(|source| SamplerError::Map {
+            map: "data_samples",
+            source,
+        })?;
+        Ok(())
+    }
+
     /// Flips the sample buffers and reads (and empties) the one programs stopped counting into.
     pub fn drain(&mut self) -> Result<Drained, SamplerError> {
         let bss = self

@@ -211,3 +211,44 @@ fn run_with_a_duration_stops_and_says_what_it_sampled() {
     assert!(samples > 0, "{line}");
     assert_eq!((batches, samples), written, "{line}");
 }
+
+/// A `run` interval of page faults holds more data samples than their ring does (about 20,000):
+/// they are read as they come, not at the drain, so none is lost at the default 10 s interval.
+#[test]
+fn run_keeps_the_data_addresses_of_a_whole_interval_of_page_faults() {
+    let dir = tempfile::tempdir().unwrap();
+    let workload = crate::fixture::start("fault", 60);
+    let done = Command::new(env!("CARGO_BIN_EXE_bimodal-agent"))
+        .args([
+            "run",
+            "--event",
+            "page_fault",
+            "--duration",
+            "11s",
+            "--interval",
+            "10s",
+            "--pid",
+        ])
+        .arg(workload.pid().to_string())
+        .arg("--output-dir")
+        .arg(dir.path().join("node"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    assert!(done.status.success(), "{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.contains(": ran "))
+        .unwrap_or_else(|| panic!("no summary: {stderr}"));
+    let numbers: Vec<u64> = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    // ran Ns: B batches (S samples of page_fault, L lost)
+    let (samples, lost) = (numbers[2], numbers[3]);
+    assert!(
+        samples > 25_000,
+        "the fixture faults fast enough to overflow the ring: {line}"
+    );
+    assert!(lost * 100 <= samples, "{line}");
+}
