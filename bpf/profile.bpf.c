@@ -85,8 +85,9 @@ struct {
 } sampled_processes SEC(".maps");
 
 /*
- * tgids (__u32) of processes sampled for the first time, or whose chains met code outside their
- * mappings with tables (`report_miss`), read continuously by the agent
+ * Processes (struct new_process) sampled for the first time, or whose chains met code outside
+ * their mappings with tables or whose entry is for another address space (`report_miss`), read
+ * continuously by the agent
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -211,6 +212,7 @@ struct sample_key _sample_key = {};
 struct sample_value _sample_value = {};
 struct data_sample _data_sample = {};
 struct stack_snapshot _stack_snapshot = {};
+struct new_process _new_process = {};
 struct unwind_row _unwind_row = {};
 struct unwind_process _unwind_process = {};
 struct user_chain _user_chain = {};
@@ -231,10 +233,10 @@ static __always_inline void count_drop(enum event_kind event, enum drop_reason r
  * What the agent knows of process `tgid` (enum process_state); at its first sample, tells the
  * agent about it (see `sampled_processes`).
  */
-static __always_inline __u8 process_state(__u32 tgid)
+static __always_inline __u8 process_state(__u32 tgid, __u64 mm)
 {
 	__u8 noticed = PROCESS_NOTICED, *state;
-	__u32 *out;
+	struct new_process *out;
 
 	state = bpf_map_lookup_elem(&sampled_processes, &tgid);
 	if (state)
@@ -248,7 +250,9 @@ static __always_inline __u8 process_state(__u32 tgid)
 		bpf_map_delete_elem(&sampled_processes, &tgid);
 		return PROCESS_NOTICED;
 	}
-	*out = tgid;
+	out->tgid = tgid;
+	out->_pad = 0;
+	out->mm = mm;
 	bpf_ringbuf_submit(out, 0);
 	return PROCESS_NOTICED;
 }
@@ -467,10 +471,10 @@ static long unwind_step(__u64 index, void *ctx)
  * has (a library loaded after its mappings were read): it reads them again and writes the new
  * tables. At most every UNWIND_MISS_INTERVAL_NS per process.
  */
-static __always_inline void report_miss(__u32 tgid)
+static __always_inline void report_miss(__u32 tgid, __u64 mm)
 {
 	__u64 now = bpf_ktime_get_ns(), *last;
-	__u32 *out;
+	struct new_process *out;
 
 	last = bpf_map_lookup_elem(&unwind_misses, &tgid);
 	if (last && now - *last < UNWIND_MISS_INTERVAL_NS)
@@ -479,7 +483,9 @@ static __always_inline void report_miss(__u32 tgid)
 	out = bpf_ringbuf_reserve(&new_processes, sizeof(*out), 0);
 	if (!out)
 		return;
-	*out = tgid;
+	out->tgid = tgid;
+	out->_pad = 0;
+	out->mm = mm;
 	bpf_ringbuf_submit(out, 0);
 }
 
@@ -487,7 +493,7 @@ static __always_inline void report_miss(__u32 tgid)
  * Unwinds the user stack of the current task, a process with tables, in the kernel; the chain
  * is stored in `user_chains` under the key returned (0: it could not be unwound).
  */
-static __always_inline __u64 unwind_user(__u32 tgid, __u32 slot)
+static __always_inline __u64 unwind_user(__u32 tgid, __u64 mm, __u32 slot)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct unwind_scratch *scratch;
@@ -499,6 +505,11 @@ static __always_inline __u64 unwind_user(__u32 tgid, __u32 slot)
 	scratch = bpf_map_lookup_elem(&unwind_scratch, &slot);
 	if (!walk.process || !scratch)
 		return 0;
+	/* an entry read for the address space before an exec: read the process again */
+	if (walk.process->mm != mm) {
+		report_miss(tgid, mm);
+		return 0;
+	}
 	walk.scratch = scratch;
 	/* the user registers saved at the last entry to the kernel: the sample's, in user mode */
 	regs = (struct pt_regs *)bpf_task_pt_regs(task);
@@ -511,7 +522,7 @@ static __always_inline __u64 unwind_user(__u32 tgid, __u32 slot)
 	scratch->missed = 0;
 	bpf_loop(MAX_STACK_DEPTH, unwind_step, &walk, 0);
 	if (scratch->missed)
-		report_miss(tgid);
+		report_miss(tgid, mm);
 	if (!scratch->chain.len)
 		return 0;
 	/* the complete flag tells two chains of the same addresses apart */
@@ -533,6 +544,7 @@ static __always_inline int record_sample(void *ctx, enum event_kind event, __u64
 	struct data_sample *data;
 	__u64 id = bpf_get_current_pid_tgid();
 	__u8 state = PROCESS_NOTICED;
+	__u64 mm;
 	bool user;
 	void *samples;
 
@@ -551,9 +563,10 @@ static __always_inline int record_sample(void *ctx, enum event_kind event, __u64
 	key.event = event;
 	bpf_get_current_comm(&key.comm, sizeof(key.comm));
 	/* kernel threads map no files and have no user stack: nothing to tell or unwind */
-	user = BPF_CORE_READ((struct task_struct *)bpf_get_current_task_btf(), mm);
+	mm = (__u64)BPF_CORE_READ((struct task_struct *)bpf_get_current_task_btf(), mm);
+	user = mm != 0;
 	if (user)
-		state = process_state(key.tgid);
+		state = process_state(key.tgid, mm);
 
 	/* a sample taken in user mode has no kernel stack: -EFAULT is expected there, not a loss */
 	key.kernel_stack_id = bpf_get_stackid(ctx, &stacks, 0);
@@ -565,7 +578,7 @@ static __always_inline int record_sample(void *ctx, enum event_kind event, __u64
 		return 0;
 
 	if (user && state == PROCESS_TABLES)
-		key.user_chain = unwind_user(key.tgid, slot);
+		key.user_chain = unwind_user(key.tgid, mm, slot);
 	if (key.user_chain) {
 		key.user_stack_id = -ENODATA;
 	} else {

@@ -51,6 +51,17 @@ enum process_state {
 	PROCESS_TABLES = 2,
 };
 
+/*
+ * A process the agent should read (again), sent through `new_processes`: at its first sample,
+ * or when its chain met code outside its entry's mappings or its entry is for another address
+ * space (`mm`: the cookie the agent's entry must carry).
+ */
+struct new_process {
+	__u32 tgid;
+	__u32 _pad;
+	__u64 mm;
+};
+
 /* samples are counted per distinct key in kernel maps, drained every interval */
 struct sample_key {
 	__u32 tgid;
@@ -173,6 +184,9 @@ struct unwind_mapping {
 
 /* the executable mappings of one process, sorted by start, in `unwind_processes` */
 struct unwind_process {
+	/* the address space they were read for (its mm_struct's address, a cookie): an entry
+	 * read before an exec does not apply after it */
+	__u64 mm;
 	__u32 len;
 	__u32 _pad;
 	struct unwind_mapping mappings[UNWIND_MAX_MAPPINGS];

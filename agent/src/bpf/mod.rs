@@ -28,7 +28,9 @@ mod profile {
     include!(concat!(env!("OUT_DIR"), "/profile.skel.rs"));
 }
 
-use profile::types::{data_sample, sample_key, sample_value, stack_snapshot, unwind_process, unwind_row, user_chain};
+use profile::types::{
+    data_sample, new_process, sample_key, sample_value, stack_snapshot, unwind_process, unwind_row, user_chain,
+};
 use profile::{OpenProfileSkel, ProfileSkel, ProfileSkelBuilder};
 
 // SAFETY: these are plain C structs of integers and byte arrays: every bit pattern of their
@@ -46,6 +48,8 @@ unsafe impl plain::Plain for unwind_row {}
 unsafe impl plain::Plain for unwind_process {}
 // SAFETY: as above.
 unsafe impl plain::Plain for user_chain {}
+// SAFETY: as above.
+unsafe impl plain::Plain for new_process {}
 
 mod tables;
 use tables::TableLoader;
@@ -334,14 +338,14 @@ fn watch_processes(
     stop: Arc<AtomicBool>,
 ) {
     let tables = loader.map(|(mut loader, stats)| {
-        let (tx, rx) = std::sync::mpsc::channel::<(u32, Vec<placement::Mapping>)>();
+        let (tx, rx) = std::sync::mpsc::channel::<(u32, u64, Vec<placement::Mapping>)>();
         std::thread::Builder::new()
             .name("bimodal-tables".into())
             .spawn(move || {
                 let mut swept = Instant::now();
                 // Ends when the sender is dropped, with the watching thread.
-                for (tgid, mappings) in rx {
-                    loader.load(tgid, &mappings);
+                for (tgid, mm, mappings) in rx {
+                    loader.load(tgid, mm, &mappings);
                     if swept.elapsed() >= Duration::from_secs(5) {
                         loader.sweep(|tgid| Path::new(&format!("/proc/{tgid}")).exists());
                         swept = Instant::now();
@@ -352,13 +356,14 @@ fn watch_processes(
             .expect("spawning a thread");
         tx
     });
-    let noticed: Arc<Mutex<Vec<u32>>> = Arc::default();
+    // (tgid, the address space the programs saw it in)
+    let noticed: Arc<Mutex<Vec<(u32, u64)>>> = Arc::default();
     let sink = noticed.clone();
     let mut builder = RingBufferBuilder::new();
     let built = builder
         .add(&ring_map, move |raw: &[u8]| {
-            if let Some(tgid) = raw.get(..4).and_then(|b| b.try_into().ok()).map(u32::from_ne_bytes) {
-                sink.lock().expect("not poisoned").push(tgid);
+            if let Ok(p) = plain::from_bytes::<new_process>(raw) {
+                sink.lock().expect("not poisoned").push((p.tgid, p.mm));
             }
             0
         })
@@ -371,12 +376,12 @@ fn watch_processes(
         }
     };
     // Processes to read again, and when: what the dynamic loader maps after the first sample.
-    let mut again: std::collections::VecDeque<(Instant, u32)> = Default::default();
+    let mut again: std::collections::VecDeque<(Instant, u32, u64)> = Default::default();
     while !stop.load(Ordering::Relaxed) {
         let now = Instant::now();
         let wait = again
             .front()
-            .map_or(Duration::from_millis(100), |(due, _)| {
+            .map_or(Duration::from_millis(100), |(due, _, _)| {
                 due.saturating_duration_since(now)
             })
             .min(Duration::from_millis(100));
@@ -387,24 +392,24 @@ fn watch_processes(
         let tgids = std::mem::take(&mut *noticed.lock().expect("not poisoned"));
         // Mappings first: they are what a process that is about to exit takes with it.
         let mut read = Vec::new();
-        for &tgid in &tgids {
+        for &(tgid, mm) in &tgids {
             match processes.read_now(tgid) {
                 None => tracing::debug!(tgid, "process gone before its mappings were read"),
                 Some(executable) => {
                     let now = Instant::now();
                     for after in READ_AGAIN_AFTER {
-                        again.push_back((now + after, tgid));
+                        again.push_back((now + after, tgid, mm));
                     }
-                    read.push((tgid, executable));
+                    read.push((tgid, mm, executable));
                 }
             }
         }
         again.make_contiguous().sort_unstable();
         let now = Instant::now();
-        while again.front().is_some_and(|(due, _)| *due <= now) {
-            let (_, tgid) = again.pop_front().expect("not empty");
+        while again.front().is_some_and(|(due, _, _)| *due <= now) {
+            let (_, tgid, mm) = again.pop_front().expect("not empty");
             if let Some(executable) = processes.read_now(tgid) {
-                read.push((tgid, executable));
+                read.push((tgid, mm, executable));
             }
         }
         if let Some(tables) = &tables {

@@ -32,6 +32,10 @@ struct Loaded {
     used: Instant,
 }
 
+/// What a process's entry was written from: the images it references (each counted in their
+/// `users`), the address space and the executable ranges it covers.
+type Entry = (Vec<ImageKey>, u64, Vec<Range<u64>>);
+
 /// What the tables hold and what they could not.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TableStats {
@@ -54,8 +58,8 @@ pub struct TableLoader {
     /// Free row ranges, sorted, none touching another.
     free: Vec<Range<u32>>,
     images: HashMap<ImageKey, Loaded>,
-    /// The images each process's entry references, and the address ranges it covers.
-    users: HashMap<u32, (Vec<ImageKey>, Vec<Range<u64>>)>,
+    /// What each process's entry was written from, by tgid.
+    users: HashMap<u32, Entry>,
     pub stats: TableStats,
 }
 
@@ -123,14 +127,19 @@ impl TableLoader {
         }
     }
 
-    /// Writes the tables of process `tgid`, whose executable `mappings` were just read, and tells
-    /// the programs to unwind it in the kernel. False when the process is gone.
-    pub fn load(&mut self, tgid: u32, mappings: &[Mapping]) -> bool {
+    /// Writes the tables of process `tgid`, whose executable `mappings` were just read, for the
+    /// address space `mm` the programs saw it in (an entry applies to that one only: mappings
+    /// read across an exec are caught there), and tells the programs to unwind it in the kernel.
+    /// False when the process is gone.
+    pub fn load(&mut self, tgid: u32, mm: u64, mappings: &[Mapping]) -> bool {
         let root = PathBuf::from(format!("/proc/{tgid}/root"));
         let mut sorted: Vec<&Mapping> = mappings.iter().filter(|m| m.is_executable()).collect();
         sorted.sort_by_key(|m| m.start);
         let ranges: Vec<Range<u64>> = sorted.iter().map(|m| m.start..m.end).collect();
-        let unchanged = self.users.get(&tgid).is_some_and(|(_, had)| *had == ranges);
+        let unchanged = self
+            .users
+            .get(&tgid)
+            .is_some_and(|(_, had_mm, had)| *had_mm == mm && *had == ranges);
         // Read again (after a miss, or on schedule) and nothing changed, and the programs still
         // have the entry (an exec or a reused pid with the very same ranges removed it).
         if unchanged
@@ -141,7 +150,10 @@ impl TableLoader {
         {
             return true;
         }
-        let mut entry = unwind_process::default();
+        let mut entry = unwind_process {
+            mm,
+            ..Default::default()
+        };
         let mut keys = Vec::new();
         for m in sorted {
             let key = match m.path.as_deref() {
@@ -175,7 +187,7 @@ impl TableLoader {
                 loaded.users += 1;
             }
         }
-        if let Some((old, _)) = self.users.insert(tgid, (keys, ranges)) {
+        if let Some((old, _, _)) = self.users.insert(tgid, (keys, mm, ranges)) {
             self.release(&old);
         }
         let written = self
@@ -201,7 +213,7 @@ impl TableLoader {
     /// Forgets a process: its entry, and its hold on its images.
     fn forget(&mut self, tgid: u32) {
         let _ = self.processes_map.delete(&tgid.to_ne_bytes());
-        if let Some((keys, _)) = self.users.remove(&tgid) {
+        if let Some((keys, _, _)) = self.users.remove(&tgid) {
             self.release(&keys);
         }
         self.stats.processes = self.users.len() as u64;

@@ -170,6 +170,26 @@ fn run_samples_every_kind_the_machine_offers_by_default() {
     assert_eq!(sampled, offered, "kinds sampled by default against kinds probe offers");
 }
 
+/// The summary line of a `run --duration` that succeeded, and its batches, samples and lost:
+/// `bimodal-agent: ran Ns: B batches (S samples of KINDS, L lost)`.
+fn run_summary(done: &std::process::Output) -> (String, [u64; 3]) {
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    assert!(done.status.success(), "{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.contains(": ran "))
+        .unwrap_or_else(|| panic!("no summary: {stderr}"));
+    let (_, counts) = line.split_once("s: ").expect("ran Ns: ...");
+    let numbers: Vec<u64> = counts
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    let [batches, samples, lost] = numbers[..] else {
+        panic!("three counts in {line}");
+    };
+    (line.to_owned(), [batches, samples, lost])
+}
+
 /// `run --duration` stops by itself, sends what is left, and says what it sampled: as many
 /// batches and samples as it wrote.
 #[test]
@@ -185,19 +205,8 @@ fn run_with_a_duration_stops_and_says_what_it_sampled() {
         .arg(&out)
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&done.stderr);
-    assert!(done.status.success(), "{stderr}");
+    let (line, [batches, samples, _]) = run_summary(&done);
     assert!(started.elapsed().as_secs() < 30, "ran {:?}", started.elapsed());
-    let line = stderr
-        .lines()
-        .find(|l| l.contains(": ran "))
-        .unwrap_or_else(|| panic!("no summary: {stderr}"));
-    let numbers: Vec<u64> = line
-        .split(|c: char| !c.is_ascii_digit())
-        .filter_map(|w| w.parse().ok())
-        .collect();
-    // ran Ns: B batches (S samples of cpu, L lost)
-    let (batches, samples) = (numbers[1], numbers[2]);
     let mut written = (0u64, 0u64);
     for entry in std::fs::read_dir(&out).unwrap() {
         let path = entry.unwrap().path();
@@ -234,18 +243,7 @@ fn run_keeps_the_data_addresses_of_a_whole_interval_of_page_faults() {
         .arg(dir.path().join("node"))
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&done.stderr);
-    assert!(done.status.success(), "{stderr}");
-    let line = stderr
-        .lines()
-        .find(|l| l.contains(": ran "))
-        .unwrap_or_else(|| panic!("no summary: {stderr}"));
-    let numbers: Vec<u64> = line
-        .split(|c: char| !c.is_ascii_digit())
-        .filter_map(|w| w.parse().ok())
-        .collect();
-    // ran Ns: B batches (S samples of page_fault, L lost)
-    let (samples, lost) = (numbers[2], numbers[3]);
+    let (line, [_, samples, lost]) = run_summary(&done);
     assert!(
         samples > 25_000,
         "the fixture faults fast enough to overflow the ring: {line}"
