@@ -180,12 +180,9 @@ impl TableLoader {
             if !push(&mut entry, m, bias, loaded.rows.clone()) {
                 break;
             }
+            // Held from here on: compiling the process's next image must not make room from it.
+            loaded.users += 1;
             keys.push(key);
-        }
-        for key in &keys {
-            if let Some(loaded) = self.images.get_mut(key) {
-                loaded.users += 1;
-            }
         }
         if let Some((old, _, _)) = self.users.insert(tgid, (keys, mm, ranges)) {
             self.release(&old);
