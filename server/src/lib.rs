@@ -9,6 +9,7 @@ pub mod debuginfo;
 pub mod ingest;
 pub mod selector;
 pub mod storage;
+pub mod window;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -282,7 +282,7 @@ fn side_json(g: &Group) -> serde_json::Value {
 }
 
 /// CPU-seconds of `nodes` over [from, to) under `selector` (its process labels pick the
-/// processes): [`super::compare::node_cpu_seconds`], samples from the `cpu` source with the
+/// processes): [`crate::window::node_cpu_seconds`], samples from the `cpu` source with the
 /// most nodes (ties: the first by name).
 async fn cpu_seconds(
     state: &AppState,
@@ -305,7 +305,7 @@ async fn cpu_seconds(
             by_source.entry(t.source).or_default().insert(t.node, t.value as f64);
         }
     }
-    let source = super::compare::cpu_source_of(by_source.iter().map(|(s, n)| (s.as_str(), n.len()))).map(str::to_owned);
+    let source = crate::window::cpu_source_of(by_source.iter().map(|(s, n)| (s.as_str(), n.len()))).map(str::to_owned);
     let sampled = source.and_then(|s| by_source.remove(&s)).unwrap_or_default();
     let exact: HashMap<String, f64> = state
         .store
@@ -320,7 +320,7 @@ async fn cpu_seconds(
         .iter()
         .filter_map(|n| {
             let seconds =
-                super::compare::node_cpu_seconds(sampled.get(n).copied(), exact.get(n).copied(), picks_processes)?;
+                crate::window::node_cpu_seconds(sampled.get(n).copied(), exact.get(n).copied(), picks_processes)?;
             Some((n.clone(), seconds))
         })
         .collect())

@@ -6,7 +6,7 @@ mod error;
 mod flamegraph;
 mod fleet;
 mod node;
-mod params;
+pub(crate) mod params;
 mod web;
 
 use std::sync::Arc;

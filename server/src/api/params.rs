@@ -92,7 +92,7 @@ impl Params {
 }
 
 /// Seconds since the Unix epoch.
-pub(super) fn now() -> u32 {
+pub(crate) fn now() -> u32 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as u32)
