@@ -3,6 +3,7 @@
 //! and HTTP share one port. Servers keep no state of their own: several can serve one
 //! ClickHouse (or cluster) and answer the same.
 
+pub mod alerts;
 pub mod analysis;
 pub mod api;
 pub mod debuginfo;

@@ -9,3 +9,12 @@
 pub mod bands;
 pub mod compare;
 pub mod rank;
+
+/// A value as a sentence shows it: whole from 100, to three decimals below.
+pub fn figure(v: f64) -> String {
+    if v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{}", (v * 1e3).round() / 1e3)
+    }
+}

@@ -111,9 +111,9 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
         "two bands in {}: {} nodes at a median of {} and {} at {} {}{}",
         metric.name,
         groups.high.len(),
-        figure(split.high_median),
+        crate::analysis::figure(split.high_median),
         groups.low.len(),
-        figure(split.low_median),
+        crate::analysis::figure(split.low_median),
         metric.unit,
         match groups.slow {
             Some(band) => format!("; the {band} band is slow"),
@@ -159,15 +159,6 @@ async fn timed<T>(what: &'static str, step: impl std::future::Future<Output = T>
     let out = step.await;
     tracing::debug!(step = what, ms = start.elapsed().as_millis() as u64, "compare step");
     out
-}
-
-/// A value as a sentence shows it: whole from 100, to three decimals below.
-fn figure(v: f64) -> String {
-    if v.abs() >= 100.0 {
-        format!("{v:.0}")
-    } else {
-        format!("{}", (v * 1e3).round() / 1e3)
-    }
 }
 
 /// The chosen metric in the previous window of the same length: its bands, and the nodes of

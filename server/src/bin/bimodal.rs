@@ -4,7 +4,8 @@
 //!   (`GET /api/v1/compare`), as text or JSON;
 //! - `bimodal diff`: the differential flame graph of the bands or of two selectors
 //!   (`GET /api/v1/diff`), as folded pairs or as two pprof profiles for
-//!   `go tool pprof -diff_base=a.pb.gz b.pb.gz`.
+//!   `go tool pprof -diff_base=a.pb.gz b.pb.gz`;
+//! - `bimodal rules check FILE...`: every mistake of alert rule files, with its line.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -132,6 +133,21 @@ enum Command {
         #[arg(long, short, env = "BIMODAL_OUTPUT")]
         output: Option<PathBuf>,
     },
+    /// Alert rule files (`bimodal-server --rules FILE`).
+    Rules {
+        #[command(subcommand)]
+        command: RulesCommand,
+    },
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum RulesCommand {
+    /// Check rule files: every mistake is printed as FILE:LINE:COLUMN: message.
+    Check {
+        /// The YAML rule files.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -151,6 +167,9 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
         agent: ureq::AgentBuilder::new().timeout(Duration::from_secs(300)).build(),
     };
     match &cli.command {
+        Command::Rules {
+            command: RulesCommand::Check { files },
+        } => check_rules(files),
         Command::Compare {
             selector,
             range,
@@ -447,4 +466,27 @@ fn compare_text(a: &Value) -> String {
         ));
     }
     s
+}
+
+/// Checks each rule file, printing a summary of the good ones and every mistake of the others.
+fn check_rules(files: &[PathBuf]) -> anyhow::Result<()> {
+    let mut bad = 0;
+    for file in files {
+        match bimodal_server::alerts::rules::load(file) {
+            Ok(rules) => println!(
+                "{}: {} rules, evaluated every {}",
+                file.display(),
+                rules.rules.len(),
+                humantime::format_duration(rules.evaluation_interval)
+            ),
+            Err(mistakes) => {
+                eprintln!("{mistakes}");
+                bad += 1;
+            }
+        }
+    }
+    match bad {
+        0 => Ok(()),
+        n => bail!("{n} of {} rule files have mistakes", files.len()),
+    }
 }

@@ -68,3 +68,36 @@ fn clickhouse_that_cannot_start_is_a_clear_error() {
         "it waited for a server that had exited"
     );
 }
+
+/// `bimodal rules check` prints every mistake of a rule file as FILE:LINE:COLUMN and fails; the
+/// shipped rule file passes.
+#[test]
+fn rules_check_reports_every_mistake_with_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "rules:\n  - alert: A\n    event: remote_acess\n    condition: {rate_above: x}\n  - alert: A\n    condition: {bands_appear: }\n    for: forever\n",
+    )
+    .unwrap();
+    let shipped = concat!(env!("CARGO_MANIFEST_DIR"), "/rules/default.yaml");
+    let out = Command::new(env!("CARGO_BIN_EXE_bimodal"))
+        .args(["rules", "check", shipped])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("default.yaml: 4 rules"), "{stdout}");
+    let bad = bad.display().to_string();
+    for expected in [
+        format!("{bad}:3:12: unknown event `remote_acess`"),
+        format!("{bad}:4:29: `rate_above` must be a number"),
+        format!("{bad}:5:12: a second rule named `A`"),
+        format!("{bad}:7:10: `for` `forever` is not a duration"),
+    ] {
+        assert!(stderr.contains(&expected), "missing {expected:?} in:\n{stderr}");
+    }
+    assert!(stderr.contains("1 of 2 rule files have mistakes"), "{stderr}");
+}

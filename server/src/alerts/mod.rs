@@ -1,0 +1,6 @@
+//! Alerts: rules read from a file ([`rules`]), judged on the per-node metrics of each window
+//! ([`evaluate`]), their states kept in ClickHouse so they outlive the server, and sent where
+//! operators' alerts already go ([`notify`]): Alertmanager's API and webhooks in its format.
+
+pub mod rules;
+mod yaml;
