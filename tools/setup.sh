@@ -33,6 +33,10 @@ want clickhouse-server /usr/sbin/clickhouse-server
 want clickhouse-client clickhouse-client
 # zookeeper: the two-shard ClickHouse cluster of the server's tests (server/tests/suite/clickhouse_cluster.rs)
 want zookeeper /usr/share/zookeeper/bin/zkServer.sh
+# a real Alertmanager and Prometheus for the alerting tests (server/tests/suite/alerts.rs); the
+# packages' services are not used: tests start their own on loopback
+want prometheus-alertmanager /usr/bin/prometheus-alertmanager
+want prometheus /usr/bin/prometheus
 want chromium /usr/bin/chromium
 want nodejs node
 want npm npm

@@ -50,6 +50,8 @@ pub struct Config {
     pub cache_entries: usize,
     /// How batches are buffered and written.
     pub writer: WriterConfig,
+    /// Alert rules and where alerts go; `None`: no alerting.
+    pub alerts: Option<alerts::AlertConfig>,
 }
 
 /// A bound, running server (before it serves).
@@ -61,6 +63,7 @@ pub struct Server {
     names: Arc<Names>,
     debuginfo: DebuginfoService,
     managed: Option<ManagedClickHouse>,
+    alerts: Option<alerts::AlertConfig>,
 }
 
 impl Server {
@@ -115,6 +118,7 @@ impl Server {
             names,
             debuginfo,
             managed,
+            alerts: config.alerts.clone(),
         })
     }
 
@@ -132,10 +136,16 @@ impl Server {
         let debuginfo = DebuginfoServer::new(self.debuginfo).max_decoding_message_size(8 << 20);
         // gRPC calls are HTTP/2 POSTs to /<service>/<method>: route them before the UI fallback.
         let path = |name: &str| format!("/{name}/{{*method}}");
+        let bands_null: Arc<std::sync::Mutex<analysis::bands::NullCache>> = Default::default();
+        let alerting = self.alerts.is_some();
+        let evaluation = self
+            .alerts
+            .map(|config| alerts::spawn(self.store.clone(), bands_null.clone(), config));
         let app = api::app(api::AppState {
             store: self.store,
             names: self.names,
-            bands_null: Default::default(),
+            bands_null,
+            alerting,
         })
         .route_service(
             &path(<ingest::encoded::EncodedIngestServer as NamedService>::NAME),
@@ -146,6 +156,9 @@ impl Server {
             debuginfo,
         );
         let served = axum::serve(self.listener, app).with_graceful_shutdown(shutdown).await;
+        if let Some(evaluation) = evaluation {
+            evaluation.abort();
+        }
         if let Some(m) = self.managed {
             m.shutdown().await;
         }

@@ -64,6 +64,21 @@ struct Cli {
     /// Most rows buffered for writing; beyond it agents are told to retry later.
     #[arg(long, env = "BIMODAL_MAX_BUFFERED_ROWS", default_value_t = 2_000_000)]
     max_buffered_rows: usize,
+    /// Alert rules (YAML; `bimodal rules check FILE` checks one): this server then evaluates
+    /// them (one server at a time does, whatever the number of servers) and serves
+    /// /api/v1/alerts.
+    #[arg(long, env = "BIMODAL_RULES")]
+    rules: Option<PathBuf>,
+    /// Alertmanager to send alerts to, by its base URL (http://host:9093); repeat or separate
+    /// by commas for several.
+    #[arg(long, env = "BIMODAL_ALERTMANAGER_URL", value_delimiter = ',', requires = "rules")]
+    alertmanager_url: Vec<String>,
+    /// Webhook to send alerts to in Alertmanager's webhook format; repeat or separate by commas.
+    #[arg(long, env = "BIMODAL_WEBHOOK_URL", value_delimiter = ',', requires = "rules")]
+    webhook_url: Vec<String>,
+    /// The server's URL as users open it, for the links alerts carry (default http://LISTEN).
+    #[arg(long, env = "BIMODAL_EXTERNAL_URL")]
+    external_url: Option<String>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -213,7 +228,27 @@ async fn main() -> std::process::ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()))
         .with_writer(std::io::stderr)
         .init();
+    let alerts = match &cli.rules {
+        None => None,
+        Some(path) => match bimodal_server::alerts::rules::load(path) {
+            Ok(rules) => Some(bimodal_server::alerts::AlertConfig {
+                rules,
+                alertmanagers: cli.alertmanager_url.clone(),
+                webhooks: cli.webhook_url.clone(),
+                external_url: cli
+                    .external_url
+                    .clone()
+                    .unwrap_or_else(|| format!("http://{}", cli.listen)),
+            }),
+            Err(mistakes) => {
+                eprintln!("{mistakes}");
+                eprintln!("bimodal-server: error: the rule file has mistakes");
+                return std::process::ExitCode::FAILURE;
+            }
+        },
+    };
     let config = Config {
+        alerts,
         listen: cli.listen,
         clickhouse_url: cli.clickhouse_url,
         clickhouse_database: cli.clickhouse_database,

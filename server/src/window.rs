@@ -44,7 +44,7 @@ const COUNTERS: &[(&str, &str, Option<&str>, Direction)] = &[
 ];
 
 /// The stored figures of one window, per node.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Window {
     pub nodes: Vec<NodeInfo>,
     /// CPU nanoseconds per node (the `cpu` source most nodes have) of every process of the node,

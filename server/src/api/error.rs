@@ -11,6 +11,9 @@ pub enum AppError {
     /// The request is wrong; the message says how.
     #[error("{0}")]
     BadRequest(String),
+    /// What was asked for does not exist on this server; the message says why.
+    #[error("{0}")]
+    NotFound(String),
     /// ClickHouse did not answer.
     #[error("storage is unavailable")]
     Storage(#[from] StorageError),
@@ -23,6 +26,7 @@ impl IntoResponse for AppError {
     fn into_response(self) -> Response {
         let status = match &self {
             AppError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            AppError::NotFound(_) => StatusCode::NOT_FOUND,
             AppError::Storage(e) => {
                 tracing::error!(error = %e, "request failed in storage");
                 StatusCode::SERVICE_UNAVAILABLE

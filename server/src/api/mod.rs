@@ -1,5 +1,6 @@
 //! The HTTP API (`/api/v1`, `/healthz`) and the web UI, as one axum router.
 
+mod alerts;
 mod compare;
 mod diff;
 mod error;
@@ -29,6 +30,8 @@ pub struct AppState {
     pub names: Arc<Names>,
     /// One-band fleets drawn for band detection, kept per fleet size.
     pub bands_null: Arc<std::sync::Mutex<crate::analysis::bands::NullCache>>,
+    /// Whether this server was given alert rules (without them `/api/v1/alerts` is 404).
+    pub alerting: bool,
 }
 
 /// The router, kept apart from `main` so tests can drive it without a socket.
@@ -41,6 +44,7 @@ pub fn app(state: AppState) -> Router {
         .route("/api/v1/labels", get(fleet::labels))
         .route("/api/v1/totals", get(fleet::totals))
         .route("/api/v1/functions", get(fleet::functions))
+        .route("/api/v1/alerts", get(alerts::alerts))
         .route("/api/v1/compare", get(compare::compare))
         .route("/api/v1/diff", get(diff::diff))
         .route("/api/v1/flamegraph", get(flamegraph::flamegraph))

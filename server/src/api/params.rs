@@ -109,7 +109,7 @@ fn parse_time(s: &str) -> Option<u32> {
 }
 
 /// Unix seconds as RFC 3339 in UTC.
-pub(super) fn rfc3339(secs: u32) -> String {
+pub(crate) fn rfc3339(secs: u32) -> String {
     time::OffsetDateTime::from_unix_timestamp(i64::from(secs))
         .ok()
         .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())

@@ -111,6 +111,16 @@ impl Lease {
         }
     }
 
+    /// Whether this server still holds the lease: one whose renewals failed for a whole period
+    /// may have lost it to another server, and must stop the job.
+    pub async fn still_held(&self) -> Result<bool, StorageError> {
+        let claims = live_claims(&self.client, &self.name).await?;
+        Ok(claims
+            .iter()
+            .min_by_key(|c| (c.first_stamp, c.holder))
+            .is_some_and(|c| c.holder == self.holder))
+    }
+
     /// Gives the lease up now (on error too: the others take over at once, not after expiry).
     pub async fn release(mut self) {
         if let Some(stop) = self.stop_renewing.take() {

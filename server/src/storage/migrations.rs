@@ -53,6 +53,7 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
         "function_nodes",
         include_str!("../../migrations/010_function_nodes.sql"),
     ),
+    (11, "alerts", include_str!("../../migrations/011_alerts.sql")),
 ];
 
 /// The first migration of the current schema: a new database starts here.

@@ -5,6 +5,7 @@
 //! hash of the content. Reads keep them in bounded caches, so a flame graph asks ClickHouse only
 //! for the ids it has not seen.
 
+pub mod alerts;
 pub mod debuginfo;
 pub mod lease;
 pub mod managed;

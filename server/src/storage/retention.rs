@@ -50,6 +50,7 @@ const TABLES: &[(&str, Partition, Keep)] = &[
     ("data_samples", Partition::Day, Keep::Retention),
     ("counters", Partition::Day, Keep::Retention),
     ("placements", Partition::Day, Keep::Retention),
+    ("alerts", Partition::Month, Keep::Retention),
 ];
 
 /// Unix seconds at which a partition's data ends (exclusive), from its id; `None` if unreadable.

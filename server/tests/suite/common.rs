@@ -132,6 +132,7 @@ pub fn test_config(listen: SocketAddr, dir: &std::path::Path) -> Config {
             flush_interval: Duration::from_millis(100),
             ..WriterConfig::default()
         },
+        alerts: None,
     }
 }
 

@@ -1,3 +1,4 @@
+mod alerts;
 mod cli;
 mod clickhouse_cluster;
 mod common;

@@ -1,0 +1,353 @@
+//! The evaluation loop: one server at a time (the `alerts` lease in ClickHouse) judges every
+//! rule each `evaluation_interval`, stores each alert's changes and sends them. A server that
+//! takes the lease (at start, or when the holder stopped renewing it) continues from the stored
+//! states, so restarts and fail-overs neither lose a pending alert's time nor fire it anew.
+//! Should two servers briefly both evaluate (a holder cut off from ClickHouse longer than the
+//! lease), Alertmanager deduplicates their alerts: the same labels are the same alert.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::judge::{self, Found};
+use super::notify::{Notifier, RESEND_RESOLVED};
+use super::rules::{Condition, Rule, RuleFile};
+use super::state::{Alert, State, Tracker};
+use crate::analysis::bands::NullCache;
+use crate::analysis::compare;
+use crate::selector::{MatchOp, Matcher, Selector};
+use crate::storage::lease::Lease;
+use crate::storage::queries::Measures;
+use crate::storage::{now_secs, Scope, StorageError, Store};
+use crate::window::{self, Window};
+
+/// Functions read to find an alert's top function.
+const FUNCTIONS_READ: u32 = 50;
+
+/// What the server was told about alerting.
+#[derive(Clone, Debug)]
+pub struct AlertConfig {
+    pub rules: RuleFile,
+    /// Alertmanager base URLs (`http://host:9093`).
+    pub alertmanagers: Vec<String>,
+    /// Webhook receivers, sent Alertmanager's webhook payload.
+    pub webhooks: Vec<String>,
+    /// The server's URL as users open it: alert links start with it.
+    pub external_url: String,
+}
+
+/// Starts evaluating in the background.
+pub fn spawn(store: Arc<Store>, null: Arc<Mutex<NullCache>>, config: AlertConfig) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let interval = config.rules.evaluation_interval;
+        // A holder that stops renewing loses the lease after this long: a few intervals.
+        let period = (interval * 3).max(Duration::from_secs(30));
+        let mut notifier = Notifier::new(
+            config.alertmanagers.clone(),
+            config.webhooks.clone(),
+            &config.external_url,
+        );
+        loop {
+            let lease = match Lease::acquire(store.client().clone(), "alerts", period).await {
+                Ok(lease) => lease,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot take the alert evaluation lease; trying again");
+                    tokio::time::sleep(interval).await;
+                    continue;
+                }
+            };
+            tracing::info!(
+                rules = config.rules.rules.len(),
+                "this server evaluates the alert rules"
+            );
+            if let Err(e) = lead(&store, &null, &config, &mut notifier, &lease).await {
+                tracing::warn!(error = %e, "alert evaluation stopped; taking the lease again");
+            }
+            lease.release().await;
+            tokio::time::sleep(interval).await;
+        }
+    })
+}
+
+/// Evaluates while this server holds the lease.
+async fn lead(
+    store: &Store,
+    null: &Arc<Mutex<NullCache>>,
+    config: &AlertConfig,
+    notifier: &mut Notifier,
+    lease: &Lease,
+) -> Result<(), StorageError> {
+    let interval = config.rules.evaluation_interval;
+    let resend = RESEND_RESOLVED.as_secs() as u32;
+    let mut tracker = Tracker::restore(store.restore_alerts(now_secs().saturating_sub(resend)).await?);
+    let names: HashSet<&str> = config.rules.rules.iter().map(|r| r.name.as_str()).collect();
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        if !lease.still_held().await? {
+            tracing::warn!("another server took the alert evaluation lease");
+            return Ok(());
+        }
+        let now = now_secs();
+        let mut changed = tracker.retire(&names, now);
+        let mut windows = Windows::default();
+        for rule in &config.rules.rules {
+            match evaluate(store, null, rule, &mut tracker, &mut windows, now).await {
+                Ok(c) => changed.extend(c),
+                // A rule that cannot be read keeps its alerts as they were.
+                Err(e) => tracing::warn!(rule = %rule.name, error = %e, "evaluating an alert rule failed"),
+            }
+        }
+        for c in &changed {
+            tracing::info!(
+                rule = %c.rule, state = c.state.name(), labels = ?c.labels, value = c.value,
+                "alert changed"
+            );
+        }
+        store.store_alerts(&changed).await?;
+        let all: Vec<Alert> = tracker.alerts().cloned().collect();
+        if let Err(e) = notifier.send(&all, &changed, now, interval).await {
+            tracing::warn!(error = %e, "sending alerts failed; they are sent again at the next evaluation");
+        }
+        tracker.forget_ended(now.saturating_sub(resend));
+    }
+}
+
+/// Windows read in one evaluation, shared by rules over the same nodes and time.
+#[derive(Default)]
+struct Windows {
+    read: HashMap<(String, u32, u32), Arc<Window>>,
+}
+
+impl Windows {
+    async fn get(
+        &mut self,
+        store: &Store,
+        selector: &Selector,
+        from: u32,
+        to: u32,
+    ) -> Result<Arc<Window>, StorageError> {
+        let key = (selector.to_string(), from, to);
+        if let Some(w) = self.read.get(&key) {
+            return Ok(w.clone());
+        }
+        let w = Arc::new(Window::read(store, selector, from, to).await?);
+        self.read.insert(key, w.clone());
+        Ok(w)
+    }
+}
+
+/// One rule at `now`: the alerts whose state changed.
+async fn evaluate(
+    store: &Store,
+    null: &Arc<Mutex<NullCache>>,
+    rule: &Rule,
+    tracker: &mut Tracker,
+    windows: &mut Windows,
+    now: u32,
+) -> Result<Vec<Alert>, String> {
+    let err = |e: StorageError| e.to_string();
+    let to = now;
+    let from = now.saturating_sub(rule.window.as_secs() as u32);
+    let current = windows.get(store, &rule.selector, from, to).await.map_err(err)?;
+    let found: Vec<Found> = match &rule.condition {
+        Condition::BandsAppear { metric } => {
+            let bands_in = |w: &Window| -> Window {
+                let mut w = w.clone();
+                // A metric absent from a window has no bands there.
+                if w.keep_metric(metric.as_deref()).is_err() {
+                    w.metrics.clear();
+                }
+                w
+            };
+            let mut now_w = bands_in(&current);
+            let (metrics, choice) = window::find_bands(std::mem::take(&mut now_w.metrics), null.clone()).await?;
+            let before = windows
+                .get(store, &rule.selector, from.saturating_sub(to - from), from)
+                .await
+                .map_err(err)?;
+            let mut before_w = bands_in(&before);
+            let (_, before_choice) = window::find_bands(std::mem::take(&mut before_w.metrics), null.clone()).await?;
+            judge::bands(
+                rule,
+                &metrics,
+                &choice,
+                &now_w,
+                before_choice.chosen.is_some(),
+                tracker.rule_active(&rule.name),
+            )
+            .into_iter()
+            .collect()
+        }
+        Condition::AboveBaseline { baseline, .. } => {
+            let before = windows
+                .get(
+                    store,
+                    &rule.selector,
+                    from.saturating_sub(baseline.as_secs() as u32),
+                    from,
+                )
+                .await
+                .map_err(err)?;
+            judge::nodes(rule, &current, Some(&before))
+        }
+        Condition::RateAbove { .. } | Condition::AbovePeers { .. } => judge::nodes(rule, &current, None),
+    };
+    let by_fingerprint: HashMap<u64, Found> = found
+        .iter()
+        .map(|f| (super::state::fingerprint(&f.labels), f.clone()))
+        .collect();
+    let rule_selector = rule.selector.clone();
+    let mut changed = tracker.step(rule, found, now, (from, to), |f| match f.labels.get("node") {
+        Some(node) => node_selector(&rule_selector, node).to_string(),
+        None => rule_selector.to_string(),
+    });
+    // An alert that starts firing is given the function that differs most on its nodes.
+    for alert in changed.iter_mut().filter(|a| a.state == State::Firing) {
+        let Some(f) = by_fingerprint.get(&alert.fingerprint) else {
+            continue;
+        };
+        match top_function(store, rule, f, &current, (from, to)).await {
+            Ok(Some(name)) => {
+                alert.top_function = name.clone();
+                if let Some(a) = tracker.get_mut(alert.fingerprint) {
+                    a.top_function = name;
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(rule = %rule.name, error = %e, "finding an alert's top function failed"),
+        }
+    }
+    Ok(changed)
+}
+
+/// `selector` narrowed to one node.
+fn node_selector(selector: &Selector, node: &str) -> Selector {
+    match Matcher::new("node", MatchOp::Equal, node) {
+        Ok(m) => selector.clone().and(m),
+        Err(_) => selector.clone(),
+    }
+}
+
+/// The function that differs most on an alert's nodes, per CPU-second of each node: for bands,
+/// compare's first code difference between them; for a node, its function with the largest
+/// excess over the reference the rule held the node to (nothing for `rate_above`, the node's own
+/// past for `above_baseline`, the median of its peers for `above_peers`).
+async fn top_function(
+    store: &Store,
+    rule: &Rule,
+    found: &Found,
+    current: &Window,
+    (from, to): (u32, u32),
+) -> Result<Option<String>, String> {
+    let err = |e: StorageError| e.to_string();
+    if let Condition::BandsAppear { .. } = rule.condition {
+        let index: HashMap<&str, usize> = current
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.node.as_str(), i))
+            .collect();
+        let ids = |names: &[String]| names.iter().filter_map(|n| index.get(n.as_str()).copied()).collect();
+        let groups = compare::Groups {
+            high: ids(&found.nodes),
+            low: ids(&found.others),
+            slow: Some("high"),
+        };
+        let tables = window::function_tables(store, &rule.selector, from, to, current)
+            .await
+            .map_err(err)?;
+        let first = tokio::task::spawn_blocking(move || compare::code_differences(&tables, &groups, 1))
+            .await
+            .map_err(|e| e.to_string())?;
+        return Ok(first.into_iter().next().map(|d| d.function));
+    }
+    let (Some(node), Some(event)) = (found.labels.get("node"), rule.event) else {
+        return Ok(None);
+    };
+    let source = found.labels.get("source").cloned();
+    let scope = |selector: Selector, from: u32, to: u32| Scope {
+        event: event.name(),
+        source: source.clone(),
+        selector,
+        from,
+        to,
+    };
+    // Per function: this node's self value per CPU-second, and the reference's.
+    let per_second = |w: &Window, read: &crate::storage::NodeFunctions, node: &str| -> HashMap<String, f64> {
+        let Some(i) = w.nodes.iter().position(|n| n.node == node) else {
+            return HashMap::new();
+        };
+        let normalize = w.normalizer(&read.nodes, &w.node_cpu_seconds);
+        read.functions
+            .iter()
+            .filter_map(|f| Some((f.function.name.clone(), normalize(&f.self_values)[i]?)))
+            .collect()
+    };
+    let reference: HashMap<String, f64>;
+    let mine: HashMap<String, f64>;
+    match &rule.condition {
+        Condition::AbovePeers { .. } => {
+            let read = store
+                .node_functions(
+                    &scope(rule.selector.clone(), from, to),
+                    FUNCTIONS_READ,
+                    Measures::Values,
+                )
+                .await
+                .map_err(err)?;
+            mine = per_second(current, &read, node);
+            let peers: Vec<HashMap<String, f64>> = current
+                .nodes
+                .iter()
+                .filter(|n| n.node != *node)
+                .map(|n| per_second(current, &read, &n.node))
+                .collect();
+            reference = mine
+                .keys()
+                .map(|f| {
+                    let mut v: Vec<f64> = peers.iter().map(|p| p.get(f).copied().unwrap_or(0.0)).collect();
+                    v.sort_by(f64::total_cmp);
+                    (f.clone(), v.get(v.len() / 2).copied().unwrap_or(0.0))
+                })
+                .collect();
+        }
+        Condition::AboveBaseline { baseline, .. } => {
+            let one = node_selector(&rule.selector, node);
+            let read = store
+                .node_functions(&scope(one.clone(), from, to), FUNCTIONS_READ, Measures::Values)
+                .await
+                .map_err(err)?;
+            mine = per_second(current, &read, node);
+            let before_from = from.saturating_sub(baseline.as_secs() as u32);
+            let before = Window::read(store, &one, before_from, from).await.map_err(err)?;
+            let read = store
+                .node_functions(&scope(one, before_from, from), FUNCTIONS_READ, Measures::Values)
+                .await
+                .map_err(err)?;
+            reference = per_second(&before, &read, node);
+        }
+        _ => {
+            let read = store
+                .node_functions(
+                    &scope(node_selector(&rule.selector, node), from, to),
+                    FUNCTIONS_READ,
+                    Measures::Values,
+                )
+                .await
+                .map_err(err)?;
+            mine = per_second(current, &read, node);
+            reference = HashMap::new();
+        }
+    }
+    Ok(mine
+        .into_iter()
+        .map(|(f, v)| {
+            let excess = v - reference.get(&f).copied().unwrap_or(0.0);
+            (f, excess)
+        })
+        .filter(|(_, excess)| *excess > 0.0)
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(f, _)| f))
+}

@@ -1,0 +1,180 @@
+//! Alert history in ClickHouse (`alerts`, migration 011): one row per change of an alert's
+//! state. The latest row of an alert (by `sequence`) is its state; the evaluating server restores
+//! the active ones when it takes over, and the API lists them.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::{now_millis, StorageError, Store};
+use crate::alerts::state::{Alert, State};
+
+#[derive(clickhouse::Row, serde::Serialize)]
+struct WriteRow<'a> {
+    rule: &'a str,
+    fingerprint: u64,
+    state: &'a str,
+    label_keys: Vec<&'a str>,
+    label_values: Vec<&'a str>,
+    annotation_keys: Vec<&'a str>,
+    annotation_values: Vec<&'a str>,
+    value: f64,
+    active_since: u32,
+    fired_at: u32,
+    resolved_at: u32,
+    selector: &'a str,
+    window_from: u32,
+    window_to: u32,
+    top_function: &'a str,
+    written: u32,
+    sequence: u64,
+}
+
+/// The latest row of one alert (columns named apart from the table's: ClickHouse refuses an
+/// alias that shadows a column inside an aggregate).
+#[derive(clickhouse::Row, serde::Deserialize)]
+struct ReadRow {
+    fingerprint: u64,
+    first_since: u32,
+    last_rule: String,
+    last_state: String,
+    last_label_keys: Vec<String>,
+    last_label_values: Vec<String>,
+    last_annotation_keys: Vec<String>,
+    last_annotation_values: Vec<String>,
+    last_value: f64,
+    last_fired_at: u32,
+    last_resolved_at: u32,
+    last_selector: String,
+    last_window_from: u32,
+    last_window_to: u32,
+    last_top_function: String,
+    #[allow(dead_code)] // read so that the columns line up; the rows come ordered by it
+    last_sequence: u64,
+}
+
+/// Per (fingerprint, start): the latest row's columns.
+const LATEST: &str = "SELECT fingerprint, toUInt32(active_since) AS first_since, \
+     argMax(rule, sequence) AS last_rule, argMax(state, sequence) AS last_state, \
+     argMax(label_keys, sequence) AS last_label_keys, argMax(label_values, sequence) AS last_label_values, \
+     argMax(annotation_keys, sequence) AS last_annotation_keys, \
+     argMax(annotation_values, sequence) AS last_annotation_values, argMax(value, sequence) AS last_value, \
+     toUInt32(argMax(fired_at, sequence)) AS last_fired_at, toUInt32(argMax(resolved_at, sequence)) AS last_resolved_at, \
+     argMax(selector, sequence) AS last_selector, toUInt32(argMax(window_from, sequence)) AS last_window_from, \
+     toUInt32(argMax(window_to, sequence)) AS last_window_to, argMax(top_function, sequence) AS last_top_function, \
+     max(sequence) AS last_sequence \
+     FROM alerts";
+
+/// Row order across servers and restarts: milliseconds of the wall clock, then a counter.
+fn next_sequence() -> u64 {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = now_millis() * 1000;
+    let mut last = LAST.load(Ordering::Relaxed);
+    loop {
+        let next = now.max(last + 1);
+        match LAST.compare_exchange_weak(last, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return next,
+            Err(seen) => last = seen,
+        }
+    }
+}
+
+impl ReadRow {
+    fn into_alert(self) -> Option<Alert> {
+        Some(Alert {
+            rule: self.last_rule,
+            fingerprint: self.fingerprint,
+            state: State::from_name(&self.last_state)?,
+            labels: self.last_label_keys.into_iter().zip(self.last_label_values).collect(),
+            annotations: self
+                .last_annotation_keys
+                .into_iter()
+                .zip(self.last_annotation_values)
+                .collect::<BTreeMap<_, _>>(),
+            value: self.last_value,
+            active_since: self.first_since,
+            fired_at: self.last_fired_at,
+            resolved_at: self.last_resolved_at,
+            selector: self.last_selector,
+            from: self.last_window_from,
+            to: self.last_window_to,
+            top_function: self.last_top_function,
+        })
+    }
+}
+
+impl Store {
+    /// Stores the new states of `alerts`, in one insert.
+    pub async fn store_alerts(&self, alerts: &[Alert]) -> Result<(), StorageError> {
+        if alerts.is_empty() {
+            return Ok(());
+        }
+        let err = |source| StorageError::Insert {
+            table: "alerts",
+            source,
+        };
+        let client = self.writer_client();
+        let mut insert = client.insert::<WriteRow<'_>>("alerts").await.map_err(err)?;
+        let written = super::now_secs();
+        for a in alerts {
+            let row = WriteRow {
+                rule: &a.rule,
+                fingerprint: a.fingerprint,
+                state: a.state.name(),
+                label_keys: a.labels.keys().map(String::as_str).collect(),
+                label_values: a.labels.values().map(String::as_str).collect(),
+                annotation_keys: a.annotations.keys().map(String::as_str).collect(),
+                annotation_values: a.annotations.values().map(String::as_str).collect(),
+                value: a.value,
+                active_since: a.active_since,
+                fired_at: a.fired_at,
+                resolved_at: a.resolved_at,
+                selector: &a.selector,
+                window_from: a.from,
+                window_to: a.to,
+                top_function: &a.top_function,
+                written,
+                sequence: next_sequence(),
+            };
+            insert.write(&row).await.map_err(err)?;
+        }
+        insert.end().await.map_err(err)
+    }
+
+    /// Alerts pending or firing as last stored, and those that ended since `ended_since` (still
+    /// sent to Alertmanager as resolved for a while): what an evaluating server continues from.
+    pub async fn restore_alerts(&self, ended_since: u32) -> Result<Vec<Alert>, StorageError> {
+        let sql = format!(
+            "{LATEST} GROUP BY fingerprint, active_since \
+             HAVING last_state IN ('pending', 'firing') OR last_resolved_at >= ? \
+             ORDER BY last_sequence"
+        );
+        let rows = self
+            .client
+            .query(&sql)
+            .bind(ended_since)
+            .fetch_all::<ReadRow>()
+            .await
+            .map_err(StorageError::query("read active alerts"))?;
+        Ok(rows.into_iter().filter_map(ReadRow::into_alert).collect())
+    }
+
+    /// Alerts active at some time in [from, to) (pending alerts that never fired left out once
+    /// they ended), newest first, at most `limit`.
+    pub async fn alerts_between(&self, from: u32, to: u32, limit: u32) -> Result<Vec<Alert>, StorageError> {
+        let sql = format!(
+            "{LATEST} WHERE active_since < toDateTime(?) GROUP BY fingerprint, active_since \
+             HAVING last_state != 'inactive' AND (last_resolved_at = 0 OR last_resolved_at >= ?) \
+             ORDER BY first_since DESC, fingerprint LIMIT ?"
+        );
+        let rows = self
+            .client
+            .query(&sql)
+            .bind(to)
+            .bind(from)
+            .bind(limit)
+            .fetch_all::<ReadRow>()
+            .await
+            .map_err(StorageError::query("list alerts"))?;
+        Ok(rows.into_iter().filter_map(ReadRow::into_alert).collect())
+    }
+}

@@ -1,0 +1,374 @@
+//! Alerts end to end with real parts: real agents each scoped to its own paced workload under its
+//! own node name, the server evaluating a rule file, a real Alertmanager (Debian's
+//! `prometheus-alertmanager`) on loopback routing to a webhook receiver, and the server's own
+//! webhook beside it.
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bimodal_agent::events::EventKind;
+use bimodal_agent::ship;
+use bimodal_server::alerts::{rules, AlertConfig};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+use super::common::{agent_options, test_config, unix_now, TestServer};
+use crate::fixture;
+
+const ALERTMANAGER: &str = "/usr/bin/prometheus-alertmanager";
+
+/// An HTTP receiver on loopback that keeps every JSON body POSTed to it, by path.
+#[derive(Clone, Default)]
+struct Receiver {
+    got: Arc<Mutex<Vec<(String, Value)>>>,
+}
+
+impl Receiver {
+    async fn start() -> (Receiver, SocketAddr) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let r = Receiver::default();
+        let got = r.got.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let got = got.clone();
+                tokio::spawn(async move {
+                    let mut stream = BufReader::new(stream);
+                    // Several requests per connection (Alertmanager keeps it alive).
+                    loop {
+                        let mut line = String::new();
+                        if stream.read_line(&mut line).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let path = line.split(' ').nth(1).unwrap_or("").to_owned();
+                        let mut length = 0;
+                        loop {
+                            let mut header = String::new();
+                            if stream.read_line(&mut header).await.unwrap_or(0) == 0 {
+                                return;
+                            }
+                            if header == "\r\n" {
+                                break;
+                            }
+                            if let Some((k, v)) = header.split_once(':') {
+                                if k.eq_ignore_ascii_case("content-length") {
+                                    length = v.trim().parse().unwrap_or(0);
+                                }
+                            }
+                        }
+                        let mut body = vec![0; length];
+                        if stream.read_exact(&mut body).await.is_err() {
+                            return;
+                        }
+                        if let Ok(v) = serde_json::from_slice(&body) {
+                            got.lock().unwrap().push((path, v));
+                        }
+                        let reply = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
+                        if stream.get_mut().write_all(reply).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (r, addr)
+    }
+
+    /// Payloads received on `path`.
+    fn on(&self, path: &str) -> Vec<Value> {
+        self.got
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(p, _)| p == path)
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+}
+
+/// Nodes of the alerts with `status` in webhook payloads (Alertmanager's format).
+fn nodes_with(payloads: &[Value], status: &str) -> BTreeSet<String> {
+    payloads
+        .iter()
+        .flat_map(|p| p["alerts"].as_array().cloned().unwrap_or_default())
+        .filter(|a| a["status"] == status)
+        .filter_map(|a| a["labels"]["node"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// A real Alertmanager on loopback, stopped on drop.
+struct Alertmanager {
+    child: Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Alertmanager {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Alertmanager {
+    /// Routes every alert to `webhook` at once (1 s group wait and interval).
+    async fn start(webhook: &str) -> Alertmanager {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("alertmanager.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "route:\n  receiver: hook\n  group_by: ['alertname']\n  group_wait: 1s\n  group_interval: 1s\n  repeat_interval: 1h\n\
+                 receivers:\n  - name: hook\n    webhook_configs:\n      - url: '{webhook}'\n        send_resolved: true\n"
+            ),
+        )
+        .unwrap();
+        // A port free a moment ago; Alertmanager cannot report the one it bound.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let log = std::fs::File::create(dir.path().join("alertmanager.log")).unwrap();
+        let child = Command::new(ALERTMANAGER)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.path={}", dir.path().join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            // No cluster: no gossip port.
+            .arg("--cluster.listen-address=")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {ALERTMANAGER} (make setup installs it): {e}"));
+        let am = Alertmanager {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ready = ureq::get(&format!("{}/-/ready", am.url)).call().is_ok();
+            if ready {
+                return am;
+            }
+            let log = std::fs::read_to_string(am._dir.path().join("alertmanager.log")).unwrap_or_default();
+            assert!(Instant::now() < deadline, "Alertmanager never became ready:\n{log}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+fn signal(pid: u32, sig: libc::c_int) {
+    // SAFETY: kill(2) on a child process this test started.
+    let rc = unsafe { libc::kill(pid as libc::pid_t, sig) };
+    assert_eq!(rc, 0, "kill {pid}: {}", std::io::Error::last_os_error());
+}
+
+/// Five nodes serve the same paced workload (1,000 requests a second, page faults on one in
+/// sixteen). A rule holds each node's page faults per CPU-second to twice the median of its
+/// hardware class. Two nodes spike (SIGUSR1: faults on every request, 16 times the faults and
+/// about 3 times the faults per CPU-second, since faulting takes CPU too): the rule fires for exactly those two, Alertmanager delivers it to the webhook receiver
+/// in its format with the rule's labels, the link to the compare view of the node and window,
+/// and the function that faults (`load_session`); the server's own webhook carries the same.
+/// When the spike stops, both resolve, through both paths, and `/api/v1/alerts` lists them
+/// resolved. No other node ever alerts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_fault_spike_fires_through_alertmanager_and_resolves() {
+    assert!(
+        std::path::Path::new(ALERTMANAGER).exists(),
+        "{ALERTMANAGER} is missing: run make setup"
+    );
+    let (receiver, receiver_addr) = Receiver::start().await;
+    let am = Alertmanager::start(&format!("http://{receiver_addr}/am")).await;
+    let rules = rules::read(
+        "evaluation_interval: 1s\n\
+         rules:\n\
+         \x20 - alert: PageFaultsAbovePeers\n\
+         \x20   event: page_fault\n\
+         \x20   window: 10s\n\
+         \x20   condition:\n\
+         \x20     above_peers: {factor: 2, min_peers: 3}\n\
+         \x20   for: 2s\n\
+         \x20   labels: {severity: page}\n\
+         \x20   annotations:\n\
+         \x20     summary: '{{ $labels.node }}: {{ $value }} page faults per CPU-second'\n",
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config("127.0.0.1:0".parse().unwrap(), dir.path());
+    config.alerts = Some(AlertConfig {
+        rules,
+        alertmanagers: vec![am.url.clone()],
+        webhooks: vec![format!("http://{receiver_addr}/direct")],
+        external_url: "http://bimodal.example:7070".into(),
+    });
+    let server = TestServer::with_config(config, Some(dir)).await;
+
+    let names = ["node-a", "node-b", "node-c", "node-d", "node-e"];
+    let spiking = ["node-b", "node-d"];
+    let (stop_agents, agents_stopped) = tokio::sync::watch::channel(false);
+    let mut workloads: HashMap<&str, fixture::Running> = HashMap::new();
+    let mut agents = Vec::new();
+    for name in names {
+        let workload = fixture::spawn(fixture::workload(), &["paced", "300", "1000", "16"]);
+        agents.push(tokio::spawn(ship::run(
+            agent_options(
+                server.url(),
+                name,
+                workload.pid(),
+                vec![EventKind::PageFault, EventKind::Cpu],
+            ),
+            agents_stopped.clone(),
+        )));
+        workloads.insert(name, workload);
+    }
+
+    // Every node's page faults arrive before the spike.
+    let start = unix_now();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (status, body) = server
+            .get(&format!(
+                "/api/v1/totals?event=page_fault&from={start}&to={}",
+                unix_now() + 1
+            ))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        let reporting: BTreeSet<&str> = v["sources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|s| s["nodes"].as_array().unwrap().iter())
+            .filter_map(|n| n["node"].as_str())
+            .collect();
+        if reporting.len() == names.len() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not every node reported page faults: {v:#}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    for name in spiking {
+        signal(workloads[name].pid(), libc::SIGUSR1);
+    }
+
+    // Both spiking nodes fire through Alertmanager and through the server's own webhook.
+    let expected: BTreeSet<String> = spiking.iter().map(|s| s.to_string()).collect();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while nodes_with(&receiver.on("/am"), "firing") != expected
+        || nodes_with(&receiver.on("/direct"), "firing") != expected
+    {
+        let (_, alerts) = server.get(&format!("/api/v1/alerts?from={start}")).await;
+        assert!(
+            Instant::now() < deadline,
+            "the spike did not fire on {expected:?}: Alertmanager sent {:#?}, the webhook {:#?}, the server has {alerts}",
+            receiver.on("/am"),
+            receiver.on("/direct")
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let firing = receiver
+        .on("/am")
+        .into_iter()
+        .find(|p| p["status"] == "firing")
+        .unwrap();
+    assert_eq!(firing["version"], "4", "{firing:#}");
+    assert_eq!(firing["groupLabels"]["alertname"], "PageFaultsAbovePeers", "{firing:#}");
+    let alert = &firing["alerts"][0];
+    let node = alert["labels"]["node"].as_str().unwrap();
+    assert_eq!(alert["labels"]["alertname"], "PageFaultsAbovePeers", "{alert:#}");
+    assert_eq!(alert["labels"]["severity"], "page", "{alert:#}");
+    assert_eq!(alert["labels"]["event"], "page_fault", "{alert:#}");
+    assert!(
+        alert["labels"]["source"].as_str().is_some_and(|s| !s.is_empty()),
+        "{alert:#}"
+    );
+    assert!(
+        alert["annotations"]["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("{node}: ")),
+        "{alert:#}"
+    );
+    assert_eq!(alert["annotations"]["top_function"], "load_session", "{alert:#}");
+    let link = alert["generatorURL"].as_str().unwrap();
+    let expected_selector: String =
+        form_urlencoded::byte_serialize(format!("{{node=\"{node}\"}}").as_bytes()).collect();
+    assert!(
+        link.starts_with(&format!(
+            "http://bimodal.example:7070/compare.html?selector={expected_selector}&from="
+        )) && link.contains("&event=page_fault&q=load_session"),
+        "{link}"
+    );
+    let direct = receiver.on("/direct");
+    assert!(
+        direct.iter().all(|p| p["receiver"] == "bimodal" && p["version"] == "4"),
+        "{direct:#?}"
+    );
+
+    // The spike stops: both resolve, through both paths.
+    for name in spiking {
+        signal(workloads[name].pid(), libc::SIGUSR1);
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while nodes_with(&receiver.on("/am"), "resolved") != expected
+        || nodes_with(&receiver.on("/direct"), "resolved") != expected
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the alerts did not resolve: Alertmanager sent {:#?}, the webhook {:#?}",
+            receiver.on("/am"),
+            receiver.on("/direct")
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // No other node alerted at any time.
+    for path in ["/am", "/direct"] {
+        let all = nodes_with(&receiver.on(path), "firing");
+        assert_eq!(all, expected, "{path}: {:#?}", receiver.on(path));
+    }
+    let (status, body) = server.get(&format!("/api/v1/alerts?from={start}")).await;
+    assert_eq!(status, 200, "{body}");
+    let listed: Value = serde_json::from_str(&body).unwrap();
+    let alerts = listed["alerts"].as_array().unwrap();
+    let resolved: BTreeSet<String> = alerts
+        .iter()
+        .filter(|a| a["state"] == "resolved" && a["ends_at"].is_string())
+        .filter_map(|a| a["labels"]["node"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(resolved, expected, "{listed:#}");
+    assert!(
+        alerts
+            .iter()
+            .all(|a| a["top_function"] == "load_session" && a["selector"].as_str().unwrap().contains("node=")),
+        "{listed:#}"
+    );
+    let artifacts = super::common::artifacts();
+    std::fs::write(artifacts.join("alerts.json"), format!("{listed:#}")).unwrap();
+    std::fs::write(
+        artifacts.join("alertmanager-webhook.json"),
+        format!("{:#}", Value::Array(receiver.on("/am"))),
+    )
+    .unwrap();
+
+    stop_agents.send(true).unwrap();
+    for a in agents {
+        a.await.unwrap().unwrap();
+    }
+    drop(workloads);
+    drop(am);
+    server.stop().await;
+}
+
+/// A server without rules answers `/api/v1/alerts` with 404 and says why.
+#[tokio::test]
+async fn alerts_without_rules_are_not_found() {
+    let server = TestServer::start().await;
+    let (status, body) = server.get("/api/v1/alerts").await;
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("--rules"), "{body}");
+    server.stop().await;
+}
