@@ -157,7 +157,7 @@ impl Server {
         );
         let served = axum::serve(self.listener, app).with_graceful_shutdown(shutdown).await;
         if let Some(evaluation) = evaluation {
-            evaluation.abort();
+            evaluation.stop().await;
         }
         if let Some(m) = self.managed {
             m.shutdown().await;

@@ -36,19 +36,40 @@ pub struct AlertConfig {
     pub external_url: String,
 }
 
+/// The evaluation running in the background.
+#[derive(Debug)]
+pub struct Evaluation {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Evaluation {
+    /// Stops evaluating and gives the lease up, so another server takes over at once.
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+    }
+}
+
 /// Starts evaluating in the background.
-pub fn spawn(store: Arc<Store>, null: Arc<Mutex<NullCache>>, config: AlertConfig) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
+pub fn spawn(store: Arc<Store>, null: Arc<Mutex<NullCache>>, config: AlertConfig) -> Evaluation {
+    let (stop, mut stopped) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(async move {
         let interval = config.rules.evaluation_interval;
-        // A holder that stops renewing loses the lease after this long: a few intervals.
-        let period = (interval * 3).max(Duration::from_secs(30));
+        // A holder that stops renewing loses the lease after three intervals (at least 10 s: a
+        // busy server or ClickHouse may delay a renewal by seconds).
+        let period = (interval * 3).max(Duration::from_secs(10));
         let mut notifier = Notifier::new(
             config.alertmanagers.clone(),
             config.webhooks.clone(),
             &config.external_url,
         );
         loop {
-            let lease = match Lease::acquire(store.client().clone(), "alerts", period).await {
+            let lease = tokio::select! {
+                _ = &mut stopped => return,
+                lease = Lease::acquire(store.client().clone(), "alerts", period) => lease,
+            };
+            let lease = match lease {
                 Ok(lease) => lease,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot take the alert evaluation lease; trying again");
@@ -60,13 +81,22 @@ pub fn spawn(store: Arc<Store>, null: Arc<Mutex<NullCache>>, config: AlertConfig
                 rules = config.rules.rules.len(),
                 "this server evaluates the alert rules"
             );
-            if let Err(e) = lead(&store, &null, &config, &mut notifier, &lease).await {
-                tracing::warn!(error = %e, "alert evaluation stopped; taking the lease again");
+            tokio::select! {
+                _ = &mut stopped => {
+                    lease.release().await;
+                    return;
+                }
+                led = lead(&store, &null, &config, &mut notifier, &lease) => {
+                    if let Err(e) = led {
+                        tracing::warn!(error = %e, "alert evaluation stopped; taking the lease again");
+                    }
+                }
             }
             lease.release().await;
             tokio::time::sleep(interval).await;
         }
-    })
+    });
+    Evaluation { stop, task }
 }
 
 /// Evaluates while this server holds the lease.
@@ -148,8 +178,9 @@ async fn evaluate(
     now: u32,
 ) -> Result<Vec<Alert>, String> {
     let err = |e: StorageError| e.to_string();
-    let to = now;
-    let from = now.saturating_sub(rule.window.as_secs() as u32);
+    // Samples are stored per minute: the window is read in whole minutes, the current one
+    // included, so it holds the last `window` and up to a minute more.
+    let (from, to) = crate::storage::queries::whole_buckets(now.saturating_sub(rule.window.as_secs() as u32), now);
     let current = windows.get(store, &rule.selector, from, to).await.map_err(err)?;
     let found: Vec<Found> = match &rule.condition {
         Condition::BandsAppear { metric } => {

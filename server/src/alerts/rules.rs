@@ -8,7 +8,8 @@
 //!     selector: '{zone="a"}'      # the nodes it watches (default: every node)
 //!     event: remote_access        # cpu, page_fault, cache_miss, remote_access, ...
 //!     source: numa_hint_fault     # optional: without it each source is judged on its own
-//!     window: 5m                  # each evaluation reads the last `window` (default 5m)
+//!     window: 5m                  # each evaluation reads the last `window` (default 5m, at
+//!                                 # least 1m), in whole minutes with the current one
 //!     condition:                  # exactly one of:
 //!       rate_above: 500           #   the event per CPU-second above a figure
 //!       # above_baseline: {factor: 3, baseline: 1h}   the node's own rate over the hour before
@@ -420,7 +421,8 @@ impl Reader {
             None => Some(None),
         };
         let window = match f.get("window") {
-            Some(n) => self.duration(n, "`window`", Duration::from_secs(10), Duration::from_secs(7 * 86_400)),
+            // Samples are kept per minute: a shorter window would read the same minute.
+            Some(n) => self.duration(n, "`window`", Duration::from_secs(60), Duration::from_secs(7 * 86_400)),
             None => Some(DEFAULT_WINDOW),
         };
         let for_ = match f.get("for") {

@@ -18,13 +18,13 @@ use super::wire::{self, exchange, exchange_with, req};
 use crate::fixture;
 
 /// A ClickHouse for several servers, in its own temporary directory.
-struct SharedClickHouse {
+pub(super) struct SharedClickHouse {
     clickhouse: Option<ManagedClickHouse>,
     dir: tempfile::TempDir,
 }
 
 impl SharedClickHouse {
-    async fn start() -> SharedClickHouse {
+    pub(super) async fn start() -> SharedClickHouse {
         log_if_asked();
         let dir = tempfile::tempdir().unwrap();
         let clickhouse = ManagedClickHouse::start(&dir.path().join("clickhouse"))
@@ -41,7 +41,7 @@ impl SharedClickHouse {
     }
 
     /// Settings of a server using this ClickHouse, with its own data directory.
-    fn server_config(&self, name: &str) -> Config {
+    pub(super) fn server_config(&self, name: &str) -> Config {
         let data = self.dir.path().join(name);
         Config {
             clickhouse_url: Some(self.url()),
@@ -107,7 +107,7 @@ impl SharedClickHouse {
             .expect("the test's clickhouse-server runs")
     }
 
-    async fn stop(mut self) {
+    pub(super) async fn stop(mut self) {
         if let Some(c) = self.clickhouse.take() {
             c.shutdown().await;
         }
