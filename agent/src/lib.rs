@@ -20,6 +20,7 @@ pub mod events;
 pub mod facts;
 pub mod identity;
 pub mod kubernetes;
+pub mod metrics;
 pub mod placement;
 pub mod probe;
 pub mod processes;

@@ -217,6 +217,10 @@ struct RunArgs {
     /// reach the server); `bimodal-agent import DIR` sends them later. Frames are named here.
     #[arg(long, env = "BIMODAL_OUTPUT_DIR")]
     output_dir: Option<PathBuf>,
+    /// Serve the agent's own metrics (samples and losses per event, drain time, spool depth,
+    /// its CPU and memory) for Prometheus on GET /metrics at this address, e.g. 0.0.0.0:9464.
+    #[arg(long, env = "BIMODAL_METRICS_LISTEN")]
+    metrics_listen: Option<std::net::SocketAddr>,
     /// Or a counter on a local Prometheus endpoint whose increase is this node's units of work,
     /// URL#NAME (e.g. http://127.0.0.1:9100/metrics#http_requests_total, summed over series).
     #[arg(long, env = "BIMODAL_WORK_METRIC", conflicts_with = "work_uprobe")]
@@ -436,6 +440,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 work_uprobe: a.work_uprobe,
                 work_metric: a.work_metric,
                 output_dir: a.output_dir,
+                metrics_listen: a.metrics_listen,
             };
             let runtime = tokio::runtime::Runtime::new().context("failed to start the async runtime")?;
             let duration = a.duration;

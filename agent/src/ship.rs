@@ -20,6 +20,7 @@ use crate::bpf::{MapSizes, Sampler, SamplerOptions, UnwindMode, WorkUprobe};
 use crate::collect::{self, Collectors};
 use crate::events::{self, EventKind, LiveProber, Machine, Rates};
 use crate::kubernetes::{ApiConfig, PodResolver};
+use crate::metrics::metrics;
 use crate::symbolize::Frames;
 use crate::topology::Topology;
 use crate::work::WorkMetric;
@@ -63,6 +64,8 @@ pub struct RunOptions {
     pub work_metric: Option<WorkMetric>,
     /// Write the hello and every batch here instead of sending them (`import` sends them later).
     pub output_dir: Option<PathBuf>,
+    /// Serve the agent's own metrics on `GET /metrics` at this address.
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// Where user frames are named.
@@ -89,6 +92,10 @@ pub struct RunSummary {
 
 /// Samples and ships until `shutdown` turns true, then sends what is left once.
 pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::Result<RunSummary> {
+    if let Some(listen) = opts.metrics_listen {
+        let bound = crate::metrics::serve(listen).await?;
+        tracing::info!(%bound, "serving the agent's metrics on /metrics");
+    }
     // A bad CA bundle is a startup error, not a warning at the first lookup.
     let mut pods = opts
         .kubernetes
@@ -218,6 +225,7 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
                     tracing::warn!("{e}");
                 }
             });
+            let draining = std::time::Instant::now();
             let drained = sampler.drain()?;
             let end = SystemTime::now();
             let mut b = batch::build(&drained, sampler.sources(), &frames, Interval { start, end });
@@ -230,6 +238,7 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
                 let _ = images_tx.try_send(upload::unnamed_images(&b));
             }
             collectors.collect(&mut b, &mut sampler);
+            crate::metrics::count_batch(&b, draining.elapsed());
             summary.batches += 1;
             summary.samples += b.samples.iter().map(|s| s.count).sum::<u64>();
             summary.lost += b.sources.iter().map(|s| s.dropped).sum::<u64>();
@@ -373,7 +382,7 @@ struct Spool {
 impl Spool {
     fn push(&mut self, b: v1::Batch) {
         if prost::Message::encoded_len(&b) > MAX_BATCH_BYTES {
-            self.dropped_refused += 1;
+            self.refused();
             tracing::error!(
                 samples = b.samples.len(),
                 stacks = b.stacks.len(),
@@ -385,6 +394,10 @@ impl Spool {
         if self.entries.len() >= self.limit {
             if let Some(old) = self.entries.pop_front() {
                 self.dropped_full += 1;
+                metrics()
+                    .batches_dropped
+                    .get_or_create(&[("reason", "spool_full".to_owned())])
+                    .inc();
                 tracing::warn!(
                     samples = old.batch.samples.len(),
                     dropped_batches = self.dropped_full,
@@ -397,10 +410,21 @@ impl Spool {
             sent: false,
             ever_sent: false,
         });
+        metrics().spool_batches.set(self.entries.len() as i64);
     }
 
     fn remove(&mut self, id: &[u8]) {
         self.entries.retain(|e| e.batch.batch_id != id);
+        metrics().spool_batches.set(self.entries.len() as i64);
+    }
+
+    /// Counts a batch the server refused for good (it is not resent).
+    fn refused(&mut self) {
+        self.dropped_refused += 1;
+        metrics()
+            .batches_dropped
+            .get_or_create(&[("reason", "refused".to_owned())])
+            .inc();
     }
 
     fn is_empty(&self) -> bool {
@@ -528,7 +552,10 @@ async fn stream_once(
                 Some(Ok(v1::IngestResponse { message: Some(ingest_response::Message::Ack(ack)) })) => {
                     acked += 1;
                     match v1::ack::Status::try_from(ack.status) {
-                        Ok(v1::ack::Status::Stored | v1::ack::Status::Duplicate) => spool.remove(&ack.batch_id),
+                        Ok(v1::ack::Status::Stored | v1::ack::Status::Duplicate) => {
+                            metrics().batches_acked.inc();
+                            spool.remove(&ack.batch_id)
+                        }
                         Ok(v1::ack::Status::Retry) => {
                             let wait = Duration::from_millis(u64::from(ack.retry_after_millis.max(100)));
                             tracing::info!(reason = %ack.error, ?wait, "server asks to send again later");
@@ -539,7 +566,7 @@ async fn stream_once(
                             paused_until = Some(paused_until.map_or(until, |t| t.max(until)));
                         }
                         _ => {
-                            spool.dropped_refused += 1;
+                            spool.refused();
                             tracing::error!(error = %ack.error, dropped = spool.dropped_refused, "server rejected a batch; it will not be resent");
                             spool.remove(&ack.batch_id);
                         }
@@ -553,7 +580,7 @@ async fn stream_once(
                         .get(BATCH_INDEX_TRAILER)
                         .and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
                     if let Some(id) = index.and_then(|i| order.get(i)) {
-                        spool.dropped_refused += 1;
+                        spool.refused();
                         tracing::error!(%status, dropped = spool.dropped_refused, "server could not decode a batch; it will not be resent");
                         let id = id.clone();
                         spool.remove(&id);

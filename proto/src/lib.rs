@@ -2,6 +2,7 @@
 //! `perftools.profiles` (pprof).
 
 pub mod placement;
+pub mod self_metrics;
 
 /// The agent → server protocol, version 1.
 pub mod v1 {

@@ -8,6 +8,7 @@ pub mod analysis;
 pub mod api;
 pub mod debuginfo;
 pub mod ingest;
+pub mod metrics;
 pub mod selector;
 pub mod storage;
 pub mod window;

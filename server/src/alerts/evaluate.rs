@@ -15,6 +15,7 @@ use super::rules::{Condition, Rule, RuleFile};
 use super::state::{Alert, State, Tracker};
 use crate::analysis::bands::NullCache;
 use crate::analysis::compare;
+use crate::metrics::{label, metrics};
 use crate::selector::{MatchOp, Matcher, Selector};
 use crate::storage::lease::Lease;
 use crate::storage::queries::Measures;
@@ -120,14 +121,26 @@ async fn lead(
             return Ok(());
         }
         let now = now_secs();
+        let started = std::time::Instant::now();
         let mut changed = tracker.retire(&names, now);
         let mut windows = Windows::default();
+        let m = metrics();
         for rule in &config.rules.rules {
-            match evaluate(store, null, rule, &mut tracker, &mut windows, now).await {
+            let result = evaluate(store, null, rule, &mut tracker, &mut windows, now).await;
+            let outcome = if result.is_ok() { "ok" } else { "failed" };
+            m.rule_evaluations
+                .get_or_create(&[("rule", rule.name.clone()), ("result", outcome.into())])
+                .inc();
+            match result {
                 Ok(c) => changed.extend(c),
                 // A rule that cannot be read keeps its alerts as they were.
                 Err(e) => tracing::warn!(rule = %rule.name, error = %e, "evaluating an alert rule failed"),
             }
+        }
+        m.rule_evaluation_seconds.observe(started.elapsed().as_secs_f64());
+        for state in [State::Pending, State::Firing] {
+            let n = tracker.alerts().filter(|a| a.state == state).count();
+            m.alerts.get_or_create(&label("state", state.name())).set(n as i64);
         }
         for c in &changed {
             tracing::info!(

@@ -111,7 +111,9 @@ impl Notifier {
             if !body.is_empty() {
                 let body = Value::Array(body);
                 for am in self.alertmanagers.clone() {
-                    if let Err(e) = self.post(format!("{am}/api/v2/alerts"), body.clone()).await {
+                    let sent = self.post(format!("{am}/api/v2/alerts"), body.clone()).await;
+                    count("alertmanager", sent.is_ok());
+                    if let Err(e) = sent {
                         failures.push(format!("Alertmanager {am}: {e}"));
                     }
                 }
@@ -135,7 +137,9 @@ impl Notifier {
                     kept.push_back((url, payload));
                     continue;
                 }
-                if let Err(e) = self.post(url.clone(), payload.clone()).await {
+                let sent = self.post(url.clone(), payload.clone()).await;
+                count("webhook", sent.is_ok());
+                if let Err(e) = sent {
                     failures.push(format!("webhook {url}: {e}"));
                     down.push(url.clone());
                     kept.push_back((url, payload));
@@ -217,6 +221,16 @@ impl Notifier {
         .await
         .map_err(|e| format!("the delivery failed: {e}"))?
     }
+}
+
+fn count(receiver: &str, sent: bool) {
+    crate::metrics::metrics()
+        .alert_notifications
+        .get_or_create(&[
+            ("receiver", receiver.to_owned()),
+            ("result", if sent { "sent" } else { "failed" }.to_owned()),
+        ])
+        .inc();
 }
 
 fn rfc3339(secs: u32) -> String {

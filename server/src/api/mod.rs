@@ -1,4 +1,4 @@
-//! The HTTP API (`/api/v1`, `/healthz`) and the web UI, as one axum router.
+//! The HTTP API (`/api/v1`, `/healthz`, `/metrics`) and the web UI, as one axum router.
 
 mod alerts;
 mod compare;
@@ -50,6 +50,9 @@ pub fn app(state: AppState) -> Router {
         .route("/api/v1/flamegraph", get(flamegraph::flamegraph))
         .route("/api/v1/placement", get(node::placement))
         .route("/api/v1/counters", get(node::counters))
+        .route("/metrics", get(metrics))
+        // Latency per route (after routing: the route's pattern, not the path, is the label).
+        .route_layer(axum::middleware::from_fn(timed))
         .fallback(web::asset)
         .with_state(state)
 }
@@ -57,6 +60,32 @@ pub fn app(state: AppState) -> Router {
 async fn healthz(State(state): State<AppState>) -> Result<&'static str, AppError> {
     state.store.ping().await?;
     Ok("ok\n")
+}
+
+async fn timed(request: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or("other", |p| p.as_str())
+        .to_owned();
+    let start = std::time::Instant::now();
+    let response = next.run(request).await;
+    crate::metrics::metrics()
+        .http_request_seconds
+        .get_or_create(&crate::metrics::label("route", route))
+        .observe(start.elapsed().as_secs_f64());
+    response
+}
+
+/// The server's own metrics, for Prometheus.
+async fn metrics() -> impl axum::response::IntoResponse {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            bimodal_proto::self_metrics::CONTENT_TYPE,
+        )],
+        crate::metrics::text(),
+    )
 }
 
 async fn events() -> Json<serde_json::Value> {

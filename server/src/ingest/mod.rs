@@ -23,6 +23,7 @@ use tokio_stream::{wrappers::ReceiverStream, Stream};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::debuginfo::Names;
+use crate::metrics::{label, metrics};
 use crate::storage::writer::{Outcome, Writer};
 use encoded::Encoded;
 use rows::Sender;
@@ -65,6 +66,18 @@ impl IngestService {
 pub(crate) type AckStream = Pin<Box<dyn Stream<Item = Result<v1::IngestResponse, Status>> + Send>>;
 
 fn ack(batch_id: Vec<u8>, status: v1::ack::Status, error: String, retry_after_millis: u32) -> v1::IngestResponse {
+    let m = metrics();
+    let outcome = match status {
+        v1::ack::Status::Stored => "stored",
+        v1::ack::Status::Duplicate => "duplicate",
+        v1::ack::Status::Retry => "retry",
+        v1::ack::Status::Rejected => {
+            m.ingest_rejected.get_or_create(&label("reason", "invalid_batch")).inc();
+            "rejected"
+        }
+        v1::ack::Status::Unspecified => "unspecified",
+    };
+    m.ingest_batches.get_or_create(&label("outcome", outcome)).inc();
     v1::IngestResponse {
         message: Some(ingest_response::Message::Ack(v1::Ack {
             batch_id,
@@ -80,6 +93,22 @@ fn unix_now() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0)
+}
+
+/// Counts an agent's open stream while it lives.
+struct Connected;
+
+impl Connected {
+    fn new() -> Connected {
+        metrics().agents_connected.inc();
+        Connected
+    }
+}
+
+impl Drop for Connected {
+    fn drop(&mut self) {
+        metrics().agents_connected.dec();
+    }
 }
 
 /// Whether a stream error is the agent's message being unreadable (rather than the connection).
@@ -107,7 +136,13 @@ impl IngestService {
                 ))
             }
         };
-        let labels = validate::hello(&hello).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let labels = validate::hello(&hello).map_err(|e| {
+            metrics()
+                .ingest_rejected
+                .get_or_create(&label("reason", "invalid_hello"))
+                .inc();
+            Status::invalid_argument(e.to_string())
+        })?;
         let sender = Arc::new(Sender {
             node: hello.node.as_str().into(),
             labels,
@@ -122,6 +157,7 @@ impl IngestService {
         let names = self.names.clone();
         let in_flight = self.in_flight.clone();
         tokio::spawn(async move {
+            let _connected = Connected::new();
             // Acks go out in the order batches came, whatever order they are stored in.
             // Each admitted batch is stored by its own task, so that it goes on (and frees its
             // share of the bound) while this loop waits to admit the next one.
@@ -133,6 +169,7 @@ impl IngestService {
                 tokio::select! {
                     message = inbound.message(), if open && pending.len() < MAX_IN_FLIGHT => {
                         let refuse = |why: String| {
+                            metrics().ingest_rejected.get_or_create(&label("reason", "undecodable")).inc();
                             tracing::warn!(node = %sender.node, batch = read, %why, "refused a batch that cannot be decoded");
                             let mut refusal = Status::invalid_argument(format!(
                                 "batch {read} of this stream cannot be decoded ({why}); resending it will not help"
@@ -285,10 +322,14 @@ async fn store(
     // The decoded batch is several times its rows: it is not kept while they wait to be written
     // (the write path bounds those).
     let batch_id = std::mem::take(&mut batch.batch_id);
+    let samples: u64 = batch.samples.iter().map(|s| s.count).sum();
     drop(batch);
     drop(held);
     match writer.submit(rows).await {
-        Outcome::Stored => ack(batch_id, v1::ack::Status::Stored, String::new(), 0),
+        Outcome::Stored => {
+            metrics().ingest_samples.inc_by(samples);
+            ack(batch_id, v1::ack::Status::Stored, String::new(), 0)
+        }
         Outcome::Duplicate => ack(batch_id, v1::ack::Status::Duplicate, String::new(), 0),
         Outcome::Retry { after, reason } => ack(
             batch_id,

@@ -108,10 +108,7 @@ impl Store {
         if alerts.is_empty() {
             return Ok(());
         }
-        let err = |source| StorageError::Insert {
-            table: "alerts",
-            source,
-        };
+        let err = StorageError::insert("alerts");
         let client = self.writer_client();
         let mut insert = client.insert::<WriteRow<'_>>("alerts").await.map_err(err)?;
         let written = super::now_secs();

@@ -132,7 +132,7 @@ impl Store {
         table: &SymbolTable,
     ) -> Result<(), StorageError> {
         let client = self.writer_client();
-        let err = |table: &'static str| move |source| StorageError::Insert { table, source };
+        let err = StorageError::insert;
         let mut insert = client
             .insert::<SymbolRow>("debuginfo_symbols")
             .await

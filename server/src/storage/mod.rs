@@ -56,7 +56,21 @@ pub enum StorageError {
 
 impl StorageError {
     fn query(what: &'static str) -> impl FnOnce(clickhouse::error::Error) -> StorageError {
-        move |source| StorageError::Query { what, source }
+        move |source| StorageError::Query { what, source }.counted(what)
+    }
+
+    /// A failed insert into `table` (counted).
+    pub(crate) fn insert(table: &'static str) -> impl Fn(clickhouse::error::Error) -> StorageError + Copy {
+        move |source| StorageError::Insert { table, source }.counted(table)
+    }
+
+    /// This error, counted in `bimodal_clickhouse_errors_total{operation}`.
+    pub(crate) fn counted(self, operation: &str) -> StorageError {
+        crate::metrics::metrics()
+            .clickhouse_errors
+            .get_or_create(&crate::metrics::label("operation", operation))
+            .inc();
+        self
     }
 }
 

@@ -380,7 +380,7 @@ impl Flusher {
             let attempt_timeout = self.config.attempt_timeout;
             let result = tokio::time::timeout(attempt_timeout, self.write(&batches, attempt > 0))
                 .await
-                .unwrap_or_else(|_| Err(StorageError::Timeout(attempt_timeout)));
+                .unwrap_or_else(|_| Err(StorageError::Timeout(attempt_timeout).counted("write")));
             match result {
                 Ok(outcomes) => break outcomes,
                 Err(e) if Instant::now() + backoff < deadline => {
@@ -814,7 +814,7 @@ async fn finish<R>(insert: clickhouse::insert::Insert<R>, any: bool, table: &'st
 }
 
 fn insert_error(table: &'static str) -> impl Fn(clickhouse::error::Error) -> StorageError {
-    move |source| StorageError::Insert { table, source }
+    StorageError::insert(table)
 }
 
 async fn write_samples<'a>(client: &Client, batches: impl Iterator<Item = &'a BatchRows>) -> Result<(), StorageError> {

@@ -1,7 +1,7 @@
 //! Alerts end to end with real parts: real agents each scoped to its own paced workload under its
 //! own node name, the server evaluating a rule file, a real Alertmanager (Debian's
-//! `prometheus-alertmanager`) on loopback routing to a webhook receiver, and the server's own
-//! webhook beside it.
+//! `prometheus-alertmanager`) on loopback routing to a webhook receiver, the server's own
+//! webhook beside it, and a real Prometheus scraping the server's and the agents' `/metrics`.
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
@@ -19,6 +19,7 @@ use super::common::{agent_options, test_config, unix_now, TestServer};
 use crate::fixture;
 
 const ALERTMANAGER: &str = "/usr/bin/prometheus-alertmanager";
+const PROMETHEUS: &str = "/usr/bin/prometheus";
 
 /// An HTTP receiver on loopback that keeps every JSON body POSTed to it, by path.
 #[derive(Clone, Default)]
@@ -99,65 +100,138 @@ fn nodes_with(payloads: &[Value], status: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// A real Alertmanager on loopback, stopped on drop.
-struct Alertmanager {
+/// A real Alertmanager or Prometheus on loopback, stopped on drop.
+struct Daemon {
     child: Child,
     url: String,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
-impl Drop for Alertmanager {
+impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
 
-impl Alertmanager {
-    /// Routes every alert to `webhook` at once (1 s group wait and interval).
-    async fn start(webhook: &str) -> Alertmanager {
+impl Daemon {
+    /// Starts `binary` with `config` written as `config_name` in its own directory, with the
+    /// arguments `args` gives for (config path, data directory, listen address), and waits for
+    /// `/-/ready`.
+    async fn start(
+        binary: &str,
+        config_name: &str,
+        config: &str,
+        args: impl Fn(&str, &str, &str) -> Vec<String>,
+    ) -> Daemon {
+        assert!(
+            std::path::Path::new(binary).exists(),
+            "{binary} is missing: run make setup"
+        );
         let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join("alertmanager.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "route:\n  receiver: hook\n  group_by: ['alertname']\n  group_wait: 1s\n  group_interval: 1s\n  repeat_interval: 1h\n\
-                 receivers:\n  - name: hook\n    webhook_configs:\n      - url: '{webhook}'\n        send_resolved: true\n"
-            ),
-        )
-        .unwrap();
-        // A port free a moment ago; Alertmanager cannot report the one it bound.
+        let config_path = dir.path().join(config_name);
+        std::fs::write(&config_path, config).unwrap();
+        // A port free a moment ago: neither daemon reports the port it bound.
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
-        let log = std::fs::File::create(dir.path().join("alertmanager.log")).unwrap();
-        let child = Command::new(ALERTMANAGER)
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.path={}", dir.path().join("data").display()))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            // No cluster: no gossip port.
-            .arg("--cluster.listen-address=")
+        let log_path = dir.path().join("log");
+        let log = std::fs::File::create(&log_path).unwrap();
+        let listen = format!("127.0.0.1:{port}");
+        let data = dir.path().join("data");
+        let child = Command::new(binary)
+            .args(args(
+                &config_path.display().to_string(),
+                &data.display().to_string(),
+                &listen,
+            ))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {ALERTMANAGER} (make setup installs it): {e}"));
-        let am = Alertmanager {
+            .unwrap_or_else(|e| panic!("cannot start {binary}: {e}"));
+        let daemon = Daemon {
             child,
-            url: format!("http://127.0.0.1:{port}"),
-            _dir: dir,
+            url: format!("http://{listen}"),
+            dir,
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let ready = ureq::get(&format!("{}/-/ready", am.url)).call().is_ok();
-            if ready {
-                return am;
+            let url = format!("{}/-/ready", daemon.url);
+            if tokio::task::spawn_blocking(move || ureq::get(&url).call().is_ok())
+                .await
+                .unwrap()
+            {
+                return daemon;
             }
-            let log = std::fs::read_to_string(am._dir.path().join("alertmanager.log")).unwrap_or_default();
-            assert!(Instant::now() < deadline, "Alertmanager never became ready:\n{log}");
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            assert!(Instant::now() < deadline, "{binary} never became ready:\n{log}");
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+
+    /// A real Alertmanager routing every alert to `webhook` at once (1 s group wait and
+    /// interval).
+    async fn alertmanager(webhook: &str) -> Daemon {
+        let config = format!(
+            "route:\n  receiver: hook\n  group_by: ['alertname']\n  group_wait: 1s\n  group_interval: 1s\n  repeat_interval: 1h\n\
+             receivers:\n  - name: hook\n    webhook_configs:\n      - url: '{webhook}'\n        send_resolved: true\n"
+        );
+        Daemon::start(ALERTMANAGER, "alertmanager.yml", &config, |config, data, listen| {
+            vec![
+                format!("--config.file={config}"),
+                format!("--storage.path={data}"),
+                format!("--web.listen-address={listen}"),
+                // No cluster: no gossip port.
+                "--cluster.listen-address=".into(),
+            ]
+        })
+        .await
+    }
+
+    /// A real Prometheus scraping `targets` (job name, host:port) every second.
+    async fn prometheus(targets: &[(&str, String)]) -> Daemon {
+        let mut config = String::from("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n");
+        for (job, target) in targets {
+            config.push_str(&format!(
+                "  - job_name: {job}\n    static_configs:\n      - targets: ['{target}']\n"
+            ));
+        }
+        Daemon::start(PROMETHEUS, "prometheus.yml", &config, |config, data, listen| {
+            vec![
+                format!("--config.file={config}"),
+                format!("--storage.tsdb.path={data}"),
+                format!("--web.listen-address={listen}"),
+            ]
+        })
+        .await
+    }
+
+    /// Prometheus: the value of each series `query` returns, by its `job` label.
+    async fn query(&self, query: &str) -> HashMap<String, f64> {
+        let url = format!(
+            "{}/api/v1/query?query={}",
+            self.url,
+            form_urlencoded::byte_serialize(query.as_bytes()).collect::<String>()
+        );
+        let body = tokio::task::spawn_blocking(move || ureq::get(&url).call().ok()?.into_string().ok())
+            .await
+            .unwrap()
+            .unwrap_or_default();
+        let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        v["data"]["result"]
+            .as_array()
+            .map(|r| {
+                r.iter()
+                    .filter_map(|s| {
+                        let job = s["metric"]["job"].as_str()?.to_owned();
+                        let value = s["value"][1].as_str()?.parse().ok()?;
+                        Some((job, value))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 }
 
@@ -174,15 +248,12 @@ fn signal(pid: u32, sig: libc::c_int) {
 /// in its format with the rule's labels, the link to the compare view of the node and window,
 /// and the function that faults (`load_session`); the server's own webhook carries the same.
 /// When the spike stops, both resolve, through both paths, and `/api/v1/alerts` lists them
-/// resolved. No other node ever alerts.
+/// resolved. No other node ever alerts. A real Prometheus scrapes the server's and the agents'
+/// `/metrics` meanwhile and holds their ingest, evaluation, delivery and sampling figures.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_page_fault_spike_fires_through_alertmanager_and_resolves() {
-    assert!(
-        std::path::Path::new(ALERTMANAGER).exists(),
-        "{ALERTMANAGER} is missing: run make setup"
-    );
     let (receiver, receiver_addr) = Receiver::start().await;
-    let am = Alertmanager::start(&format!("http://{receiver_addr}/am")).await;
+    let am = Daemon::alertmanager(&format!("http://{receiver_addr}/am")).await;
     let rules = rules::read(
         "evaluation_interval: 1s\n\
          rules:\n\
@@ -206,6 +277,16 @@ async fn a_page_fault_spike_fires_through_alertmanager_and_resolves() {
         external_url: "http://bimodal.example:7070".into(),
     });
     let server = TestServer::with_config(config, Some(dir)).await;
+    // The agents' metrics (one registry for the agents of this process) and the server's, both
+    // scraped by a real Prometheus.
+    let agent_metrics = bimodal_agent::metrics::serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let prometheus = Daemon::prometheus(&[
+        ("bimodal-server", server.addr.to_string()),
+        ("bimodal-agent", agent_metrics.to_string()),
+    ])
+    .await;
 
     let names = ["node-a", "node-b", "node-c", "node-d", "node-e"];
     let spiking = ["node-b", "node-d"];
@@ -354,12 +435,58 @@ async fn a_page_fault_spike_fires_through_alertmanager_and_resolves() {
     )
     .unwrap();
 
+    // Prometheus scraped both: the server's ingest, rule evaluations and deliveries, the
+    // agents' samples per event and source, and each process's own CPU time.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for (query, job) in [
+        ("up", "bimodal-server"),
+        ("up", "bimodal-agent"),
+        ("bimodal_ingest_samples_total", "bimodal-server"),
+        (
+            "sum by (job) (bimodal_ingest_batches_total{outcome=\"stored\"})",
+            "bimodal-server",
+        ),
+        (
+            "sum by (job) (bimodal_rule_evaluations_total{result=\"ok\"})",
+            "bimodal-server",
+        ),
+        (
+            "sum by (job) (bimodal_alert_notifications_total{receiver=\"alertmanager\",result=\"sent\"})",
+            "bimodal-server",
+        ),
+        (
+            "sum by (job) (bimodal_http_request_duration_seconds_count)",
+            "bimodal-server",
+        ),
+        (
+            "sum by (job) (bimodal_agent_samples_total{event=\"page_fault\"})",
+            "bimodal-agent",
+        ),
+        ("bimodal_agent_drain_duration_seconds_count", "bimodal-agent"),
+        ("process_cpu_seconds_total", "bimodal-agent"),
+        ("process_resident_memory_bytes", "bimodal-server"),
+    ] {
+        loop {
+            let values = prometheus.query(query).await;
+            if values.get(job).is_some_and(|v| *v > 0.0) {
+                break;
+            }
+            let log = std::fs::read_to_string(prometheus.dir.path().join("log")).unwrap_or_default();
+            assert!(
+                Instant::now() < deadline,
+                "Prometheus has no positive `{query}` for {job}: {values:?}\n{log}"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
     stop_agents.send(true).unwrap();
     for a in agents {
         a.await.unwrap().unwrap();
     }
     drop(workloads);
     drop(am);
+    drop(prometheus);
     server.stop().await;
 }
 

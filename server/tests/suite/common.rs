@@ -174,6 +174,7 @@ pub fn agent_options(server_url: String, node: &str, pid: u32, events: Vec<Event
         work_uprobe: None,
         work_metric: None,
         output_dir: None,
+        metrics_listen: None,
     }
 }
 

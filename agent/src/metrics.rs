@@ -1,0 +1,155 @@
+//! The agent's own figures, served on `GET /metrics` for Prometheus when `run --metrics-listen`
+//! is given: samples and losses per event and source, drain time, spool depth, batches dropped,
+//! and the agent's CPU and memory. One registry per process.
+
+use std::net::SocketAddr;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use bimodal_proto::v1;
+
+type Labels = [(&'static str, String); 2];
+
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// Samples taken, by `event` and `source`.
+    pub samples: Family<Labels, Counter>,
+    /// Samples lost whole or in part (kernel map full, stack missing), by `event` and `source`.
+    pub samples_lost: Family<Labels, Counter>,
+    /// Batches built.
+    pub batches: Counter,
+    /// Time to drain the maps and build a batch, in seconds.
+    pub drain_seconds: Histogram,
+    /// Batches waiting for the server's acknowledgement.
+    pub spool_batches: Gauge,
+    /// Batches dropped, by `reason` (spool_full, refused).
+    pub batches_dropped: Family<[(&'static str, String); 1], Counter>,
+    /// Batches the server acknowledged as stored (or stored before).
+    pub batches_acked: Counter,
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
+    let m = Metrics {
+        registry: Registry::default(),
+        samples: Family::default(),
+        samples_lost: Family::default(),
+        batches: Counter::default(),
+        // 100 µs to about 6.5 s.
+        drain_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
+        spool_batches: Gauge::default(),
+        batches_dropped: Family::default(),
+        batches_acked: Counter::default(),
+    };
+    let mut registry = Registry::default();
+    registry.register(
+        "bimodal_agent_samples",
+        "Samples taken, by event and source",
+        m.samples.clone(),
+    );
+    registry.register(
+        "bimodal_agent_samples_lost",
+        "Samples lost whole or in part (kernel map full, stack missing), by event and source",
+        m.samples_lost.clone(),
+    );
+    registry.register("bimodal_agent_batches", "Batches built", m.batches.clone());
+    registry.register(
+        "bimodal_agent_drain_duration_seconds",
+        "Time to drain the kernel maps and build a batch",
+        m.drain_seconds.clone(),
+    );
+    registry.register(
+        "bimodal_agent_spool_batches",
+        "Batches waiting for the server's acknowledgement",
+        m.spool_batches.clone(),
+    );
+    registry.register(
+        "bimodal_agent_batches_dropped",
+        "Batches dropped, by reason (spool_full: the server was unreachable too long; refused: the server refused them for good)",
+        m.batches_dropped.clone(),
+    );
+    registry.register(
+        "bimodal_agent_batches_acked",
+        "Batches the server acknowledged as stored",
+        m.batches_acked.clone(),
+    );
+    registry.register_collector(Box::new(bimodal_proto::self_metrics::ProcessCollector));
+    Metrics { registry, ..m }
+});
+
+/// The process's metrics.
+pub fn metrics() -> &'static Metrics {
+    &METRICS
+}
+
+/// Counts a built batch: its samples and losses per source, and how long it took.
+pub fn count_batch(b: &v1::Batch, took: Duration) {
+    let m = metrics();
+    m.batches.inc();
+    m.drain_seconds.observe(took.as_secs_f64());
+    for source in &b.sources {
+        let event = v1::EventKind::try_from(source.event).unwrap_or(v1::EventKind::Unspecified);
+        let labels = [("event", event.name().to_owned()), ("source", source.name.clone())];
+        let samples: u64 = b
+            .samples
+            .iter()
+            .filter(|s| s.event == source.event)
+            .map(|s| s.count)
+            .sum();
+        m.samples.get_or_create(&labels).inc_by(samples);
+        m.samples_lost.get_or_create(&labels).inc_by(source.dropped);
+    }
+}
+
+/// Serves `GET /metrics` on `listen` until the process ends; the bound address.
+pub async fn serve(listen: SocketAddr) -> anyhow::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {listen} for metrics: {e}"))?;
+    let bound = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                // One request per connection; a client that sends no request head in 10 s is
+                // dropped.
+                let mut head = Vec::with_capacity(1024);
+                let read = tokio::time::timeout(Duration::from_secs(10), async {
+                    let mut buf = [0u8; 1024];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16 * 1024 {
+                        let n = stream.read(&mut buf).await?;
+                        if n == 0 {
+                            break;
+                        }
+                        head.extend_from_slice(&buf[..n]);
+                    }
+                    Ok::<_, std::io::Error>(())
+                })
+                .await;
+                if !matches!(read, Ok(Ok(()))) {
+                    return;
+                }
+                let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
+                let reply = match line.starts_with(b"GET /metrics ") || line.starts_with(b"GET /metrics?") {
+                    true => {
+                        let body = bimodal_proto::self_metrics::encode(&METRICS.registry);
+                        format!(
+                            "HTTP/1.1 200 OK\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                            bimodal_proto::self_metrics::CONTENT_TYPE,
+                            body.len()
+                        )
+                    }
+                    false => "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_owned(),
+                };
+                let _ = stream.write_all(reply.as_bytes()).await;
+            });
+        }
+    });
+    Ok(bound)
+}

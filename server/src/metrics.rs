@@ -1,0 +1,132 @@
+//! The server's own figures, served on `GET /metrics` for Prometheus: ingest (batches by
+//! outcome, samples, rejections by reason), API latency per route, ClickHouse errors, rule
+//! evaluations and alert deliveries, and the process's CPU and memory. One registry per process:
+//! servers started in one process (tests) add up.
+
+use std::sync::LazyLock;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+/// One label.
+pub type Label = [(&'static str, String); 1];
+/// Two labels.
+pub type Labels2 = [(&'static str, String); 2];
+
+pub fn label(name: &'static str, value: impl Into<String>) -> Label {
+    [(name, value.into())]
+}
+
+type Latency = Family<Label, Histogram, fn() -> Histogram>;
+
+fn latency_histogram() -> Histogram {
+    // 1 ms to about 65 s.
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// Batches acknowledged, by `outcome` (stored, duplicate, retry, rejected).
+    pub ingest_batches: Family<Label, Counter>,
+    /// Samples of the batches stored.
+    pub ingest_samples: Counter,
+    /// Batches refused for good, by `reason` (invalid_batch, undecodable, invalid_hello).
+    pub ingest_rejected: Family<Label, Counter>,
+    /// Agents with an open stream.
+    pub agents_connected: Gauge,
+    /// HTTP API requests by `route`, in seconds.
+    pub http_request_seconds: Latency,
+    /// ClickHouse statements that failed, by `operation`.
+    pub clickhouse_errors: Family<Label, Counter>,
+    /// Rule evaluations by `rule` and `result` (ok, failed).
+    pub rule_evaluations: Family<Labels2, Counter>,
+    /// Time to evaluate every rule once, in seconds.
+    pub rule_evaluation_seconds: Histogram,
+    /// Alerts by `state` (pending, firing) as of the last evaluation.
+    pub alerts: Family<Label, Gauge>,
+    /// Alert deliveries by `receiver` (alertmanager, webhook) and `result` (sent, failed).
+    pub alert_notifications: Family<Labels2, Counter>,
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
+    let mut registry = Registry::default();
+    let m = Metrics {
+        ingest_batches: Family::default(),
+        ingest_samples: Counter::default(),
+        ingest_rejected: Family::default(),
+        agents_connected: Gauge::default(),
+        http_request_seconds: Family::new_with_constructor(latency_histogram),
+        clickhouse_errors: Family::default(),
+        rule_evaluations: Family::default(),
+        rule_evaluation_seconds: latency_histogram(),
+        alerts: Family::default(),
+        alert_notifications: Family::default(),
+        registry: Registry::default(),
+    };
+    registry.register(
+        "bimodal_ingest_batches",
+        "Batches acknowledged to agents, by outcome",
+        m.ingest_batches.clone(),
+    );
+    registry.register(
+        "bimodal_ingest_samples",
+        "Samples of the batches stored",
+        m.ingest_samples.clone(),
+    );
+    registry.register(
+        "bimodal_ingest_rejected_batches",
+        "Batches refused for good (never resent), by reason",
+        m.ingest_rejected.clone(),
+    );
+    registry.register(
+        "bimodal_agents_connected",
+        "Agents with an open ingest stream",
+        m.agents_connected.clone(),
+    );
+    registry.register(
+        "bimodal_http_request_duration_seconds",
+        "HTTP API and UI requests by route",
+        m.http_request_seconds.clone(),
+    );
+    registry.register(
+        "bimodal_clickhouse_errors",
+        "ClickHouse statements that failed, by operation",
+        m.clickhouse_errors.clone(),
+    );
+    registry.register(
+        "bimodal_rule_evaluations",
+        "Alert rule evaluations by rule and result",
+        m.rule_evaluations.clone(),
+    );
+    registry.register(
+        "bimodal_rule_evaluation_duration_seconds",
+        "Time to evaluate every alert rule once",
+        m.rule_evaluation_seconds.clone(),
+    );
+    registry.register(
+        "bimodal_alerts",
+        "Alerts by state at the last evaluation",
+        m.alerts.clone(),
+    );
+    registry.register(
+        "bimodal_alert_notifications",
+        "Alert deliveries by receiver and result",
+        m.alert_notifications.clone(),
+    );
+    registry.register_collector(Box::new(bimodal_proto::self_metrics::ProcessCollector));
+    Metrics { registry, ..m }
+});
+
+/// The process's metrics.
+pub fn metrics() -> &'static Metrics {
+    &METRICS
+}
+
+/// Every metric in the OpenMetrics text format.
+pub fn text() -> String {
+    bimodal_proto::self_metrics::encode(&METRICS.registry)
+}
