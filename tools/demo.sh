@@ -36,7 +36,9 @@ if [ "$(id -u)" -ne 0 ]; then
 	exit 1
 fi
 
-target/release/bimodal-server --listen "$listen" --data-dir "$data" 2>"$data/server.log" &
+# Alerts too: the demo's rules (server/rules/demo.yaml) fire for the slow nodes within minutes.
+target/release/bimodal-server --listen "$listen" --data-dir "$data" --rules server/rules/demo.yaml \
+	2>"$data/server.log" &
 pids+=($!)
 ready=
 for _ in $(seq 1 600); do
@@ -89,6 +91,7 @@ cat <<MSG
     UI:       http://$listen/compare.html?selector=%7B%7D&range=5m   (the slow band, explained)
               http://$listen/fleet.html?selector=%7B%7D&range=5m     (every node, its band and metrics)
               http://$listen/?node=$node&event=page_fault   (one node's flame graph)
+              http://$listen/alerts.html   (alerts on the slow nodes, from about two minutes on)
     compare:  target/release/bimodal compare --server-url http://$listen --last 5m
               http://$listen/api/v1/compare
     diff:     target/release/bimodal diff --server-url http://$listen --event page_fault --groups bands --last 5m

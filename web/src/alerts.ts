@@ -64,7 +64,8 @@ function compareHref(a: ApiAlert): string {
   } else {
     p.set('range', DEFAULT_RANGE);
   }
-  if (a.top_function) p.set('q', `/^${escapeRegex(a.top_function)}$`);
+  if (a.labels.event) p.set('event', a.labels.event);
+  if (a.top_function) p.set('q', `/^${escapeRegex(a.top_function)}$/`);
   return `./compare.html?${p.toString()}`;
 }
 

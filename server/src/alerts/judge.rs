@@ -193,7 +193,7 @@ fn median(values: &mut [f64]) -> f64 {
 mod tests {
     use super::*;
     use crate::analysis::bands::Evidence;
-    use crate::analysis::compare::Direction;
+    use crate::analysis::compare::{self, Direction};
     use crate::storage::NodeInfo;
 
     fn rule(yaml_condition: &str) -> Rule {
@@ -294,6 +294,39 @@ mod tests {
         // Too few peers: nobody is judged.
         let found = nodes(&r, &window(&[Some(1.0), Some(1.0), Some(50.0)], 20.0, &["a"]), None);
         assert!(found.is_empty());
+    }
+
+    #[test]
+    fn bands_appear_where_there_were_none_and_last_while_they_do() {
+        let r = super::super::rules::read(
+            "rules:\n  - alert: Split\n    labels: {team: mem}\n    condition: {bands_appear: }\n",
+        )
+        .unwrap()
+        .rules
+        .remove(0);
+        let mut null = crate::analysis::bands::NullCache::default();
+        let config = crate::analysis::bands::BandConfig::default();
+        // Twelve nodes a few percent apart; three of them five times higher.
+        let split: Vec<Option<f64>> = (0..12)
+            .map(|i| Some(if [2, 6, 9].contains(&i) { 500.0 } else { 100.0 } * (1.0 + 0.01 * i as f64)))
+            .collect();
+        let w = window(&split, 5000.0, &["x"]);
+        let choice = compare::find_bands(&w.metrics, &config, &mut null);
+        let found = bands(&r, &w.metrics, &choice, &w, false, false).expect("bands found");
+        assert_eq!(found.nodes, ["n2", "n6", "n9"]);
+        assert_eq!(found.others.len(), 9);
+        assert_eq!(found.labels["alertname"], "Split");
+        assert_eq!(found.labels["metric"], "remote_access per CPU-second");
+        assert_eq!(found.labels["team"], "mem");
+        assert!(found.value > 400.0, "{found:?}");
+        // Bands the window before had too: not new, unless the alert is already active.
+        assert!(bands(&r, &w.metrics, &choice, &w, true, false).is_none());
+        assert!(bands(&r, &w.metrics, &choice, &w, true, true).is_some());
+        // One band: nothing.
+        let one: Vec<Option<f64>> = (0..12).map(|i| Some(100.0 * (1.0 + 0.01 * i as f64))).collect();
+        let w = window(&one, 5000.0, &["x"]);
+        let choice = compare::find_bands(&w.metrics, &config, &mut null);
+        assert!(bands(&r, &w.metrics, &choice, &w, false, false).is_none());
     }
 
     #[test]

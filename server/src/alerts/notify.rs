@@ -63,7 +63,8 @@ impl Notifier {
             q.append_pair("event", event);
         }
         if !a.top_function.is_empty() {
-            q.append_pair("q", &a.top_function);
+            // The compare view's search, as a whole-name regular expression (as the UI links).
+            q.append_pair("q", &format!("/^{}$/", regex::escape(&a.top_function)));
         }
         format!("{}/compare.html?{}", self.external_url, q.finish())
     }
@@ -269,7 +270,7 @@ mod tests {
         let n = Notifier::new(vec![], vec![], "http://bimodal:7070/");
         assert_eq!(
             n.link(&alert("web-1", State::Firing)),
-            "http://bimodal:7070/compare.html?selector=%7Bnode%3D%22web-1%22%7D&from=1699999700&to=1700000060&q=touch_pages"
+            "http://bimodal:7070/compare.html?selector=%7Bnode%3D%22web-1%22%7D&from=1699999700&to=1700000060&q=%2F%5Etouch_pages%24%2F"
         );
     }
 

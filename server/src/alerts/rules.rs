@@ -763,9 +763,11 @@ rules:
     }
 
     #[test]
-    fn the_shipped_rule_file_is_valid() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("rules/default.yaml");
-        let file = load(&path).unwrap_or_else(|e| panic!("{e}"));
-        assert!(!file.rules.is_empty());
+    fn the_shipped_rule_files_are_valid() {
+        for name in ["default.yaml", "demo.yaml"] {
+            let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("rules").join(name);
+            let file = load(&path).unwrap_or_else(|e| panic!("{e}"));
+            assert!(!file.rules.is_empty());
+        }
     }
 }

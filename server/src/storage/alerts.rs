@@ -102,6 +102,39 @@ impl ReadRow {
     }
 }
 
+/// Restores alerts ended since `?` (and those active).
+fn restore_sql() -> String {
+    format!(
+        "{LATEST} GROUP BY fingerprint, active_since \
+         HAVING last_state IN ('pending', 'firing') OR last_resolved_at >= ? \
+         ORDER BY last_sequence"
+    )
+}
+
+/// Alerts active in [?, ?) (bound as to, from), at most `?`.
+fn between_sql() -> String {
+    format!(
+        "{LATEST} WHERE active_since < toDateTime(?) GROUP BY fingerprint, active_since \
+         HAVING last_state != 'inactive' AND (last_resolved_at = 0 OR last_resolved_at >= ?) \
+         ORDER BY first_since DESC, fingerprint LIMIT ?"
+    )
+}
+
+/// The reads with example values (for `bimodal-server sql`, checked in chdb).
+pub(super) fn examples(client: &clickhouse::Client) -> Vec<String> {
+    [
+        client.query(&restore_sql()).bind(1_795_000_000u32),
+        client
+            .query(&between_sql())
+            .bind(1_795_003_600u32)
+            .bind(1_795_000_000u32)
+            .bind(500u32),
+    ]
+    .iter()
+    .map(|q| q.sql_display().to_string())
+    .collect()
+}
+
 impl Store {
     /// Stores the new states of `alerts`, in one insert.
     pub async fn store_alerts(&self, alerts: &[Alert]) -> Result<(), StorageError> {
@@ -140,14 +173,9 @@ impl Store {
     /// Alerts pending or firing as last stored, and those that ended since `ended_since` (still
     /// sent to Alertmanager as resolved for a while): what an evaluating server continues from.
     pub async fn restore_alerts(&self, ended_since: u32) -> Result<Vec<Alert>, StorageError> {
-        let sql = format!(
-            "{LATEST} GROUP BY fingerprint, active_since \
-             HAVING last_state IN ('pending', 'firing') OR last_resolved_at >= ? \
-             ORDER BY last_sequence"
-        );
         let rows = self
             .client
-            .query(&sql)
+            .query(&restore_sql())
             .bind(ended_since)
             .fetch_all::<ReadRow>()
             .await
@@ -158,14 +186,9 @@ impl Store {
     /// Alerts active at some time in [from, to) (pending alerts that never fired left out once
     /// they ended), newest first, at most `limit`.
     pub async fn alerts_between(&self, from: u32, to: u32, limit: u32) -> Result<Vec<Alert>, StorageError> {
-        let sql = format!(
-            "{LATEST} WHERE active_since < toDateTime(?) GROUP BY fingerprint, active_since \
-             HAVING last_state != 'inactive' AND (last_resolved_at = 0 OR last_resolved_at >= ?) \
-             ORDER BY first_since DESC, fingerprint LIMIT ?"
-        );
         let rows = self
             .client
-            .query(&sql)
+            .query(&between_sql())
             .bind(to)
             .bind(from)
             .bind(limit)

@@ -859,6 +859,7 @@ pub fn examples(client: &Client) -> Vec<String> {
     .iter()
     .map(|q| q.query(client).sql_display().to_string())
     .chain(super::lease::examples(client))
+    .chain(super::alerts::examples(client))
     .collect()
 }
 

@@ -381,7 +381,7 @@ async fn a_page_fault_spike_fires_through_alertmanager_and_resolves() {
     assert!(
         link.starts_with(&format!(
             "http://bimodal.example:7070/compare.html?selector={expected_selector}&from="
-        )) && link.contains("&event=page_fault&q=load_session"),
+        )) && link.contains("&event=page_fault&q=%2F%5Eload_session%24%2F"),
         "{link}"
     );
     let direct = receiver.on("/direct");
@@ -429,6 +429,23 @@ async fn a_page_fault_spike_fires_through_alertmanager_and_resolves() {
     );
     let artifacts = super::common::artifacts();
     std::fs::write(artifacts.join("alerts.json"), format!("{listed:#}")).unwrap();
+    // The alerts page lists both, resolved, each linked to the compare view of its node.
+    let url = format!("{}/", server.url());
+    let shot = artifacts.join("alerts.png").display().to_string();
+    let mut args = vec![
+        "--url",
+        &url,
+        "--rule",
+        "PageFaultsAbovePeers",
+        "--function",
+        "load_session",
+        "--screenshot",
+        &shot,
+    ];
+    for node in spiking {
+        args.extend(["--node", node]);
+    }
+    super::common::web_test("test/alerts-browser.mjs", &args);
     std::fs::write(
         artifacts.join("alertmanager-webhook.json"),
         format!("{:#}", Value::Array(receiver.on("/am"))),
