@@ -329,8 +329,10 @@ fn processes_shorter_than_a_drain_interval_are_named_and_unwound() {
 }
 
 /// The default unwinding is in the kernel: a process running for a while has nearly all its
-/// samples unwound from tables (the first milliseconds, before its tables are written, from
-/// stack copies), every chain complete.
+/// samples unwound from tables, every chain complete. Only its first samples, taken while the
+/// agent compiles its tables (libc's 30,000 rows: tens of milliseconds, longer on a loaded
+/// machine), come from stack copies: a bound in samples (0.6 s of the workload at 99 Hz), not a
+/// share, since a loaded machine also samples the workload less often.
 #[test]
 fn samples_are_unwound_in_the_kernel_from_tables() {
     let binary = fixture::workload_without_frame_pointers();
@@ -342,7 +344,7 @@ fn samples_are_unwound_in_the_kernel_from_tables() {
             "--event",
             "cpu",
             "--duration",
-            "3s",
+            "8s",
             "--pid",
             &running.pid().to_string(),
             "-o",
@@ -367,8 +369,8 @@ fn samples_are_unwound_in_the_kernel_from_tables() {
     let cut = number(" of them cut short");
     assert!(samples > 100, "{line}");
     assert!(
-        in_kernel * 10 >= samples * 9,
-        "fewer than 90% unwound in the kernel: {line}"
+        samples - in_kernel <= 60,
+        "more than the start-up's samples unwound outside the kernel: {line}"
     );
     assert_eq!(cut, 0, "{line}");
 }
