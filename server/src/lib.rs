@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod selector;
 pub mod storage;
 pub mod window;
+pub mod yaml;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -133,6 +133,13 @@ fn anchored(re: &str) -> String {
     format!("^(?:{re})$")
 }
 
+/// Prometheus's label-name rule.
+pub fn is_label_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 /// Matchers that must all hold.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Selector {

@@ -7,6 +7,5 @@ pub mod judge;
 pub mod notify;
 pub mod rules;
 pub mod state;
-mod yaml;
 
 pub use evaluate::{spawn, AlertConfig};

@@ -23,14 +23,15 @@
 //! ```
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fmt;
+
 use std::path::Path;
 use std::time::Duration;
 
 use bimodal_proto::v1::EventKind;
 
-use super::yaml::{self, Node, Position, Value};
+use crate::selector::is_label_name;
 use crate::selector::Selector;
+use crate::yaml::{self, Mistake, Mistakes, Node, Position, Reader, Value};
 
 /// Labels the evaluation sets itself; a rule's own labels may not use these names.
 pub const RESERVED_LABELS: &[&str] = &["alertname", "node", "event", "source", "metric"];
@@ -95,220 +96,17 @@ impl Condition {
     }
 }
 
-/// One mistake in a rule file.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Mistake {
-    pub at: Position,
-    pub message: String,
-}
-
-/// A rule file that could not be used: every mistake, in file order.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Mistakes {
-    pub file: String,
-    pub mistakes: Vec<Mistake>,
-}
-
-impl fmt::Display for Mistakes {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, m) in self.mistakes.iter().enumerate() {
-            if i > 0 {
-                writeln!(f)?;
-            }
-            write!(f, "{}:{}: {}", self.file, m.at, m.message)?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for Mistakes {}
-
 /// Reads and checks the rule file at `path`.
 pub fn load(path: &Path) -> Result<RuleFile, Mistakes> {
-    let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| Mistakes {
-        file: file.clone(),
-        mistakes: vec![Mistake {
-            at: Position { line: 0, column: 0 },
-            message: format!("cannot read the file: {e}"),
-        }],
-    })?;
-    read(&text).map_err(|mistakes| Mistakes { file, mistakes })
+    yaml::check_file(path, Reader::file)
 }
 
 /// Checks a rule file's text: the rules, or every mistake found.
 pub fn read(text: &str) -> Result<RuleFile, Vec<Mistake>> {
-    let doc = yaml::parse(text).map_err(|e| {
-        vec![Mistake {
-            at: e.at,
-            message: format!("not valid YAML: {}", e.message),
-        }]
-    })?;
-    let mut r = Reader::default();
-    let file = r.file(&doc);
-    match (file, r.mistakes.is_empty()) {
-        (Some(file), true) => Ok(file),
-        _ => {
-            r.mistakes.sort_by_key(|m| m.at);
-            Err(r.mistakes)
-        }
-    }
-}
-
-/// Collects mistakes while reading.
-#[derive(Default)]
-struct Reader {
-    mistakes: Vec<Mistake>,
+    yaml::check_text(text, Reader::file)
 }
 
 impl Reader {
-    fn wrong(&mut self, at: Position, message: impl Into<String>) {
-        self.mistakes.push(Mistake {
-            at,
-            message: message.into(),
-        });
-    }
-
-    /// A mapping's fields by key; reports a node that is not a mapping, keys that are not
-    /// text, duplicates and keys not in `allowed`.
-    fn fields<'a>(&mut self, node: &'a Node, what: &str, allowed: &[&str]) -> Option<HashMap<&'a str, &'a Node>> {
-        let Value::Mapping(pairs) = &node.value else {
-            self.wrong(node.at, format!("{what} must be a mapping, not {}", node.describe()));
-            return None;
-        };
-        let mut fields = HashMap::new();
-        for (key, value) in pairs {
-            let Some(name) = key.scalar() else {
-                self.wrong(key.at, format!("a key of {what} must be text, not {}", key.describe()));
-                continue;
-            };
-            if !allowed.contains(&name) {
-                self.wrong(
-                    key.at,
-                    format!("unknown field `{name}` in {what}; known: {}", allowed.join(", ")),
-                );
-                continue;
-            }
-            if fields.insert(name, value).is_some() {
-                self.wrong(key.at, format!("`{name}` is given twice in {what}"));
-            }
-        }
-        Some(fields)
-    }
-
-    fn text<'a>(&mut self, node: &'a Node, what: &str) -> Option<&'a str> {
-        match &node.value {
-            Value::Scalar { text, .. } if !text.is_empty() => Some(text),
-            _ => {
-                self.wrong(node.at, format!("{what} must be text, not {}", node.describe()));
-                None
-            }
-        }
-    }
-
-    fn number(&mut self, node: &Node, what: &str, valid: impl Fn(f64) -> bool, rule: &str) -> Option<f64> {
-        let parsed = match &node.value {
-            Value::Scalar { text, quoted: false } => text.parse::<f64>().ok().filter(|v| v.is_finite()),
-            _ => None,
-        };
-        match parsed {
-            Some(v) if valid(v) => Some(v),
-            Some(v) => {
-                self.wrong(node.at, format!("{what} must be {rule}, not {v}"));
-                None
-            }
-            None => {
-                self.wrong(
-                    node.at,
-                    format!("{what} must be a number {rule}, not {}", node.describe()),
-                );
-                None
-            }
-        }
-    }
-
-    fn whole(&mut self, node: &Node, what: &str, min: u64) -> Option<u64> {
-        match node.scalar().and_then(|t| t.parse::<u64>().ok()) {
-            Some(v) if v >= min => Some(v),
-            _ => {
-                self.wrong(
-                    node.at,
-                    format!(
-                        "{what} must be a whole number of at least {min}, not {}",
-                        node.describe()
-                    ),
-                );
-                None
-            }
-        }
-    }
-
-    fn duration(&mut self, node: &Node, what: &str, min: Duration, max: Duration) -> Option<Duration> {
-        let text = self.text(node, what)?;
-        match humantime::parse_duration(text) {
-            Ok(d) if d >= min && d <= max => Some(d),
-            Ok(_) => {
-                self.wrong(
-                    node.at,
-                    format!(
-                        "{what} must be from {} to {}, not {text}",
-                        humantime::format_duration(min),
-                        humantime::format_duration(max)
-                    ),
-                );
-                None
-            }
-            Err(_) => {
-                self.wrong(node.at, format!("{what} `{text}` is not a duration (like 30s, 5m, 1h)"));
-                None
-            }
-        }
-    }
-
-    /// A mapping of label names to text.
-    fn string_map(
-        &mut self,
-        node: &Node,
-        what: &str,
-        check_value: impl Fn(&str) -> Result<(), String>,
-    ) -> BTreeMap<String, String> {
-        let mut out = BTreeMap::new();
-        let Value::Mapping(pairs) = &node.value else {
-            if !node.is_null() {
-                self.wrong(node.at, format!("{what} must be a mapping, not {}", node.describe()));
-            }
-            return out;
-        };
-        for (key, value) in pairs {
-            let Some(name) = key.scalar() else {
-                self.wrong(key.at, format!("a name in {what} must be text, not {}", key.describe()));
-                continue;
-            };
-            if !is_label_name(name) {
-                self.wrong(
-                    key.at,
-                    format!("`{name}` is not a label name (letters, digits and `_`, not starting with a digit)"),
-                );
-                continue;
-            }
-            let Some(text) = value.scalar() else {
-                self.wrong(
-                    value.at,
-                    format!("`{name}` in {what} must be text, not {}", value.describe()),
-                );
-                continue;
-            };
-            if let Err(e) = check_value(text) {
-                self.wrong(value.at, format!("`{name}` in {what}: {e}"));
-                continue;
-            }
-            if out.insert(name.to_owned(), text.to_owned()).is_some() {
-                self.wrong(key.at, format!("`{name}` is given twice in {what}"));
-            }
-        }
-        out
-    }
-
     fn file(&mut self, doc: &Node) -> Option<RuleFile> {
         let fields = self.fields(doc, "the rule file", &["evaluation_interval", "rules"])?;
         let evaluation_interval = match fields.get("evaluation_interval") {
@@ -559,13 +357,6 @@ fn alert_name(rule: &Node) -> Option<(&str, Position)> {
             .and_then(|(_, v)| Some((v.scalar()?, v.at))),
         _ => None,
     }
-}
-
-/// Prometheus's label-name rule.
-pub fn is_label_name(s: &str) -> bool {
-    let mut chars = s.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// One `{{ ... }}` of an annotation: `$value` or `$labels.NAME`.
