@@ -13,6 +13,7 @@
 pub mod batch;
 pub mod bpf;
 pub mod collect;
+pub mod connect;
 pub mod counters;
 pub mod debugfile;
 pub mod elf;

@@ -43,11 +43,35 @@ enum Command {
     Import(ImportArgs),
 }
 
+/// The token the agent presents to a server that has tokens (`bimodal-server --token-file`).
+#[derive(Args, Debug)]
+struct TokenArgs {
+    /// A file holding the token (read again at every connection: rotate it in place).
+    #[arg(long, env = "BIMODAL_TOKEN_FILE", conflicts_with = "token")]
+    token_file: Option<PathBuf>,
+    /// The token itself (prefer --token-file: a flag shows in the process list).
+    #[arg(long, env = "BIMODAL_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+}
+
+impl TokenArgs {
+    fn token(&self) -> Option<bimodal_agent::connect::Token> {
+        use bimodal_agent::connect::Token;
+        match (&self.token_file, &self.token) {
+            (Some(path), _) => Some(Token::File(path.clone())),
+            (None, Some(t)) => Some(Token::Value(t.clone())),
+            (None, None) => None,
+        }
+    }
+}
+
 #[derive(Args, Debug)]
 struct ImportArgs {
     /// gRPC URL of the bimodal server.
     #[arg(long, env = "BIMODAL_SERVER_URL", default_value = "http://127.0.0.1:7070")]
     server_url: String,
+    #[command(flatten)]
+    auth: TokenArgs,
     /// Directories `run --output-dir` wrote, one per node.
     #[arg(required = true)]
     dirs: Vec<PathBuf>,
@@ -182,6 +206,8 @@ struct RunArgs {
     /// gRPC URL of the bimodal server.
     #[arg(long, env = "BIMODAL_SERVER_URL", default_value = "http://127.0.0.1:7070")]
     server_url: String,
+    #[command(flatten)]
+    auth: TokenArgs,
     /// This node's name (in Kubernetes: the node name from the downward API); default: hostname.
     #[arg(long, env = "BIMODAL_NODE_NAME")]
     node_name: Option<String>,
@@ -376,7 +402,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Import(a) => {
             let runtime = tokio::runtime::Runtime::new().context("failed to start the async runtime")?;
             for dir in &a.dirs {
-                let sent = runtime.block_on(ship::import(dir, &a.server_url))?;
+                let server = bimodal_agent::connect::ServerAddress::new(a.server_url.clone(), a.auth.token());
+                let sent = runtime.block_on(ship::import(dir, &server))?;
                 eprintln!(
                     "bimodal-agent: {}: {sent} batches acknowledged by {}",
                     dir.display(),
@@ -409,6 +436,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             };
             let kubernetes = a.kubernetes.config(&node)?;
             let opts = RunOptions {
+                token: a.auth.token(),
                 server_url: a.server_url,
                 node,
                 labels: a.labels.into_iter().collect::<BTreeMap<_, _>>(),

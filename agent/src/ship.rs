@@ -11,13 +11,14 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
-use bimodal_proto::v1::{self, ingest_client::IngestClient, ingest_request, ingest_response};
+use bimodal_proto::v1::{self, ingest_request, ingest_response};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::StreamExt;
 
 use crate::batch::{self, Interval};
 use crate::bpf::{MapSizes, Sampler, SamplerOptions, UnwindMode, WorkUprobe};
 use crate::collect::{self, Collectors};
+use crate::connect::ServerAddress;
 use crate::events::{self, EventKind, LiveProber, Machine, Rates};
 use crate::kubernetes::{ApiConfig, PodResolver};
 use crate::metrics::metrics;
@@ -31,6 +32,8 @@ use crate::{facts, probe, upload};
 pub struct RunOptions {
     /// gRPC endpoint of the server, e.g. `http://127.0.0.1:7070`.
     pub server_url: String,
+    /// The token presented to a server that has tokens.
+    pub token: Option<crate::connect::Token>,
     pub node: String,
     pub labels: BTreeMap<String, String>,
     /// Event kinds to sample; empty: every kind this machine offers.
@@ -178,7 +181,7 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
     let (images_tx, images_rx) = mpsc::channel::<Vec<upload::ImageRef>>(16);
     if by_server {
         tokio::spawn(upload::run(
-            opts.server_url.clone(),
+            ServerAddress::new(opts.server_url.clone(), opts.token.clone()),
             opts.upload_max_bytes,
             opts.debug_dirs.clone(),
             images_rx,
@@ -253,7 +256,7 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
             Some(dir) => write_out(dir, &hello, batches_rx).await,
             None => {
                 ship(
-                    opts.server_url.clone(),
+                    ServerAddress::new(opts.server_url.clone(), opts.token.clone()),
                     opts.spool_batches,
                     hello,
                     batches_rx,
@@ -300,7 +303,7 @@ async fn write_out(dir: &Path, hello: &v1::Hello, mut batches: mpsc::Receiver<v1
 /// `run`'s shipping: acks, resends and the server's retry delays; a batch the server holds
 /// already is acknowledged as a duplicate, so importing twice stores once. The number of
 /// batches sent.
-pub async fn import(dir: &Path, server_url: &str) -> anyhow::Result<usize> {
+pub async fn import(dir: &Path, server: &ServerAddress) -> anyhow::Result<usize> {
     let hello_path = dir.join(HELLO_FILE);
     let hello_bytes = std::fs::read(&hello_path)
         .with_context(|| format!("{} is not a directory `run --output-dir` wrote", dir.display()))?;
@@ -333,7 +336,7 @@ pub async fn import(dir: &Path, server_url: &str) -> anyhow::Result<usize> {
     // import with an error (nothing is lost: the files stay, and importing again is safe).
     let (_stop, stopping) = watch::channel(true);
     // Every batch may wait unacknowledged at once: none is dropped for room.
-    let shipped = ship(server_url.to_owned(), count.max(1), hello, rx, stopping).await;
+    let shipped = ship(server.clone(), count.max(1), hello, rx, stopping).await;
     reader.await.context("reading the batches panicked")??;
     shipped?;
     Ok(count)
@@ -433,7 +436,7 @@ impl Spool {
 }
 
 async fn ship(
-    server_url: String,
+    server: ServerAddress,
     spool_batches: usize,
     hello: v1::Hello,
     mut batches: mpsc::Receiver<v1::Batch>,
@@ -448,7 +451,7 @@ async fn ship(
     let mut backoff = Duration::from_millis(200);
     let mut sampler_done = false;
     loop {
-        match stream_once(&server_url, &hello, &mut spool, &mut batches, &mut sampler_done).await {
+        match stream_once(&server, &hello, &mut spool, &mut batches, &mut sampler_done).await {
             Ok(()) => return Ok(()),
             Err(e) => {
                 let stopping = *shutdown.borrow();
@@ -456,7 +459,7 @@ async fn ship(
                     anyhow::bail!(
                         "stopping with {} unacknowledged batches: the server at {} is unreachable: {e:#}",
                         spool.entries.len(),
-                        server_url
+                        server.url
                     );
                 }
                 // A stream that got somewhere resets the backoff.
@@ -498,15 +501,15 @@ impl std::error::Error for Progressed {}
 /// done and everything is acked (Ok) or the stream breaks (Err). A "retry" answer pauses sending
 /// for the delay the server asks, then the batches it refused for now go again, oldest first.
 async fn stream_once(
-    url: &str,
+    server: &ServerAddress,
     hello: &v1::Hello,
     spool: &mut Spool,
     batches: &mut mpsc::Receiver<v1::Batch>,
     sampler_done: &mut bool,
 ) -> anyhow::Result<()> {
-    let mut client = IngestClient::connect(url.to_owned())
-        .await
-        .with_context(|| format!("failed to connect to `{url}`"))?
+    let mut client = server
+        .ingest()
+        .await?
         .max_decoding_message_size(MAX_BATCH_BYTES)
         .max_encoding_message_size(MAX_BATCH_BYTES);
     let (tx, rx) = mpsc::channel::<v1::IngestRequest>(16);

@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use bimodal_proto::v1::{self, debuginfo_client::DebuginfoClient, DebuginfoKind};
+use bimodal_proto::v1::{self, DebuginfoKind};
 
 use crate::debugfile;
 use tokio::sync::mpsc;
@@ -163,7 +163,7 @@ const RETRY_AFTER: Duration = Duration::from_secs(300);
 /// Uploads images as they are reported, until the sender is dropped; separate debug files are
 /// looked for under `debug_dirs` ([`debugfile::find`]).
 pub async fn run(
-    server_url: String,
+    server: crate::connect::ServerAddress,
     max_bytes: u64,
     debug_dirs: Vec<PathBuf>,
     mut images: mpsc::Receiver<Vec<ImageRef>>,
@@ -171,7 +171,7 @@ pub async fn run(
     let debug_dirs: std::sync::Arc<[PathBuf]> = debug_dirs.into();
     let mut done: HashSet<Vec<u8>> = HashSet::new();
     let mut failed: HashMap<Vec<u8>, Instant> = HashMap::new();
-    let mut client: Option<DebuginfoClient<tonic::transport::Channel>> = None;
+    let mut client: Option<crate::connect::Debuginfo> = None;
     while let Some(batch) = images.recv().await {
         for image in batch {
             if done.contains(&image.build_id) || failed.get(&image.build_id).is_some_and(|t| t.elapsed() < RETRY_AFTER)
@@ -179,7 +179,7 @@ pub async fn run(
                 continue;
             }
             if client.is_none() {
-                match DebuginfoClient::connect(server_url.clone()).await {
+                match server.debuginfo().await {
                     Ok(c) => client = Some(c),
                     Err(e) => {
                         // Every batch names its images again: they are tried when the server is back.
@@ -224,7 +224,7 @@ pub async fn run(
 }
 
 async fn upload(
-    client: &mut DebuginfoClient<tonic::transport::Channel>,
+    client: &mut crate::connect::Debuginfo,
     image: &ImageRef,
     max_bytes: u64,
     debug_dirs: &std::sync::Arc<[PathBuf]>,

@@ -6,6 +6,7 @@
 pub mod alerts;
 pub mod analysis;
 pub mod api;
+pub mod auth;
 pub mod debuginfo;
 pub mod ingest;
 pub mod metrics;
@@ -54,6 +55,10 @@ pub struct Config {
     pub writer: WriterConfig,
     /// Alert rules and where alerts go; `None`: no alerting.
     pub alerts: Option<alerts::AlertConfig>,
+    /// Bearer tokens and their scopes (`auth`); `None`: every request allowed.
+    pub token_file: Option<PathBuf>,
+    /// Listen on a non-loopback address without tokens.
+    pub allow_unauthenticated: bool,
 }
 
 /// A bound, running server (before it serves).
@@ -66,11 +71,23 @@ pub struct Server {
     debuginfo: DebuginfoService,
     managed: Option<ManagedClickHouse>,
     alerts: Option<alerts::AlertConfig>,
+    auth: auth::Auth,
 }
 
 impl Server {
     /// Starts storage (managed or given), applies migrations and binds the port.
     pub async fn bind(config: &Config) -> anyhow::Result<Server> {
+        let auth = match &config.token_file {
+            Some(path) => {
+                auth::Auth::from_file(path).map_err(|m| anyhow::anyhow!("{m}\nthe token file has mistakes"))?
+            }
+            None if !config.listen.ip().is_loopback() && !config.allow_unauthenticated => anyhow::bail!(
+                "refusing to listen on {} without --token-file: anyone who reaches the port could write and read \
+                 profiles (bimodal-server token prints a token and its entry); --allow-unauthenticated listens anyway",
+                config.listen
+            ),
+            None => auth::Auth::open(),
+        };
         let (managed, url) = match &config.clickhouse_url {
             Some(url) => (None, url.clone()),
             None => {
@@ -100,6 +117,7 @@ impl Server {
             names.clone(),
             incoming.clone(),
             config.debuginfo_max_bytes,
+            auth.clone(),
         )
         .with_context(|| format!("failed to create {}", incoming.display()))?;
         let listener = tokio::net::TcpListener::bind(config.listen)
@@ -121,6 +139,7 @@ impl Server {
             debuginfo,
             managed,
             alerts: config.alerts.clone(),
+            auth,
         })
     }
 
@@ -132,7 +151,7 @@ impl Server {
     /// Serves until `shutdown` completes, then stops the managed ClickHouse.
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
         let ingest = ingest::encoded::EncodedIngestServer::new(
-            ingest::IngestService::new(self.writer.clone(), self.names.clone()),
+            ingest::IngestService::new(self.writer.clone(), self.names.clone(), self.auth.clone()),
             MAX_MESSAGE_BYTES,
         );
         let debuginfo = DebuginfoServer::new(self.debuginfo).max_decoding_message_size(8 << 20);
@@ -148,6 +167,7 @@ impl Server {
             names: self.names,
             bands_null,
             alerting,
+            auth: self.auth,
         })
         .route_service(
             &path(<ingest::encoded::EncodedIngestServer as NamedService>::NAME),

@@ -76,6 +76,14 @@ struct Cli {
     /// Webhook to send alerts to in Alertmanager's webhook format; repeat or separate by commas.
     #[arg(long, env = "BIMODAL_WEBHOOK_URL", value_delimiter = ',', requires = "rules")]
     webhook_url: Vec<String>,
+    /// Bearer tokens with their scopes (read: the API and /metrics; write: ingest and uploads) and
+    /// the nodes agents may write as, as SHA-256 digests (`bimodal-server token` makes entries);
+    /// read again when it changes. Without it every request is allowed, on loopback only.
+    #[arg(long, env = "BIMODAL_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+    /// Listen on an address other than loopback without --token-file.
+    #[arg(long, env = "BIMODAL_ALLOW_UNAUTHENTICATED")]
+    allow_unauthenticated: bool,
     /// The server's URL as users open it, for the links alerts carry (default http://LISTEN).
     #[arg(long, env = "BIMODAL_EXTERNAL_URL")]
     external_url: Option<String>,
@@ -114,6 +122,18 @@ enum Command {
         #[arg(long, requires = "event", value_delimiter = ',')]
         nodes: Vec<String>,
     },
+    /// Print a new random token and its entry for --token-file (which keeps only its digest).
+    Token {
+        /// The token's name, shown in logs.
+        #[arg(long)]
+        name: String,
+        /// What it may do: read (the API), write (ingest, uploads), or both.
+        #[arg(long = "scope", value_delimiter = ',', required = true, value_parser = ["read", "write"])]
+        scopes: Vec<String>,
+        /// For agents: the node names it may write as (a regular expression, anchored).
+        #[arg(long)]
+        nodes: Option<String>,
+    },
     /// The debug-info store of a running server.
     Debuginfo {
         #[command(subcommand)]
@@ -143,17 +163,36 @@ enum DebuginfoCommand {
         /// The server's gRPC address.
         #[arg(long, env = "BIMODAL_SERVER_URL", default_value = "http://127.0.0.1:7070")]
         server_url: String,
+        /// A token with the `write` scope, when the server has tokens.
+        #[arg(long, env = "BIMODAL_TOKEN", hide_env_values = true)]
+        token: Option<String>,
     },
 }
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    if let Some(Command::Token { name, scopes, nodes }) = &cli.command {
+        let scopes: Vec<_> = scopes
+            .iter()
+            .map(|s| match s.as_str() {
+                "read" => bimodal_server::auth::Scope::Read,
+                _ => bimodal_server::auth::Scope::Write,
+            })
+            .collect();
+        let (token, entry) = bimodal_server::auth::new_token(name, &scopes, nodes.as_deref());
+        println!("# the token (give it to its holder; it is not kept):\n{token}\n# its entry under `tokens:` in the token file:\n{entry}");
+        return std::process::ExitCode::SUCCESS;
+    }
     if let Some(Command::Debuginfo {
-        command: DebuginfoCommand::Upload { file, server_url },
+        command: DebuginfoCommand::Upload {
+            file,
+            server_url,
+            token,
+        },
     }) = &cli.command
     {
-        return match bimodal_server::debuginfo::service::upload_file(file, server_url).await {
+        return match bimodal_server::debuginfo::service::upload_file(file, server_url, token.as_deref()).await {
             Ok(status) => {
                 eprintln!("bimodal-server: {status}");
                 std::process::ExitCode::SUCCESS
@@ -249,6 +288,8 @@ async fn main() -> std::process::ExitCode {
     };
     let config = Config {
         alerts,
+        token_file: cli.token_file,
+        allow_unauthenticated: cli.allow_unauthenticated,
         listen: cli.listen,
         clickhouse_url: cli.clickhouse_url,
         clickhouse_database: cli.clickhouse_database,

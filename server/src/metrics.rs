@@ -50,6 +50,8 @@ pub struct Metrics {
     pub alerts: Family<Label, Gauge>,
     /// Alert deliveries by `receiver` (alertmanager, webhook) and `result` (sent, failed).
     pub alert_notifications: Family<Labels2, Counter>,
+    /// Requests refused for their token, by `reason` (missing, unknown, scope, node).
+    pub auth_refused: Family<Label, Counter>,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
@@ -65,6 +67,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         rule_evaluation_seconds: latency_histogram(),
         alerts: Family::default(),
         alert_notifications: Family::default(),
+        auth_refused: Family::default(),
         registry: Registry::default(),
     };
     registry.register(
@@ -116,6 +119,11 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "bimodal_alert_notifications",
         "Alert deliveries by receiver and result",
         m.alert_notifications.clone(),
+    );
+    registry.register(
+        "bimodal_auth_refused",
+        "Requests refused for their token, by reason",
+        m.auth_refused.clone(),
     );
     registry.register_collector(Box::new(bimodal_proto::self_metrics::ProcessCollector));
     Metrics { registry, ..m }

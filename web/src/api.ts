@@ -100,14 +100,61 @@ export class ApiError extends Error {
 // Relative to the page so the UI also works when served under a path prefix.
 const API_BASE = 'api/v1/';
 
-async function getJson(path: string, params: URLSearchParams | null, signal?: AbortSignal): Promise<unknown> {
-  const url = API_BASE + path + (params && params.size > 0 ? `?${params.toString()}` : '');
-  let resp: Response;
+/** Where this browser keeps the API token of a server that has tokens (`--token-file`). */
+const TOKEN_KEY = 'bimodal.token';
+
+function storedToken(): string | null {
   try {
-    resp = await fetch(url, { headers: { Accept: 'application/json' }, ...(signal ? { signal } : {}) });
+    return localStorage.getItem(TOKEN_KEY);
+  } catch {
+    return null;
+  }
+}
+
+/** One question for every request refused at once. */
+let asking: Promise<string | null> | null = null;
+
+/**
+ * Asks for a token with the `read` scope (the server refused `rejected`, or had none); keeps it in
+ * this browser for the next pages. `null` when the user declines.
+ */
+function askToken(why: string): Promise<string | null> {
+  asking ??= new Promise<string | null>((resolve) => {
+    const answer = window.prompt(`${why}\n\nPaste a token with the read scope (kept in this browser):`);
+    const token = answer?.trim() ?? '';
+    if (token) {
+      try {
+        localStorage.setItem(TOKEN_KEY, token);
+      } catch {
+        // Storage refused: the token serves this page only.
+      }
+    }
+    resolve(token || null);
+  }).finally(() => {
+    setTimeout(() => (asking = null), 0);
+  });
+  return asking;
+}
+
+async function fetchWithToken(url: string, token: string | null, signal?: AbortSignal): Promise<Response> {
+  const headers: Record<string, string> = { Accept: 'application/json' };
+  if (token) headers.Authorization = `Bearer ${token}`;
+  try {
+    return await fetch(url, { headers, ...(signal ? { signal } : {}) });
   } catch (err) {
     if (err instanceof DOMException && err.name === 'AbortError') throw err;
     throw new ApiError(`cannot reach the server (${err instanceof Error ? err.message : String(err)})`, 0);
+  }
+}
+
+async function getJson(path: string, params: URLSearchParams | null, signal?: AbortSignal): Promise<unknown> {
+  const url = API_BASE + path + (params && params.size > 0 ? `?${params.toString()}` : '');
+  let resp = await fetchWithToken(url, storedToken(), signal);
+  // A server with tokens: ask once for one that may read, then try again.
+  if (resp.status === 401 || resp.status === 403) {
+    const why = resp.status === 401 ? 'This bimodal server needs a token.' : 'This token may not read from this server.';
+    const token = await askToken(why);
+    if (token) resp = await fetchWithToken(url, token, signal);
   }
   const text = await resp.text();
   let body: unknown = undefined;

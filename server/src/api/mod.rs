@@ -32,6 +32,9 @@ pub struct AppState {
     pub bands_null: Arc<std::sync::Mutex<crate::analysis::bands::NullCache>>,
     /// Whether this server was given alert rules (without them `/api/v1/alerts` is 404).
     pub alerting: bool,
+    /// Who may read: the API and `/metrics` need a token with the `read` scope when the server
+    /// has tokens (`/healthz` and the UI's files do not).
+    pub auth: crate::auth::Auth,
 }
 
 /// The router, kept apart from `main` so tests can drive it without a socket.
@@ -53,6 +56,7 @@ pub fn app(state: AppState) -> Router {
         .route("/metrics", get(metrics))
         // Latency per route (after routing: the route's pattern, not the path, is the label).
         .route_layer(axum::middleware::from_fn(timed))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), readers_only))
         .fallback(web::asset)
         .with_state(state)
 }
@@ -60,6 +64,41 @@ pub fn app(state: AppState) -> Router {
 async fn healthz(State(state): State<AppState>) -> Result<&'static str, AppError> {
     state.store.ping().await?;
     Ok("ok\n")
+}
+
+/// Refuses API and metrics requests without a token that may read (401 without a known token,
+/// 403 for a token without the `read` scope); `/healthz` stays open for probes.
+async fn readers_only(
+    State(state): State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if request.uri().path() == "/healthz" || !state.auth.enabled() {
+        return next.run(request).await;
+    }
+    let header = request
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    match state.auth.allow(header, crate::auth::Scope::Read, None) {
+        Ok(_) => next.run(request).await,
+        Err(refused) => {
+            crate::auth::count_refusal(&refused);
+            let status = match refused {
+                crate::auth::Refused::Missing(_) | crate::auth::Refused::Unknown => {
+                    axum::http::StatusCode::UNAUTHORIZED
+                }
+                _ => axum::http::StatusCode::FORBIDDEN,
+            };
+            (
+                status,
+                [(axum::http::header::WWW_AUTHENTICATE, "Bearer")],
+                Json(serde_json::json!({ "error": refused.to_string() })),
+            )
+                .into_response()
+        }
+    }
 }
 
 async fn timed(request: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {

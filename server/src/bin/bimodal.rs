@@ -27,6 +27,9 @@ struct Cli {
         default_value = "http://127.0.0.1:7070"
     )]
     server_url: String,
+    /// A token with the `read` scope, when the server has tokens.
+    #[arg(long, global = true, env = "BIMODAL_TOKEN", hide_env_values = true)]
+    token: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -165,6 +168,7 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
     let api = Api {
         base: cli.server_url.trim_end_matches('/').to_owned(),
         agent: ureq::AgentBuilder::new().timeout(Duration::from_secs(300)).build(),
+        bearer: bimodal_proto::bearer::Bearer::new(cli.token.as_deref()).map_err(|e| anyhow::anyhow!(e))?,
     };
     match &cli.command {
         Command::Rules {
@@ -259,6 +263,7 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
 struct Api {
     base: String,
     agent: ureq::Agent,
+    bearer: bimodal_proto::bearer::Bearer,
 }
 
 impl Api {
@@ -266,6 +271,9 @@ impl Api {
     fn get(&self, path: &str, query: &[(&str, String)]) -> anyhow::Result<Vec<u8>> {
         let url = format!("{}{path}", self.base);
         let mut request = self.agent.get(&url);
+        if let Some(header) = self.bearer.header() {
+            request = request.set("Authorization", header);
+        }
         for (k, v) in query {
             request = request.query(k, v);
         }

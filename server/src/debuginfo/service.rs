@@ -73,16 +73,25 @@ pub struct DebuginfoService {
     incoming: PathBuf,
     /// Largest file accepted, in bytes.
     max_bytes: u64,
+    /// Checking and uploading need a token with the `write` scope.
+    auth: crate::auth::Auth,
 }
 
 impl DebuginfoService {
-    pub fn new(store: Arc<Store>, names: Arc<Names>, incoming: PathBuf, max_bytes: u64) -> std::io::Result<Self> {
+    pub fn new(
+        store: Arc<Store>,
+        names: Arc<Names>,
+        incoming: PathBuf,
+        max_bytes: u64,
+        auth: crate::auth::Auth,
+    ) -> std::io::Result<Self> {
         std::fs::create_dir_all(&incoming)?;
         Ok(DebuginfoService {
             store,
             names,
             incoming,
             max_bytes,
+            auth,
         })
     }
 
@@ -171,6 +180,8 @@ fn read_checked(path: &Path, declared: &[u8]) -> Result<([u8; 32], u64, symtab::
 #[tonic::async_trait]
 impl Debuginfo for DebuginfoService {
     async fn check(&self, request: Request<v1::DebuginfoCheck>) -> Result<Response<v1::DebuginfoStatus>, Status> {
+        self.auth
+            .allow_grpc(request.metadata(), crate::auth::Scope::Write, None)?;
         let build_id = request.into_inner().build_id;
         if build_id.is_empty() || build_id.len() > 64 {
             return Err(UploadError::BadBuildId(build_id.len()).into());
@@ -182,6 +193,8 @@ impl Debuginfo for DebuginfoService {
         &self,
         request: Request<Streaming<v1::DebuginfoChunk>>,
     ) -> Result<Response<v1::DebuginfoStatus>, Status> {
+        self.auth
+            .allow_grpc(request.metadata(), crate::auth::Scope::Write, None)?;
         let mut chunks = request.into_inner();
         let first = chunks
             .next()
@@ -233,7 +246,7 @@ impl Debuginfo for DebuginfoService {
 
 /// Uploads `path` to the server at `server_url` (`bimodal-server debuginfo upload`), streaming
 /// it in chunks; returns what the server stores for its build id afterwards, in words.
-pub async fn upload_file(path: &Path, server_url: &str) -> anyhow::Result<String> {
+pub async fn upload_file(path: &Path, server_url: &str, token: Option<&str>) -> anyhow::Result<String> {
     use anyhow::Context;
     let file = std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
     // SAFETY: read-only mapping of a file the user names; a file changed while it is uploaded is
@@ -250,9 +263,11 @@ pub async fn upload_file(path: &Path, server_url: &str) -> anyhow::Result<String
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let chunks = bimodal_proto::debuginfo_chunks(&build_id, kind, &name, &data);
-    let mut client = v1::debuginfo_client::DebuginfoClient::connect(server_url.to_owned())
+    let bearer = bimodal_proto::bearer::Bearer::new(token).map_err(|e| anyhow::anyhow!(e))?;
+    let channel = bimodal_proto::bearer::channel(server_url)
         .await
         .with_context(|| format!("cannot reach the server at {server_url}"))?;
+    let mut client = v1::debuginfo_client::DebuginfoClient::with_interceptor(channel, bearer);
     let status = client
         .upload(tokio_stream::iter(chunks))
         .await

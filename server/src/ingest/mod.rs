@@ -47,14 +47,16 @@ pub const MAX_IN_FLIGHT_MIB: u32 = 128;
 pub struct IngestService {
     writer: Writer,
     names: Arc<Names>,
+    auth: crate::auth::Auth,
     in_flight: Arc<Admission>,
 }
 
 impl IngestService {
-    pub fn new(writer: Writer, names: Arc<Names>) -> Self {
+    pub fn new(writer: Writer, names: Arc<Names>, auth: crate::auth::Auth) -> Self {
         IngestService {
             writer,
             names,
+            auth,
             in_flight: Arc::new(Admission {
                 room: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT_MIB as usize * 1024)),
                 waiting: std::sync::atomic::AtomicUsize::new(0),
@@ -124,6 +126,12 @@ impl IngestService {
     /// Serves one agent's stream: a Hello, then batches, each admitted by its encoded size
     /// before it is decoded ([`encoded`]).
     async fn stream(&self, request: Request<Streaming<Encoded>>) -> Result<Response<AckStream>, Status> {
+        // Without a token nothing of the stream is read.
+        if self.auth.enabled() {
+            self.auth
+                .allow_grpc(request.metadata(), crate::auth::Scope::Write, None)?;
+        }
+        let metadata = request.metadata().clone();
         let mut inbound = request.into_inner();
         let first = inbound.message().await?.map(|m| m.decode());
         let hello = match first {
@@ -136,6 +144,9 @@ impl IngestService {
                 ))
             }
         };
+        // The token may write as this node.
+        self.auth
+            .allow_grpc(&metadata, crate::auth::Scope::Write, Some(&hello.node))?;
         let labels = validate::hello(&hello).map_err(|e| {
             metrics()
                 .ingest_rejected

@@ -133,6 +133,8 @@ pub fn test_config(listen: SocketAddr, dir: &std::path::Path) -> Config {
             ..WriterConfig::default()
         },
         alerts: None,
+        token_file: None,
+        allow_unauthenticated: false,
     }
 }
 
@@ -155,6 +157,7 @@ fn dechunk(mut body: &[u8]) -> Vec<u8> {
 pub fn agent_options(server_url: String, node: &str, pid: u32, events: Vec<EventKind>) -> RunOptions {
     RunOptions {
         server_url,
+        token: None,
         node: node.into(),
         labels: Default::default(),
         events,

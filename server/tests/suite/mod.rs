@@ -1,4 +1,5 @@
 mod alerts;
+mod auth;
 mod cli;
 mod clickhouse_cluster;
 mod common;

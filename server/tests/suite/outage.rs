@@ -1,6 +1,7 @@
 //! Nothing is lost while the server is down: the agent spools its batches and delivers them,
 //! once each, when the server comes up.
 
+use bimodal_agent::connect::ServerAddress;
 use std::time::{Duration, Instant};
 
 use bimodal_agent::events::EventKind;
@@ -96,16 +97,22 @@ async fn batches_written_offline_are_imported_once() {
     }
 
     // The server is down: the import says so.
-    let err = ship::import(&out, "http://127.0.0.1:1").await.unwrap_err();
+    let err = ship::import(&out, &ServerAddress::new("http://127.0.0.1:1", None))
+        .await
+        .unwrap_err();
     assert!(format!("{err:#}").contains("unreachable"), "{err:#}");
-    let err = ship::import(dir.path(), "http://127.0.0.1:1").await.unwrap_err();
+    let err = ship::import(dir.path(), &ServerAddress::new("http://127.0.0.1:1", None))
+        .await
+        .unwrap_err();
     assert!(
         format!("{err:#}").contains("is not a directory `run --output-dir` wrote"),
         "{err:#}"
     );
 
     let server = TestServer::start().await;
-    let sent = ship::import(&out, &server.url()).await.unwrap();
+    let sent = ship::import(&out, &ServerAddress::new(server.url(), None))
+        .await
+        .unwrap();
     assert!(sent >= 3, "{sent} batches");
     let path = format!(
         "/api/v1/flamegraph?event=page_fault&{}&format=folded",
@@ -134,7 +141,12 @@ async fn batches_written_offline_are_imported_once() {
         reported >= 1000 * (sent as u64 - 1) && reported <= span_ms,
         "{reported} ms reported by {sent} batches written over {span_ms} ms"
     );
-    assert_eq!(ship::import(&out, &server.url()).await.unwrap(), sent);
+    assert_eq!(
+        ship::import(&out, &ServerAddress::new(server.url(), None))
+            .await
+            .unwrap(),
+        sent
+    );
     let (_, second) = server.get(&path).await;
     assert_eq!(first, second, "the second import stored nothing");
     server.stop().await;

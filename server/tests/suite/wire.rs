@@ -1,7 +1,7 @@
 //! Ingest messages built by hand, and one stream's exchange with a server: for tests that need
 //! exact control of batch ids, resends and timing, which a real agent does not give.
 
-use bimodal_proto::v1::{self, ingest_client::IngestClient, ingest_request::Message};
+use bimodal_proto::v1::{self, ingest_request::Message};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -67,7 +67,20 @@ pub fn req(b: v1::Batch) -> v1::IngestRequest {
 
 /// Sends messages on one stream to `url` and collects the acks (or the stream's error).
 pub async fn exchange_with(url: String, messages: Vec<v1::IngestRequest>) -> Result<Vec<v1::Ack>, tonic::Status> {
-    let mut client = IngestClient::connect(url).await.unwrap();
+    exchange_as(url, None, messages).await
+}
+
+/// [`exchange_with`] presenting `token`.
+pub async fn exchange_as(
+    url: String,
+    token: Option<&str>,
+    messages: Vec<v1::IngestRequest>,
+) -> Result<Vec<v1::Ack>, tonic::Status> {
+    let token = token.map(|t| bimodal_agent::connect::Token::Value(t.to_owned()));
+    let mut client = bimodal_agent::connect::ServerAddress::new(url, token)
+        .ingest()
+        .await
+        .unwrap();
     let (tx, rx) = mpsc::channel(messages.len().max(1));
     let n = messages.len();
     for m in messages {

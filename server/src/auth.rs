@@ -1,0 +1,432 @@
+//! Who may do what: bearer tokens from a file (`--token-file`), each with scopes (`read`: the HTTP
+//! API and `/metrics`; `write`: ingest and debug-info uploads) and, for agents, the node names it
+//! may write as. The file holds SHA-256 digests, never tokens (`bimodal-server token` prints a new
+//! token and its entry); it is read again when it changes, so tokens are added and revoked without
+//! a restart.
+//!
+//! ```yaml
+//! tokens:
+//!   - name: agents-zone-a          # shown in logs
+//!     sha256: 9f86d08188…          # hex SHA-256 of the token
+//!     scopes: [write]
+//!     nodes: 'web-.*'              # optional: node names it may write as (anchored regex)
+//!   - name: dashboards
+//!     sha256: 60303ae22b…
+//!     scopes: [read]
+//! ```
+//!
+//! Without a token file every request is allowed; the server then listens on loopback only
+//! unless told `--allow-unauthenticated`.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
+
+use sha2::{Digest, Sha256};
+
+use crate::yaml::{self, Mistakes, Node, Reader, Value};
+
+/// What a token allows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// The HTTP API (profiles, compare, alerts) and `/metrics`.
+    Read,
+    /// Ingest streams and debug-info uploads.
+    Write,
+}
+
+impl Scope {
+    pub fn name(self) -> &'static str {
+        match self {
+            Scope::Read => "read",
+            Scope::Write => "write",
+        }
+    }
+}
+
+/// One entry of the token file.
+#[derive(Clone, Debug)]
+pub struct Token {
+    pub name: String,
+    sha256: [u8; 32],
+    read: bool,
+    write: bool,
+    /// Node names this token may write as; `None`: any.
+    nodes: Option<regex::Regex>,
+}
+
+impl Token {
+    pub fn allows(&self, scope: Scope) -> bool {
+        match scope {
+            Scope::Read => self.read,
+            Scope::Write => self.write,
+        }
+    }
+
+    /// Whether an agent holding this token may write as node `node`.
+    pub fn may_write_as(&self, node: &str) -> bool {
+        self.nodes.as_ref().is_none_or(|re| re.is_match(node))
+    }
+}
+
+/// Why a request was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    #[error("no token: send `authorization: Bearer TOKEN` (this server needs a token with scope `{0}`)")]
+    Missing(&'static str),
+    #[error("the token is not known to this server")]
+    Unknown,
+    #[error("token `{name}` has no `{scope}` scope")]
+    Scope { name: String, scope: &'static str },
+    #[error("token `{name}` may not write as node `{node}`")]
+    Node { name: String, node: String },
+}
+
+/// The tokens in force.
+#[derive(Debug, Default)]
+pub struct TokenSet {
+    tokens: Vec<Token>,
+}
+
+impl TokenSet {
+    /// The token a request presents in its `authorization` header value, if it holds `scope`.
+    pub fn check(&self, authorization: Option<&str>, scope: Scope) -> Result<&Token, Refused> {
+        let presented = authorization
+            .and_then(|h| h.strip_prefix("Bearer ").or_else(|| h.strip_prefix("bearer ")))
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .ok_or(Refused::Missing(scope.name()))?;
+        let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
+        // Digests compared in full whatever they hold: no early exit to time.
+        let token = self
+            .tokens
+            .iter()
+            .find(|t| t.sha256.iter().zip(&digest).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0)
+            .ok_or(Refused::Unknown)?;
+        if !token.allows(scope) {
+            return Err(Refused::Scope {
+                name: token.name.clone(),
+                scope: scope.name(),
+            });
+        }
+        Ok(token)
+    }
+
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+}
+
+/// The token file's checks.
+impl Reader {
+    fn token_file(&mut self, doc: &Node) -> Option<TokenSet> {
+        let fields = self.fields(doc, "the token file", &["tokens"])?;
+        let Some(list) = fields.get("tokens") else {
+            self.wrong(doc.at, "the token file has no `tokens:` list");
+            return None;
+        };
+        let Value::Sequence(items) = &list.value else {
+            self.wrong(list.at, format!("`tokens` must be a list, not {}", list.describe()));
+            return None;
+        };
+        let mut tokens = Vec::new();
+        for item in items {
+            if let Some(t) = self.token(item) {
+                if tokens.iter().any(|o: &Token| o.name == t.name) {
+                    self.wrong(item.at, format!("a second token named `{}`", t.name));
+                }
+                if tokens.iter().any(|o: &Token| o.sha256 == t.sha256) {
+                    self.wrong(item.at, format!("token `{}` has the digest of another token", t.name));
+                }
+                tokens.push(t);
+            }
+        }
+        Some(TokenSet { tokens })
+    }
+
+    fn token(&mut self, node: &Node) -> Option<Token> {
+        let f = self.fields(node, "a token", &["name", "sha256", "scopes", "nodes"])?;
+        let name = match f.get("name") {
+            Some(n) => self.text(n, "`name`").map(str::to_owned),
+            None => {
+                self.wrong(node.at, "a token has no `name:`");
+                None
+            }
+        };
+        let sha256 = match f.get("sha256") {
+            Some(n) => self.text(n, "`sha256`").and_then(|t| {
+                let bytes = (t.len() == 64)
+                    .then(|| {
+                        (0..32)
+                            .map(|i| u8::from_str_radix(&t[2 * i..2 * i + 2], 16).ok())
+                            .collect::<Option<Vec<u8>>>()
+                    })
+                    .flatten();
+                match bytes {
+                    Some(b) => b.try_into().ok(),
+                    None => {
+                        self.wrong(n.at, "`sha256` must be 64 hex digits (the SHA-256 of the token)");
+                        None
+                    }
+                }
+            }),
+            None => {
+                self.wrong(node.at, "a token has no `sha256:` (bimodal-server token prints one)");
+                None
+            }
+        };
+        let (mut read, mut write) = (false, false);
+        match f.get("scopes").map(|n| (n, &n.value)) {
+            Some((_, Value::Sequence(items))) if !items.is_empty() => {
+                for item in items {
+                    match item.scalar() {
+                        Some("read") => read = true,
+                        Some("write") => write = true,
+                        _ => self.wrong(
+                            item.at,
+                            format!("unknown scope {}; known: read, write", item.describe()),
+                        ),
+                    }
+                }
+            }
+            Some((n, _)) => self.wrong(n.at, "`scopes` must be a list of read and write"),
+            None => self.wrong(node.at, "a token has no `scopes:` (read, write)"),
+        }
+        let nodes = match f.get("nodes") {
+            None => Some(None),
+            Some(n) => self
+                .text(n, "`nodes`")
+                .and_then(|t| match regex::Regex::new(&format!("^(?:{t})$")) {
+                    Ok(re) => Some(Some(re)),
+                    Err(e) => {
+                        self.wrong(n.at, format!("`nodes` is not a regular expression: {e}"));
+                        None
+                    }
+                }),
+        };
+        if !(read || write) {
+            return None;
+        }
+        Some(Token {
+            name: name?,
+            sha256: sha256?,
+            read,
+            write,
+            nodes: nodes?,
+        })
+    }
+}
+
+/// Checks a token file's text.
+pub fn read(text: &str) -> Result<TokenSet, Vec<yaml::Mistake>> {
+    yaml::check_text(text, Reader::token_file)
+}
+
+/// Reads and checks the token file at `path`.
+pub fn load(path: &Path) -> Result<TokenSet, Mistakes> {
+    yaml::check_file(path, Reader::token_file)
+}
+
+/// The server's tokens: none (everything allowed) or those of a file, read again when it changes.
+#[derive(Clone, Debug, Default)]
+pub struct Auth {
+    file: Option<Arc<TokenFile>>,
+}
+
+#[derive(Debug)]
+struct TokenFile {
+    path: PathBuf,
+    tokens: RwLock<(Arc<TokenSet>, Option<SystemTime>)>,
+}
+
+/// How often the token file is looked at for changes.
+const RELOAD_EVERY: Duration = Duration::from_secs(2);
+
+impl Auth {
+    /// Every request allowed.
+    pub fn open() -> Auth {
+        Auth::default()
+    }
+
+    /// The tokens of the file at `path`; a mistake in it is an error now, and later (after an
+    /// edit) a logged error that keeps the tokens in force.
+    pub fn from_file(path: &Path) -> Result<Auth, Mistakes> {
+        let tokens = load(path)?;
+        let file = Arc::new(TokenFile {
+            path: path.to_owned(),
+            tokens: RwLock::new((Arc::new(tokens), modified(path))),
+        });
+        let weak = Arc::downgrade(&file);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(RELOAD_EVERY).await;
+                let Some(file) = weak.upgrade() else { return };
+                file.reload_if_changed();
+            }
+        });
+        Ok(Auth { file: Some(file) })
+    }
+
+    /// Whether requests need a token.
+    pub fn enabled(&self) -> bool {
+        self.file.is_some()
+    }
+
+    /// Allows a request with this `authorization` header value for `scope`, and for writes as
+    /// `node` when given; the token's name when one was needed.
+    pub fn allow(
+        &self,
+        authorization: Option<&str>,
+        scope: Scope,
+        node: Option<&str>,
+    ) -> Result<Option<String>, Refused> {
+        let Some(file) = &self.file else {
+            return Ok(None);
+        };
+        let tokens = file.tokens.read().unwrap_or_else(|p| p.into_inner()).0.clone();
+        let token = tokens.check(authorization, scope)?;
+        if let Some(node) = node {
+            if !token.may_write_as(node) {
+                return Err(Refused::Node {
+                    name: token.name.clone(),
+                    node: node.to_owned(),
+                });
+            }
+        }
+        Ok(Some(token.name.clone()))
+    }
+}
+
+impl Auth {
+    /// [`Auth::allow`] for a gRPC call: `UNAUTHENTICATED` without a known token,
+    /// `PERMISSION_DENIED` for a token without the scope or node; refusals are counted.
+    #[allow(clippy::result_large_err)]
+    pub fn allow_grpc(
+        &self,
+        metadata: &tonic::metadata::MetadataMap,
+        scope: Scope,
+        node: Option<&str>,
+    ) -> Result<(), tonic::Status> {
+        let header = metadata.get("authorization").and_then(|v| v.to_str().ok());
+        self.allow(header, scope, node).map(|_| ()).map_err(|refused| {
+            count_refusal(&refused);
+            match refused {
+                Refused::Missing(_) | Refused::Unknown => tonic::Status::unauthenticated(refused.to_string()),
+                Refused::Scope { .. } | Refused::Node { .. } => tonic::Status::permission_denied(refused.to_string()),
+            }
+        })
+    }
+}
+
+/// Counts a refusal in `bimodal_auth_refused_total{reason}`.
+pub fn count_refusal(refused: &Refused) {
+    let reason = match refused {
+        Refused::Missing(_) => "missing",
+        Refused::Unknown => "unknown",
+        Refused::Scope { .. } => "scope",
+        Refused::Node { .. } => "node",
+    };
+    crate::metrics::metrics()
+        .auth_refused
+        .get_or_create(&crate::metrics::label("reason", reason))
+        .inc();
+}
+
+impl TokenFile {
+    fn reload_if_changed(&self) {
+        let now = modified(&self.path);
+        let seen = self.tokens.read().unwrap_or_else(|p| p.into_inner()).1;
+        if now == seen {
+            return;
+        }
+        match load(&self.path) {
+            Ok(tokens) => {
+                tracing::info!(path = %self.path.display(), tokens = tokens.len(), "token file read again");
+                *self.tokens.write().unwrap_or_else(|p| p.into_inner()) = (Arc::new(tokens), now);
+            }
+            Err(mistakes) => {
+                tracing::error!(%mistakes, "the changed token file has mistakes; the tokens read before stay in force");
+                self.tokens.write().unwrap_or_else(|p| p.into_inner()).1 = now;
+            }
+        }
+    }
+}
+
+fn modified(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+/// A new random token and its entry for the token file.
+pub fn new_token(name: &str, scopes: &[Scope], nodes: Option<&str>) -> (String, String) {
+    let token = format!("bmd_{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
+    let digest = bimodal_profile::hex(&Sha256::digest(token.as_bytes()));
+    let scopes: Vec<&str> = scopes.iter().map(|s| s.name()).collect();
+    let mut entry = format!(
+        "  - name: {name}\n    sha256: {digest}\n    scopes: [{}]\n",
+        scopes.join(", ")
+    );
+    if let Some(nodes) = nodes {
+        entry.push_str(&format!("    nodes: '{}'\n", nodes.replace('\'', "''")));
+    }
+    (token, entry)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_allow_their_scopes_and_nodes_only() {
+        let (agent, agent_entry) = new_token("agents", &[Scope::Write], Some("web-.*"));
+        let (reader, reader_entry) = new_token("dashboards", &[Scope::Read], None);
+        let set = read(&format!("tokens:\n{agent_entry}{reader_entry}")).unwrap();
+        let bearer = |t: &str| format!("Bearer {t}");
+        let t = set.check(Some(&bearer(&agent)), Scope::Write).unwrap();
+        assert_eq!(t.name, "agents");
+        assert!(t.may_write_as("web-3"));
+        assert!(!t.may_write_as("db-1"));
+        assert!(!t.may_write_as("xweb-1"), "anchored");
+        assert_eq!(
+            set.check(Some(&bearer(&agent)), Scope::Read).unwrap_err(),
+            Refused::Scope {
+                name: "agents".into(),
+                scope: "read"
+            }
+        );
+        assert!(set.check(Some(&bearer(&reader)), Scope::Read).is_ok());
+        assert_eq!(
+            set.check(Some("Bearer nope"), Scope::Read).unwrap_err(),
+            Refused::Unknown
+        );
+        assert_eq!(set.check(None, Scope::Write).unwrap_err(), Refused::Missing("write"));
+        assert_eq!(
+            set.check(Some(&reader), Scope::Read).unwrap_err(),
+            Refused::Missing("read")
+        );
+    }
+
+    #[test]
+    fn every_mistake_of_a_token_file_has_its_line() {
+        let m = read(
+            "tokens:\n  - name: a\n    sha256: 12ab\n    scopes: [read, admin]\n    nodes: 'web-('\n  - sha256: 0000000000000000000000000000000000000000000000000000000000000000\n    scopes: [write]\n    colour: red\n",
+        )
+        .unwrap_err();
+        let text: Vec<String> = m.iter().map(|m| format!("{}: {}", m.at.line, m.message)).collect();
+        for (line, says) in [
+            (3, "64 hex digits"),
+            (4, "unknown scope `admin`"),
+            (5, "not a regular expression"),
+            (6, "no `name:`"),
+            (8, "unknown field `colour`"),
+        ] {
+            assert!(
+                m.iter().any(|m| m.at.line == line && m.message.contains(says)),
+                "no mistake on line {line} saying {says:?}: {text:#?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! Tokens against a real server: who may write as which node, who may read the API, refusals
+//! with clear statuses, a token file edited while the server runs, and a server that will not
+//! listen beyond loopback without tokens.
+
+use std::time::{Duration, Instant};
+
+use bimodal_server::auth::{new_token, Scope};
+use bimodal_server::Config;
+
+use super::common::{test_config, TestServer};
+use super::wire::{batch, exchange_as, hello, req};
+
+/// A GET with an optional bearer token: (status, body, WWW-Authenticate).
+async fn get_as(server: &TestServer, path: &str, token: Option<&str>) -> (u16, String, Option<String>) {
+    let url = format!("{}{path}", server.url());
+    let token = token.map(str::to_owned);
+    tokio::task::spawn_blocking(move || {
+        let mut request = ureq::get(&url);
+        if let Some(t) = &token {
+            request = request.set("Authorization", &format!("Bearer {t}"));
+        }
+        match request.call() {
+            Ok(r) => (r.status(), r.into_string().unwrap_or_default(), None),
+            Err(ureq::Error::Status(code, r)) => {
+                let challenge = r.header("www-authenticate").map(str::to_owned);
+                (code, r.into_string().unwrap_or_default(), challenge)
+            }
+            Err(e) => panic!("{e}"),
+        }
+    })
+    .await
+    .unwrap()
+}
+
+/// An agent token may write as the nodes it names and not read; a reader token may read and not
+/// write; no token or an unknown one is refused before anything is read; the refusals say why.
+/// A token added to the file while the server runs is honoured within seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_decide_who_writes_as_which_node_and_who_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, agent_entry) = new_token("agents", &[Scope::Write], Some("web-.*"));
+    let (reader, reader_entry) = new_token("dashboards", &[Scope::Read], None);
+    let tokens = dir.path().join("tokens.yaml");
+    std::fs::write(&tokens, format!("tokens:\n{agent_entry}{reader_entry}")).unwrap();
+    let config = Config {
+        token_file: Some(tokens.clone()),
+        ..test_config("127.0.0.1:0".parse().unwrap(), &dir.path().join("server"))
+    };
+    let server = TestServer::with_config(config, None).await;
+    let url = server.url();
+    let one = |node: &str, id: u8| vec![hello(node), req(batch([id; 16], false, "hot", 3))];
+
+    // Writes.
+    let acks = exchange_as(url.clone(), Some(&agent), one("web-1", 1)).await.unwrap();
+    assert_eq!(acks.len(), 1);
+    assert_eq!(
+        acks[0].status,
+        bimodal_proto::v1::ack::Status::Stored as i32,
+        "{acks:?}"
+    );
+    let e = exchange_as(url.clone(), Some(&agent), one("db-1", 2))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("may not write as node `db-1`"), "{e:?}");
+    let e = exchange_as(url.clone(), None, one("web-1", 3)).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
+    assert!(e.message().contains("Bearer"), "{e:?}");
+    let e = exchange_as(url.clone(), Some("bmd_forged"), one("web-1", 4))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
+    let e = exchange_as(url.clone(), Some(&reader), one("web-1", 5))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("no `write` scope"), "{e:?}");
+    // Debug-info uploads need the write scope too.
+    let mut debuginfo = bimodal_agent::connect::ServerAddress::new(url.clone(), None)
+        .debuginfo()
+        .await
+        .unwrap();
+    let e = debuginfo
+        .check(bimodal_proto::v1::DebuginfoCheck { build_id: vec![1; 20] })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
+
+    // Reads.
+    let (status, body, challenge) = get_as(&server, "/api/v1/nodes", None).await;
+    assert_eq!(status, 401, "{body}");
+    assert_eq!(challenge.as_deref(), Some("Bearer"));
+    assert_eq!(get_as(&server, "/api/v1/nodes", Some(&agent)).await.0, 403);
+    assert_eq!(get_as(&server, "/metrics", None).await.0, 401);
+    assert_eq!(get_as(&server, "/healthz", None).await.0, 200, "probes need no token");
+    assert_eq!(
+        get_as(&server, "/index.html", None).await.0,
+        200,
+        "the UI's files need no token"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body, _) = get_as(&server, "/api/v1/nodes", Some(&reader)).await;
+        assert_eq!(status, 200, "{body}");
+        if body.contains("web-1") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "web-1's batch never showed: {body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (status, metrics, _) = get_as(&server, "/metrics", Some(&reader)).await;
+    assert_eq!(status, 200);
+    for reason in ["missing", "unknown", "scope", "node"] {
+        assert!(
+            metrics.contains(&format!("bimodal_auth_refused_total{{reason=\"{reason}\"}}")),
+            "no refusal counted for {reason}:\n{metrics}"
+        );
+    }
+
+    // The UI asks for a token, once, and keeps it.
+    let page = format!("{url}/");
+    let shot = super::common::artifacts().join("auth.png").display().to_string();
+    super::common::web_test(
+        "test/auth-browser.mjs",
+        &["--url", &page, "--token", &reader, "--screenshot", &shot],
+    );
+
+    // A token added while the server runs.
+    let (late, late_entry) = new_token("late", &[Scope::Read], None);
+    assert_eq!(get_as(&server, "/api/v1/nodes", Some(&late)).await.0, 401);
+    // A distinct modification time on file systems that keep whole seconds.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    std::fs::write(&tokens, format!("tokens:\n{agent_entry}{reader_entry}{late_entry}")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while get_as(&server, "/api/v1/nodes", Some(&late)).await.0 != 200 {
+        assert!(Instant::now() < deadline, "the added token was never honoured");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // A broken edit keeps the tokens in force.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    std::fs::write(&tokens, "tokens: [oops\n").unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(get_as(&server, "/api/v1/nodes", Some(&late)).await.0, 200);
+    server.stop().await;
+}
+
+/// Without tokens the server listens on loopback only, unless told otherwise; a token file with
+/// mistakes is refused at start with each mistake's line.
+#[tokio::test]
+async fn without_tokens_the_server_stays_on_loopback() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = test_config("0.0.0.0:0".parse().unwrap(), dir.path());
+    let e = bimodal_server::Server::bind(&open).await.unwrap_err();
+    assert!(
+        format!("{e:#}").contains("refusing to listen on 0.0.0.0:0 without --token-file"),
+        "{e:#}"
+    );
+    let tokens = dir.path().join("tokens.yaml");
+    std::fs::write(
+        &tokens,
+        "tokens:\n  - name: a\n    sha256: nothex\n    scopes: [read]\n",
+    )
+    .unwrap();
+    let bad = Config {
+        token_file: Some(tokens.clone()),
+        ..test_config("0.0.0.0:0".parse().unwrap(), dir.path())
+    };
+    let e = bimodal_server::Server::bind(&bad).await.unwrap_err();
+    assert!(
+        format!("{e:#}").contains("tokens.yaml:3:13: `sha256` must be 64 hex digits"),
+        "{e:#}"
+    );
+}
