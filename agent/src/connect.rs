@@ -52,7 +52,7 @@ impl ServerAddress {
         let bearer = self.bearer()?;
         let channel = bearer::channel(&self.url)
             .await
-            .with_context(|| format!("failed to connect to `{}`", self.url))?;
+            .map_err(|e| anyhow::anyhow!("failed to connect to `{}`: {e}", self.url))?;
         Ok((channel, bearer))
     }
 
@@ -66,5 +66,33 @@ impl ServerAddress {
     pub async fn debuginfo(&self) -> anyhow::Result<Debuginfo> {
         let (channel, bearer) = self.channel().await?;
         Ok(DebuginfoClient::with_interceptor(channel, bearer))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An https:// server is refused, not spoken to in plain text (this build has no TLS).
+    #[tokio::test]
+    async fn https_is_refused_not_downgraded() {
+        let e = ServerAddress::new("https://127.0.0.1:1", Some(Token::Value("t".into())))
+            .ingest()
+            .await
+            .unwrap_err();
+        assert!(format!("{e:#}").contains("speaks no TLS"), "{e:#}");
+    }
+
+    #[test]
+    fn a_token_file_is_read_at_each_connection() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, "first\n").unwrap();
+        let server = ServerAddress::new("http://127.0.0.1:1", Some(Token::File(path.clone())));
+        assert_eq!(server.bearer().unwrap().header(), Some("Bearer first"));
+        std::fs::write(&path, "second").unwrap();
+        assert_eq!(server.bearer().unwrap().header(), Some("Bearer second"));
+        std::fs::remove_file(&path).unwrap();
+        assert!(format!("{:#}", server.bearer().unwrap_err()).contains("cannot read the token file"));
     }
 }

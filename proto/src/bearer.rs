@@ -33,7 +33,15 @@ impl tonic::service::Interceptor for Bearer {
     }
 }
 
-/// A channel to `url` (http:// or https://).
-pub async fn channel(url: &str) -> Result<tonic::transport::Channel, tonic::transport::Error> {
-    tonic::transport::Endpoint::from_shared(url.to_owned())?.connect().await
+/// A channel to `url`. Only `http://` for now: bimodal is built without TLS, and an `https://`
+/// URL is refused rather than spoken to in plain text.
+pub async fn channel(url: &str) -> Result<tonic::transport::Channel, Box<dyn std::error::Error + Send + Sync>> {
+    if url.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("https://")) {
+        return Err(format!(
+            "`{url}`: this build speaks no TLS and will not send profiles or tokens in plain text to an https:// \
+             server; use http:// (on a trusted network or loopback) until TLS is supported"
+        )
+        .into());
+    }
+    Ok(tonic::transport::Endpoint::from_shared(url.to_owned())?.connect().await?)
 }

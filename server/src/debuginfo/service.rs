@@ -266,7 +266,7 @@ pub async fn upload_file(path: &Path, server_url: &str, token: Option<&str>) -> 
     let bearer = bimodal_proto::bearer::Bearer::new(token).map_err(|e| anyhow::anyhow!(e))?;
     let channel = bimodal_proto::bearer::channel(server_url)
         .await
-        .with_context(|| format!("cannot reach the server at {server_url}"))?;
+        .map_err(|e| anyhow::anyhow!("cannot reach the server at {server_url}: {e}"))?;
     let mut client = v1::debuginfo_client::DebuginfoClient::with_interceptor(channel, bearer);
     let status = client
         .upload(tokio_stream::iter(chunks))
