@@ -1,11 +1,12 @@
-//! How the agent reaches the server: its URL and the token it presents. A token file is read
-//! again at every connection, so a rotated token (a Kubernetes Secret updated in place) takes
-//! effect without a restart.
+//! How the agent reaches the server: its URL (https:// for TLS, checked against a CA file or the
+//! system's roots) and the token it presents. The token and CA files are read again at every
+//! connection, so a rotated Secret (updated in place by Kubernetes) takes effect without a
+//! restart.
 
 use std::path::PathBuf;
 
 use anyhow::Context;
-use bimodal_proto::bearer::{self, Bearer};
+use bimodal_proto::client::{self, Bearer};
 use bimodal_proto::v1::debuginfo_client::DebuginfoClient;
 use bimodal_proto::v1::ingest_client::IngestClient;
 use tonic::service::interceptor::InterceptedService;
@@ -25,14 +26,26 @@ pub struct ServerAddress {
     /// gRPC URL, e.g. `http://127.0.0.1:7070`.
     pub url: String,
     pub token: Option<Token>,
+    /// PEM certificates of the CA that signed the server's certificate (https:// only).
+    pub ca_file: Option<PathBuf>,
 }
 
 pub type Ingest = IngestClient<InterceptedService<Channel, Bearer>>;
 pub type Debuginfo = DebuginfoClient<InterceptedService<Channel, Bearer>>;
 
 impl ServerAddress {
+    /// A server at `url`, reached with `token`, trusted by the system's roots for https://.
     pub fn new(url: impl Into<String>, token: Option<Token>) -> ServerAddress {
-        ServerAddress { url: url.into(), token }
+        ServerAddress {
+            url: url.into(),
+            token,
+            ca_file: None,
+        }
+    }
+
+    /// The same, trusting the CA of `ca_file` for https://.
+    pub fn with_ca_file(self, ca_file: Option<PathBuf>) -> ServerAddress {
+        ServerAddress { ca_file, ..self }
     }
 
     /// The token to present now.
@@ -50,7 +63,7 @@ impl ServerAddress {
 
     async fn channel(&self) -> anyhow::Result<(Channel, Bearer)> {
         let bearer = self.bearer()?;
-        let channel = bearer::channel(&self.url)
+        let channel = client::channel(&self.url, self.ca_file.as_deref())
             .await
             .map_err(|e| anyhow::anyhow!("failed to connect to `{}`: {e}", self.url))?;
         Ok((channel, bearer))
@@ -73,14 +86,15 @@ impl ServerAddress {
 mod tests {
     use super::*;
 
-    /// An https:// server is refused, not spoken to in plain text (this build has no TLS).
+    /// A CA file with an http:// URL is a mistake (it would send in plain text), said so.
     #[tokio::test]
-    async fn https_is_refused_not_downgraded() {
-        let e = ServerAddress::new("https://127.0.0.1:1", Some(Token::Value("t".into())))
+    async fn a_ca_file_needs_https() {
+        let e = ServerAddress::new("http://127.0.0.1:1", None)
+            .with_ca_file(Some("/etc/ssl/ca.pem".into()))
             .ingest()
             .await
             .unwrap_err();
-        assert!(format!("{e:#}").contains("speaks no TLS"), "{e:#}");
+        assert!(format!("{e:#}").contains("is not https://"), "{e:#}");
     }
 
     #[test]

@@ -43,9 +43,17 @@ enum Command {
     Import(ImportArgs),
 }
 
-/// The token the agent presents to a server that has tokens (`bimodal-server --token-file`).
+/// How the agent reaches the server: its URL, the CA of its certificate, the token it presents
+/// to a server that has tokens (`bimodal-server --token-file`).
 #[derive(Args, Debug)]
-struct TokenArgs {
+struct ServerArgs {
+    /// gRPC URL of the bimodal server (https:// for TLS).
+    #[arg(long, env = "BIMODAL_SERVER_URL", default_value = "http://127.0.0.1:7070")]
+    server_url: String,
+    /// PEM certificates of the CA that signed the server's certificate (default for https://:
+    /// the system's roots); read at every connection.
+    #[arg(long, env = "BIMODAL_CA_FILE")]
+    ca_file: Option<PathBuf>,
     /// A file holding the token (read again at every connection: rotate it in place).
     #[arg(long, env = "BIMODAL_TOKEN_FILE", conflicts_with = "token")]
     token_file: Option<PathBuf>,
@@ -54,24 +62,22 @@ struct TokenArgs {
     token: Option<String>,
 }
 
-impl TokenArgs {
-    fn token(&self) -> Option<bimodal_agent::connect::Token> {
-        use bimodal_agent::connect::Token;
-        match (&self.token_file, &self.token) {
+impl ServerArgs {
+    fn address(&self) -> bimodal_agent::connect::ServerAddress {
+        use bimodal_agent::connect::{ServerAddress, Token};
+        let token = match (&self.token_file, &self.token) {
             (Some(path), _) => Some(Token::File(path.clone())),
             (None, Some(t)) => Some(Token::Value(t.clone())),
             (None, None) => None,
-        }
+        };
+        ServerAddress::new(self.server_url.clone(), token).with_ca_file(self.ca_file.clone())
     }
 }
 
 #[derive(Args, Debug)]
 struct ImportArgs {
-    /// gRPC URL of the bimodal server.
-    #[arg(long, env = "BIMODAL_SERVER_URL", default_value = "http://127.0.0.1:7070")]
-    server_url: String,
     #[command(flatten)]
-    auth: TokenArgs,
+    server: ServerArgs,
     /// Directories `run --output-dir` wrote, one per node.
     #[arg(required = true)]
     dirs: Vec<PathBuf>,
@@ -203,11 +209,8 @@ struct RecordArgs {
 
 #[derive(Args, Debug)]
 struct RunArgs {
-    /// gRPC URL of the bimodal server.
-    #[arg(long, env = "BIMODAL_SERVER_URL", default_value = "http://127.0.0.1:7070")]
-    server_url: String,
     #[command(flatten)]
-    auth: TokenArgs,
+    server: ServerArgs,
     /// This node's name (in Kubernetes: the node name from the downward API); default: hostname.
     #[arg(long, env = "BIMODAL_NODE_NAME")]
     node_name: Option<String>,
@@ -402,12 +405,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Import(a) => {
             let runtime = tokio::runtime::Runtime::new().context("failed to start the async runtime")?;
             for dir in &a.dirs {
-                let server = bimodal_agent::connect::ServerAddress::new(a.server_url.clone(), a.auth.token());
-                let sent = runtime.block_on(ship::import(dir, &server))?;
+                let sent = runtime.block_on(ship::import(dir, &a.server.address()))?;
                 eprintln!(
                     "bimodal-agent: {}: {sent} batches acknowledged by {}",
                     dir.display(),
-                    a.server_url
+                    a.server.server_url
                 );
             }
             Ok(())
@@ -436,8 +438,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             };
             let kubernetes = a.kubernetes.config(&node)?;
             let opts = RunOptions {
-                token: a.auth.token(),
-                server_url: a.server_url,
+                server: a.server.address(),
                 node,
                 labels: a.labels.into_iter().collect::<BTreeMap<_, _>>(),
                 // Empty: every kind the machine offers.

@@ -30,10 +30,9 @@ use crate::{facts, probe, upload};
 /// Settings of `bimodal-agent run`.
 #[derive(Clone, Debug)]
 pub struct RunOptions {
-    /// gRPC endpoint of the server, e.g. `http://127.0.0.1:7070`.
-    pub server_url: String,
-    /// The token presented to a server that has tokens.
-    pub token: Option<crate::connect::Token>,
+    /// The server (gRPC URL, e.g. `http://127.0.0.1:7070`), the CA its certificate is checked
+    /// against and the token presented to it.
+    pub server: ServerAddress,
     pub node: String,
     pub labels: BTreeMap<String, String>,
     /// Event kinds to sample; empty: every kind this machine offers.
@@ -181,7 +180,7 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
     let (images_tx, images_rx) = mpsc::channel::<Vec<upload::ImageRef>>(16);
     if by_server {
         tokio::spawn(upload::run(
-            ServerAddress::new(opts.server_url.clone(), opts.token.clone()),
+            opts.server.clone(),
             opts.upload_max_bytes,
             opts.debug_dirs.clone(),
             images_rx,
@@ -256,7 +255,7 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
             Some(dir) => write_out(dir, &hello, batches_rx).await,
             None => {
                 ship(
-                    ServerAddress::new(opts.server_url.clone(), opts.token.clone()),
+                    opts.server.clone(),
                     opts.spool_batches,
                     hello,
                     batches_rx,
@@ -299,7 +298,7 @@ async fn write_out(dir: &Path, hello: &v1::Hello, mut batches: mpsc::Receiver<v1
     Ok(())
 }
 
-/// Sends the batches `run --output-dir` wrote under `dir` to the server at `server_url`, with
+/// Sends the batches `run --output-dir` wrote under `dir` to `server`, with
 /// `run`'s shipping: acks, resends and the server's retry delays; a batch the server holds
 /// already is acknowledged as a duplicate, so importing twice stores once. The number of
 /// batches sent.

@@ -1,7 +1,7 @@
 //! Generated wire types: `bimodal.v1` (the agent → server ingest service) and
 //! `perftools.profiles` (pprof).
 
-pub mod bearer;
+pub mod client;
 pub mod placement;
 pub mod self_metrics;
 

@@ -12,6 +12,7 @@ pub mod ingest;
 pub mod metrics;
 pub mod selector;
 pub mod storage;
+pub mod tls;
 pub mod window;
 pub mod yaml;
 
@@ -59,6 +60,8 @@ pub struct Config {
     pub token_file: Option<PathBuf>,
     /// Listen on a non-loopback address without tokens.
     pub allow_unauthenticated: bool,
+    /// Serve TLS with this certificate and key; `None`: plain text.
+    pub tls: Option<tls::TlsFiles>,
 }
 
 /// A bound, running server (before it serves).
@@ -72,6 +75,7 @@ pub struct Server {
     managed: Option<ManagedClickHouse>,
     alerts: Option<alerts::AlertConfig>,
     auth: auth::Auth,
+    tls: Option<tls::Acceptor>,
 }
 
 impl Server {
@@ -87,6 +91,10 @@ impl Server {
                 config.listen
             ),
             None => auth::Auth::open(),
+        };
+        let tls = match &config.tls {
+            Some(files) => Some(tls::acceptor(files).map_err(|e| anyhow::anyhow!("cannot serve TLS: {e}"))?),
+            None => None,
         };
         let (managed, url) = match &config.clickhouse_url {
             Some(url) => (None, url.clone()),
@@ -140,6 +148,7 @@ impl Server {
             managed,
             alerts: config.alerts.clone(),
             auth,
+            tls,
         })
     }
 
@@ -177,7 +186,13 @@ impl Server {
             &path(<DebuginfoServer<debuginfo::DebuginfoService> as NamedService>::NAME),
             debuginfo,
         );
-        let served = axum::serve(self.listener, app).with_graceful_shutdown(shutdown).await;
+        let served = match self.tls {
+            Some(acceptor) => {
+                let listener = tls::TlsListener::new(self.listener, acceptor).context("TLS listener failed")?;
+                axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+            }
+            None => axum::serve(self.listener, app).with_graceful_shutdown(shutdown).await,
+        };
         if let Some(evaluation) = evaluation {
             evaluation.stop().await;
         }

@@ -81,6 +81,13 @@ struct Cli {
     /// read again when it changes. Without it every request is allowed, on loopback only.
     #[arg(long, env = "BIMODAL_TOKEN_FILE")]
     token_file: Option<PathBuf>,
+    /// Serve TLS (HTTPS and gRPC over TLS on the one port) with this certificate chain (PEM);
+    /// read again when it changes.
+    #[arg(long, env = "BIMODAL_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long, env = "BIMODAL_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Listen on an address other than loopback without --token-file.
     #[arg(long, env = "BIMODAL_ALLOW_UNAUTHENTICATED")]
     allow_unauthenticated: bool,
@@ -166,6 +173,9 @@ enum DebuginfoCommand {
         /// A token with the `write` scope, when the server has tokens.
         #[arg(long, env = "BIMODAL_TOKEN", hide_env_values = true)]
         token: Option<String>,
+        /// PEM certificates of the CA that signed the server's certificate (https:// URLs).
+        #[arg(long, env = "BIMODAL_CA_FILE")]
+        ca_file: Option<PathBuf>,
     },
 }
 
@@ -185,14 +195,23 @@ async fn main() -> std::process::ExitCode {
         return std::process::ExitCode::SUCCESS;
     }
     if let Some(Command::Debuginfo {
-        command: DebuginfoCommand::Upload {
-            file,
-            server_url,
-            token,
-        },
+        command:
+            DebuginfoCommand::Upload {
+                file,
+                server_url,
+                token,
+                ca_file,
+            },
     }) = &cli.command
     {
-        return match bimodal_server::debuginfo::service::upload_file(file, server_url, token.as_deref()).await {
+        return match bimodal_server::debuginfo::service::upload_file(
+            file,
+            server_url,
+            ca_file.as_deref(),
+            token.as_deref(),
+        )
+        .await
+        {
             Ok(status) => {
                 eprintln!("bimodal-server: {status}");
                 std::process::ExitCode::SUCCESS
@@ -289,6 +308,10 @@ async fn main() -> std::process::ExitCode {
     let config = Config {
         alerts,
         token_file: cli.token_file,
+        tls: cli
+            .tls_cert
+            .zip(cli.tls_key)
+            .map(|(cert, key)| bimodal_server::tls::TlsFiles { cert, key }),
         allow_unauthenticated: cli.allow_unauthenticated,
         listen: cli.listen,
         clickhouse_url: cli.clickhouse_url,

@@ -30,6 +30,10 @@ struct Cli {
     /// A token with the `read` scope, when the server has tokens.
     #[arg(long, global = true, env = "BIMODAL_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// PEM certificates of the CA that signed the server's certificate (https:// URLs; default:
+    /// the system's roots).
+    #[arg(long, global = true, env = "BIMODAL_CA_FILE")]
+    ca_file: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -164,11 +168,35 @@ fn main() -> ExitCode {
     }
 }
 
+/// The HTTP client: the system's roots for https://, or only the CA of `ca_file`.
+fn http_agent(ca_file: Option<&std::path::Path>) -> anyhow::Result<ureq::Agent> {
+    let builder = ureq::AgentBuilder::new().timeout(Duration::from_secs(300));
+    let Some(path) = ca_file else {
+        return Ok(builder.build());
+    };
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pki_types::CertificateDer::pem_file_iter(path)
+        .with_context(|| format!("cannot read the CA file {}", path.display()))?
+    {
+        let cert = cert.with_context(|| format!("{} holds a certificate that cannot be read", path.display()))?;
+        roots
+            .add(cert)
+            .with_context(|| format!("{} holds a certificate rustls refuses", path.display()))?;
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(builder.tls_config(std::sync::Arc::new(config)).build())
+}
+
 fn run(cli: &Cli) -> anyhow::Result<()> {
     let api = Api {
         base: cli.server_url.trim_end_matches('/').to_owned(),
-        agent: ureq::AgentBuilder::new().timeout(Duration::from_secs(300)).build(),
-        bearer: bimodal_proto::bearer::Bearer::new(cli.token.as_deref()).map_err(|e| anyhow::anyhow!(e))?,
+        agent: http_agent(cli.ca_file.as_deref())?,
+        bearer: bimodal_proto::client::Bearer::new(cli.token.as_deref()).map_err(|e| anyhow::anyhow!(e))?,
     };
     match &cli.command {
         Command::Rules {
@@ -263,7 +291,7 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
 struct Api {
     base: String,
     agent: ureq::Agent,
-    bearer: bimodal_proto::bearer::Bearer,
+    bearer: bimodal_proto::client::Bearer,
 }
 
 impl Api {

@@ -246,7 +246,12 @@ impl Debuginfo for DebuginfoService {
 
 /// Uploads `path` to the server at `server_url` (`bimodal-server debuginfo upload`), streaming
 /// it in chunks; returns what the server stores for its build id afterwards, in words.
-pub async fn upload_file(path: &Path, server_url: &str, token: Option<&str>) -> anyhow::Result<String> {
+pub async fn upload_file(
+    path: &Path,
+    server_url: &str,
+    ca_file: Option<&Path>,
+    token: Option<&str>,
+) -> anyhow::Result<String> {
     use anyhow::Context;
     let file = std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
     // SAFETY: read-only mapping of a file the user names; a file changed while it is uploaded is
@@ -263,8 +268,8 @@ pub async fn upload_file(path: &Path, server_url: &str, token: Option<&str>) -> 
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let chunks = bimodal_proto::debuginfo_chunks(&build_id, kind, &name, &data);
-    let bearer = bimodal_proto::bearer::Bearer::new(token).map_err(|e| anyhow::anyhow!(e))?;
-    let channel = bimodal_proto::bearer::channel(server_url)
+    let bearer = bimodal_proto::client::Bearer::new(token).map_err(|e| anyhow::anyhow!(e))?;
+    let channel = bimodal_proto::client::channel(server_url, ca_file)
         .await
         .map_err(|e| anyhow::anyhow!("cannot reach the server at {server_url}: {e}"))?;
     let mut client = v1::debuginfo_client::DebuginfoClient::with_interceptor(channel, bearer);

@@ -1,6 +1,6 @@
-//! Tokens against a real server: who may write as which node, who may read the API, refusals
-//! with clear statuses, a token file edited while the server runs, and a server that will not
-//! listen beyond loopback without tokens.
+//! Tokens and TLS against a real server: who may write as which node, who may read the API,
+//! refusals with clear statuses, a token file edited while the server runs, a server that will
+//! not listen beyond loopback without tokens, and agents and the CLI over TLS.
 
 use std::time::{Duration, Instant};
 
@@ -170,4 +170,82 @@ async fn without_tokens_the_server_stays_on_loopback() {
         format!("{e:#}").contains("tokens.yaml:3:13: `sha256` must be 64 hex digits"),
         "{e:#}"
     );
+}
+
+/// A CA, and a certificate it signed for `localhost` and 127.0.0.1, written as PEM files:
+/// (ca.pem, cert.pem, key.pem).
+fn certificates(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+        .unwrap()
+        .signed_by(&key, &ca)
+        .unwrap();
+    let paths = (dir.join("ca.pem"), dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&paths.0, ca.pem()).unwrap();
+    std::fs::write(&paths.1, cert.pem()).unwrap();
+    std::fs::write(&paths.2, key.serialize_pem()).unwrap();
+    paths
+}
+
+/// TLS on the one port: an agent trusting the server's CA writes over gRPC+TLS with its token;
+/// one trusting only the system's roots refuses the server's certificate, plain text gets
+/// nowhere; `bimodal` reads the API over HTTPS with the CA file and refuses the server without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_and_readers_reach_the_server_over_tls() {
+    use bimodal_agent::connect::{ServerAddress, Token};
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = certificates(dir.path());
+    let (agent, agent_entry) = new_token("agents", &[Scope::Write], None);
+    let (reader, reader_entry) = new_token("dashboards", &[Scope::Read], None);
+    let tokens = dir.path().join("tokens.yaml");
+    std::fs::write(&tokens, format!("tokens:\n{agent_entry}{reader_entry}")).unwrap();
+    let config = Config {
+        token_file: Some(tokens),
+        tls: Some(bimodal_server::tls::TlsFiles { cert, key }),
+        ..test_config("127.0.0.1:0".parse().unwrap(), &dir.path().join("server"))
+    };
+    let server = TestServer::with_config(config, None).await;
+    let port = server.addr.port();
+    // An address, not a name: no resolver between the test and the server.
+    let https = format!("https://127.0.0.1:{port}");
+    let one = |id: u8| vec![hello("tls-1"), req(batch([id; 16], false, "hot", 3))];
+
+    let trusted = ServerAddress::new(https.clone(), Some(Token::Value(agent.clone()))).with_ca_file(Some(ca.clone()));
+    let acks = super::wire::exchange_at(&trusted, one(1)).await.unwrap();
+    assert_eq!(
+        acks[0].status,
+        bimodal_proto::v1::ack::Status::Stored as i32,
+        "{acks:?}"
+    );
+    let untrusted = ServerAddress::new(https.clone(), Some(Token::Value(agent.clone())));
+    let e = super::wire::exchange_at(&untrusted, one(2)).await.unwrap_err();
+    assert!(format!("{e:#}").to_lowercase().contains("certificate"), "{e:#}");
+    let plain = ServerAddress::new(format!("http://127.0.0.1:{port}"), Some(Token::Value(agent.clone())));
+    assert!(super::wire::exchange_at(&plain, one(3)).await.is_err());
+
+    // The CLI over HTTPS, trusting the CA file; without it the system's roots do not know the CA.
+    let cli = |ca_file: Option<&std::path::Path>| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_bimodal"));
+        cmd.args(["--server-url", &https, "--token", &reader, "compare", "--json"]);
+        if let Some(ca) = ca_file {
+            cmd.arg("--ca-file").arg(ca);
+        }
+        cmd.output().unwrap()
+    };
+    // (A short blocking call: the server runs on the other worker.)
+    let out = cli(Some(&ca));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\"nodes\""));
+    let out = cli(None);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot reach the server"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    server.stop().await;
 }

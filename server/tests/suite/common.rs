@@ -135,6 +135,7 @@ pub fn test_config(listen: SocketAddr, dir: &std::path::Path) -> Config {
         alerts: None,
         token_file: None,
         allow_unauthenticated: false,
+        tls: None,
     }
 }
 
@@ -156,8 +157,7 @@ fn dechunk(mut body: &[u8]) -> Vec<u8> {
 /// Agent settings for a test: `events` of process `pid` only, drained every second, no placement.
 pub fn agent_options(server_url: String, node: &str, pid: u32, events: Vec<EventKind>) -> RunOptions {
     RunOptions {
-        server_url,
-        token: None,
+        server: bimodal_agent::connect::ServerAddress::new(server_url, None),
         node: node.into(),
         labels: Default::default(),
         events,

@@ -77,10 +77,19 @@ pub async fn exchange_as(
     messages: Vec<v1::IngestRequest>,
 ) -> Result<Vec<v1::Ack>, tonic::Status> {
     let token = token.map(|t| bimodal_agent::connect::Token::Value(t.to_owned()));
-    let mut client = bimodal_agent::connect::ServerAddress::new(url, token)
-        .ingest()
+    let server = bimodal_agent::connect::ServerAddress::new(url, token);
+    exchange_at(&server, messages)
         .await
-        .unwrap();
+        .map_err(|e| e.downcast::<tonic::Status>().unwrap_or_else(|e| panic!("{e:#}")))
+}
+
+/// [`exchange_with`] the server as an agent reaches it (TLS, token): a connection that fails
+/// is an error too.
+pub async fn exchange_at(
+    server: &bimodal_agent::connect::ServerAddress,
+    messages: Vec<v1::IngestRequest>,
+) -> anyhow::Result<Vec<v1::Ack>> {
+    let mut client = server.ingest().await?;
     let (tx, rx) = mpsc::channel(messages.len().max(1));
     let n = messages.len();
     for m in messages {
