@@ -467,7 +467,7 @@ async fn ship(
                 }
                 tracing::warn!(error = format!("{e:#}"), retry_in = ?backoff, spooled = spool.entries.len(), "stream to server failed");
                 // Keep accepting batches while waiting, so sampling never blocks.
-                let sleep = tokio::time::sleep(backoff);
+                let sleep = tokio::time::sleep(jittered(backoff));
                 tokio::pin!(sleep);
                 loop {
                     tokio::select! {
@@ -482,6 +482,15 @@ async fn ship(
             }
         }
     }
+}
+
+/// `delay` spread over [0.5, 1.5) of itself: agents cut off together (a server restart) do not
+/// all come back in the same instant.
+fn jittered(delay: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    // A fresh random key per call (std's hash seeds come from the OS).
+    let random = std::collections::hash_map::RandomState::new().build_hasher().finish();
+    delay.mul_f64(0.5 + (random % 1000) as f64 / 1000.0)
 }
 
 /// A stream that broke after the server acknowledged something on it.
@@ -603,4 +612,17 @@ fn kernel_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_owned())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reconnect_delays_are_spread() {
+        let base = Duration::from_secs(2);
+        let delays: std::collections::HashSet<Duration> = (0..50).map(|_| jittered(base)).collect();
+        assert!(delays.iter().all(|d| *d >= base / 2 && *d < base * 3 / 2), "{delays:?}");
+        assert!(delays.len() > 10, "{delays:?}");
+    }
 }

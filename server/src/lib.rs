@@ -62,6 +62,8 @@ pub struct Config {
     pub allow_unauthenticated: bool,
     /// Serve TLS with this certificate and key; `None`: plain text.
     pub tls: Option<tls::TlsFiles>,
+    /// Agent streams served at once at most; more are told to retry later.
+    pub max_streams: usize,
 }
 
 /// A bound, running server (before it serves).
@@ -76,6 +78,7 @@ pub struct Server {
     alerts: Option<alerts::AlertConfig>,
     auth: auth::Auth,
     tls: Option<tls::Acceptor>,
+    max_streams: usize,
 }
 
 impl Server {
@@ -149,6 +152,7 @@ impl Server {
             alerts: config.alerts.clone(),
             auth,
             tls,
+            max_streams: config.max_streams.max(1),
         })
     }
 
@@ -160,7 +164,12 @@ impl Server {
     /// Serves until `shutdown` completes, then stops the managed ClickHouse.
     pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
         let ingest = ingest::encoded::EncodedIngestServer::new(
-            ingest::IngestService::new(self.writer.clone(), self.names.clone(), self.auth.clone()),
+            ingest::IngestService::new(
+                self.writer.clone(),
+                self.names.clone(),
+                self.auth.clone(),
+                self.max_streams,
+            ),
             MAX_MESSAGE_BYTES,
         );
         let debuginfo = DebuginfoServer::new(self.debuginfo).max_decoding_message_size(8 << 20);

@@ -88,6 +88,9 @@ struct Cli {
     /// The certificate's private key (PEM).
     #[arg(long, env = "BIMODAL_TLS_KEY", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// Agent streams served at once at most (one per agent); more are told to retry later.
+    #[arg(long, env = "BIMODAL_MAX_STREAMS", default_value_t = 20_000)]
+    max_streams: usize,
     /// Listen on an address other than loopback without --token-file.
     #[arg(long, env = "BIMODAL_ALLOW_UNAUTHENTICATED")]
     allow_unauthenticated: bool,
@@ -308,6 +311,7 @@ async fn main() -> std::process::ExitCode {
     let config = Config {
         alerts,
         token_file: cli.token_file,
+        max_streams: cli.max_streams,
         tls: cli
             .tls_cert
             .zip(cli.tls_key)

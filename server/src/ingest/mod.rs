@@ -48,15 +48,20 @@ pub struct IngestService {
     writer: Writer,
     names: Arc<Names>,
     auth: crate::auth::Auth,
+    /// Agent streams open at once at most.
+    streams: Arc<tokio::sync::Semaphore>,
+    max_streams: usize,
     in_flight: Arc<Admission>,
 }
 
 impl IngestService {
-    pub fn new(writer: Writer, names: Arc<Names>, auth: crate::auth::Auth) -> Self {
+    pub fn new(writer: Writer, names: Arc<Names>, auth: crate::auth::Auth, max_streams: usize) -> Self {
         IngestService {
             writer,
             names,
             auth,
+            streams: Arc::new(tokio::sync::Semaphore::new(max_streams)),
+            max_streams,
             in_flight: Arc::new(Admission {
                 room: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT_MIB as usize * 1024)),
                 waiting: std::sync::atomic::AtomicUsize::new(0),
@@ -131,6 +136,17 @@ impl IngestService {
             self.auth
                 .allow_grpc(request.metadata(), crate::auth::Scope::Write, None)?;
         }
+        // A bound on streams: each holds a task, buffers and a share of the admission bound.
+        let Ok(open_stream) = self.streams.clone().try_acquire_owned() else {
+            metrics()
+                .ingest_rejected
+                .get_or_create(&label("reason", "too_many_streams"))
+                .inc();
+            return Err(Status::resource_exhausted(format!(
+                "the server serves {} agent streams at most; retry later",
+                self.max_streams
+            )));
+        };
         let metadata = request.metadata().clone();
         let mut inbound = request.into_inner();
         let first = inbound.message().await?.map(|m| m.decode());
@@ -169,6 +185,7 @@ impl IngestService {
         let in_flight = self.in_flight.clone();
         tokio::spawn(async move {
             let _connected = Connected::new();
+            let _open_stream = open_stream;
             // Acks go out in the order batches came, whatever order they are stored in.
             // Each admitted batch is stored by its own task, so that it goes on (and frees its
             // share of the bound) while this loop waits to admit the next one.

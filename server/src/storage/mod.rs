@@ -74,6 +74,9 @@ impl StorageError {
     }
 }
 
+/// How long the health check waits for ClickHouse.
+pub const PING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Where the store is.
 #[derive(Clone, Debug)]
 pub struct StoreConfig {
@@ -350,11 +353,12 @@ impl Store {
     }
 
     /// True when ClickHouse answers.
+    /// Whether ClickHouse answers, within [`PING_TIMEOUT`] (a frozen ClickHouse makes the
+    /// health check fail, not hang).
     pub async fn ping(&self) -> Result<(), StorageError> {
-        self.client
-            .query("SELECT 1")
-            .execute()
+        tokio::time::timeout(PING_TIMEOUT, self.client.query("SELECT 1").execute())
             .await
+            .map_err(|_| StorageError::Timeout(PING_TIMEOUT).counted("ping"))?
             .map_err(StorageError::query("answer a ping"))
     }
 

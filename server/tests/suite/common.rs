@@ -136,6 +136,7 @@ pub fn test_config(listen: SocketAddr, dir: &std::path::Path) -> Config {
         token_file: None,
         allow_unauthenticated: false,
         tls: None,
+        max_streams: 20_000,
     }
 }
 

@@ -91,3 +91,58 @@ async fn streams_must_start_with_hello() {
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     server.stop().await;
 }
+
+/// A server serves `--max-streams` agent streams at once: one more is told RESOURCE_EXHAUSTED
+/// with the bound (the agent retries later), and a stream that ends frees its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_beyond_the_bound_are_told_to_retry() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = bimodal_server::Config {
+        max_streams: 2,
+        ..super::common::test_config("127.0.0.1:0".parse().unwrap(), dir.path())
+    };
+    let server = TestServer::with_config(config, None).await;
+    let agent = bimodal_agent::connect::ServerAddress::new(server.url(), None);
+    // Opens a stream that stays open (its sender kept), with its first ack read.
+    let open = |node: &'static str, id: u8| {
+        let agent = agent.clone();
+        async move {
+            let mut client = agent.ingest().await.unwrap();
+            let (tx, rx) = tokio::sync::mpsc::channel(4);
+            tx.send(wire::hello(node)).await.unwrap();
+            tx.send(req(wire::batch([id; 16], false, "hot", 1))).await.unwrap();
+            let acks = client.stream(tokio_stream::wrappers::ReceiverStream::new(rx)).await;
+            match acks {
+                Ok(r) => {
+                    let mut acks = r.into_inner();
+                    let first = acks.message().await;
+                    (Ok(first.map(|m| m.is_some())), Some((tx, acks)))
+                }
+                Err(status) => (Err(status), None),
+            }
+        }
+    };
+    let (a, held_a) = open("node-a", 1).await;
+    let (b, held_b) = open("node-b", 2).await;
+    assert!(matches!(a, Ok(Ok(true))) && matches!(b, Ok(Ok(true))), "{a:?} {b:?}");
+    let (c, _) = open("node-c", 3).await;
+    let status = c.expect_err("a third stream is refused");
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    assert!(status.message().contains("2 agent streams at most"), "{status:?}");
+    // One stream ends: its place is free again.
+    drop(held_a);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (d, _held_d) = open("node-d", 4).await;
+        if matches!(d, Ok(Ok(true))) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the freed place never came back: {d:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    drop(held_b);
+    server.stop().await;
+}

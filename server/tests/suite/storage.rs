@@ -347,8 +347,9 @@ fn symbol_address(binary: &Path, name: &str) -> u64 {
 }
 
 /// With ClickHouse frozen (SIGSTOP) and a write buffer of a few rows, batches are answered
-/// "retry" with a delay instead of piling up; once ClickHouse runs again, resent batches are all
-/// stored, each once.
+/// "retry" with a delay instead of piling up, and `/healthz` says unhealthy instead of hanging;
+/// once ClickHouse runs again, resent batches are all stored, each once, and the server is
+/// healthy again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_write_buffer_answers_retry_and_nothing_acknowledged_is_lost() {
     let ch = SharedClickHouse::start().await;
@@ -370,6 +371,14 @@ async fn a_full_write_buffer_answers_retry_and_nothing_acknowledged_is_lost() {
     let pid = ch.pid();
     // SAFETY: kill(2) with SIGSTOP/SIGCONT on the ClickHouse child this test started.
     unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let asked = Instant::now();
+    let (status, body) = server.get("/healthz").await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        asked.elapsed() < bimodal_server::storage::PING_TIMEOUT + Duration::from_secs(3),
+        "the health check waited {:?}",
+        asked.elapsed()
+    );
     let batches: Vec<v1::Batch> = (0..12u8)
         .map(|i| wire::batch([100 + i; 16], false, "buffered_leaf", 1))
         .collect();
@@ -411,6 +420,7 @@ async fn a_full_write_buffer_answers_retry_and_nothing_acknowledged_is_lost() {
         }
     }
     assert_eq!(folded_total(&flame(&server, "pressure-node").await), 12 * 100);
+    assert_eq!(server.get("/healthz").await.0, 200);
     server.stop().await;
     ch.stop().await;
 }
