@@ -503,8 +503,16 @@ static __always_inline __u64 unwind_user(__u32 tgid, __u64 mm, __u32 slot)
 
 	walk.process = bpf_map_lookup_elem(&unwind_processes, &tgid);
 	scratch = bpf_map_lookup_elem(&unwind_scratch, &slot);
-	if (!walk.process || !scratch)
+	if (!scratch)
 		return 0;
+	/*
+	 * Marked for tables but without an entry: an exec removed it between the agent's writes of
+	 * the entry and of the mark. Read the process again.
+	 */
+	if (!walk.process) {
+		report_miss(tgid, mm);
+		return 0;
+	}
 	/* an entry read for the address space before an exec: read the process again */
 	if (walk.process->mm != mm) {
 		report_miss(tgid, mm);
@@ -573,12 +581,16 @@ static __always_inline int record_sample(void *ctx, enum event_kind event, __u64
 	if (key.kernel_stack_id < 0 && key.kernel_stack_id != -EFAULT)
 		count_drop(event, DROP_KERNEL_STACK);
 
-	if (user && (unwind_all || (unwind_auto && state == PROCESS_NOTICED)) &&
+	if (user && !unwind_all && state == PROCESS_TABLES)
+		key.user_chain = unwind_user(key.tgid, mm, slot);
+	/*
+	 * No chain from tables (not read yet, or the entry is missing or for the address space
+	 * before an exec until the agent reads the process again): a stack copy for the agent to
+	 * unwind, not frame pointers that FP-less code would cut short.
+	 */
+	if (user && !key.user_chain && (unwind_all || unwind_auto) &&
 	    send_snapshot(&key, weight, address))
 		return 0;
-
-	if (user && state == PROCESS_TABLES)
-		key.user_chain = unwind_user(key.tgid, mm, slot);
 	if (key.user_chain) {
 		key.user_stack_id = -ENODATA;
 	} else {
