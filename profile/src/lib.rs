@@ -98,6 +98,14 @@ pub fn hex(bytes: &[u8]) -> String {
     s
 }
 
+/// The bytes of hex text (either case); `None` for an odd length or a non-hex digit.
+pub fn unhex(h: &str) -> Option<Vec<u8>> {
+    (0..h.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(h.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
 /// A sample: a process name, a stack (leaf first, indices into `Profile::frames`) and weights.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sample {
@@ -223,5 +231,19 @@ impl Profile {
     /// The flame-graph tree: root "all", then process, then frames root to leaf.
     pub fn to_tree(&self) -> TreeNode {
         tree::build(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn hex_text_round_trips_and_bad_text_is_none() {
+        let bytes = [0u8, 0x7f, 0xab, 0xff];
+        assert_eq!(super::unhex(&super::hex(&bytes)), Some(bytes.to_vec()));
+        assert_eq!(super::unhex("ABcd"), Some(vec![0xab, 0xcd]));
+        assert_eq!(super::unhex("abc"), None);
+        assert_eq!(super::unhex("zz"), None);
+        // A multi-byte character is not a digit (and no slice panics on it).
+        assert_eq!(super::unhex("éa"), None);
     }
 }

@@ -159,15 +159,8 @@ impl Reader {
         };
         let sha256 = match f.get("sha256") {
             Some(n) => self.text(n, "`sha256`").and_then(|t| {
-                let bytes = (t.len() == 64)
-                    .then(|| {
-                        (0..32)
-                            .map(|i| u8::from_str_radix(&t[2 * i..2 * i + 2], 16).ok())
-                            .collect::<Option<Vec<u8>>>()
-                    })
-                    .flatten();
-                match bytes {
-                    Some(b) => b.try_into().ok(),
+                match bimodal_profile::unhex(t).and_then(|b| <[u8; 32]>::try_from(b).ok()) {
+                    Some(digest) => Some(digest),
                     None => {
                         self.wrong(n.at, "`sha256` must be 64 hex digits (the SHA-256 of the token)");
                         None

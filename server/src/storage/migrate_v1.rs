@@ -378,18 +378,15 @@ fn v1_frames(s: &StackRow) -> Vec<v1::Frame> {
             kind: i32::from(s.kinds[i]),
             address: s.addresses.get(i).copied().unwrap_or(0),
             module: s.modules.get(i).cloned().unwrap_or_default(),
-            build_id: s.build_ids.get(i).and_then(|h| unhex(h)).unwrap_or_default(),
+            build_id: s
+                .build_ids
+                .get(i)
+                .and_then(|h| bimodal_profile::unhex(h))
+                .unwrap_or_default(),
             file_offset: s.file_offsets.get(i).copied().unwrap_or(0),
             function: s.functions.get(i).cloned().unwrap_or_default(),
             elf_address: s.elf_addresses.get(i).copied().unwrap_or(0),
             ..Default::default()
         })
-        .collect()
-}
-
-fn unhex(h: &str) -> Option<Vec<u8>> {
-    (0..h.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(h.get(i..i + 2)?, 16).ok())
         .collect()
 }
