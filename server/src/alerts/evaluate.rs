@@ -195,6 +195,8 @@ async fn evaluate(
     // included, so it holds the last `window` and up to a minute more.
     let (from, to) = crate::storage::queries::whole_buckets(now.saturating_sub(rule.window.as_secs() as u32), now);
     let current = windows.get(store, &rule.selector, from, to).await.map_err(err)?;
+    // `above_baseline`'s window before, also the reference of its alerts' top function.
+    let mut baseline_window: Option<Arc<Window>> = None;
     let found: Vec<Found> = match &rule.condition {
         Condition::BandsAppear { metric } => {
             let bands_in = |w: &Window| -> Window {
@@ -234,7 +236,9 @@ async fn evaluate(
                 )
                 .await
                 .map_err(err)?;
-            judge::nodes(rule, &current, Some(&before))
+            let found = judge::nodes(rule, &current, Some(&before));
+            baseline_window = Some(before);
+            found
         }
         Condition::RateAbove { .. } | Condition::AbovePeers { .. } => judge::nodes(rule, &current, None),
     };
@@ -252,7 +256,7 @@ async fn evaluate(
         let Some(f) = by_fingerprint.get(&alert.fingerprint) else {
             continue;
         };
-        match top_function(store, rule, f, &current, (from, to)).await {
+        match top_function(store, rule, f, &current, baseline_window.as_deref(), (from, to)).await {
             Ok(Some(name)) => {
                 alert.top_function = name.clone();
                 if let Some(a) = tracker.get_mut(alert.fingerprint) {
@@ -277,12 +281,14 @@ fn node_selector(selector: &Selector, node: &str) -> Selector {
 /// The function that differs most on an alert's nodes, per CPU-second of each node: for bands,
 /// compare's first code difference between them; for a node, its function with the largest
 /// excess over the reference the rule held the node to (nothing for `rate_above`, the node's own
-/// past for `above_baseline`, the median of its peers for `above_peers`).
+/// past for `above_baseline`, the median of its peers for `above_peers`). `before_window` is
+/// the window before that `above_baseline` judged against.
 async fn top_function(
     store: &Store,
     rule: &Rule,
     found: &Found,
     current: &Window,
+    before_window: Option<&Window>,
     (from, to): (u32, u32),
 ) -> Result<Option<String>, String> {
     let err = |e: StorageError| e.to_string();
@@ -342,18 +348,23 @@ async fn top_function(
                 .await
                 .map_err(err)?;
             mine = per_second(current, &read, node);
+            // The peers the rule judged the node against: its hardware class.
+            let class = current
+                .nodes
+                .iter()
+                .find(|n| n.node == *node)
+                .map(|n| judge::hardware_class(&n.labels));
             let peers: Vec<HashMap<String, f64>> = current
                 .nodes
                 .iter()
-                .filter(|n| n.node != *node)
+                .filter(|n| n.node != *node && Some(judge::hardware_class(&n.labels)) == class)
                 .map(|n| per_second(current, &read, &n.node))
                 .collect();
             reference = mine
                 .keys()
                 .map(|f| {
                     let mut v: Vec<f64> = peers.iter().map(|p| p.get(f).copied().unwrap_or(0.0)).collect();
-                    v.sort_by(f64::total_cmp);
-                    (f.clone(), v.get(v.len() / 2).copied().unwrap_or(0.0))
+                    (f.clone(), judge::median(&mut v))
                 })
                 .collect();
         }
@@ -365,12 +376,12 @@ async fn top_function(
                 .map_err(err)?;
             mine = per_second(current, &read, node);
             let before_from = from.saturating_sub(baseline.as_secs() as u32);
-            let before = Window::read(store, &one, before_from, from).await.map_err(err)?;
             let read = store
                 .node_functions(&scope(one, before_from, from), FUNCTIONS_READ, Measures::Values)
                 .await
                 .map_err(err)?;
-            reference = per_second(&before, &read, node);
+            // The node's CPU-seconds before: from the window the rule already read.
+            reference = before_window.map_or_else(HashMap::new, |before| per_second(before, &read, node));
         }
         _ => {
             let read = store

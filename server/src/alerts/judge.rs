@@ -172,14 +172,14 @@ fn slow_band(groups: &Groups, high_median: f64, low_median: f64) -> (&[usize], &
 }
 
 /// A node's hardware class: its values of [`HARDWARE_CLASS_LABELS`].
-fn hardware_class(labels: &BTreeMap<String, String>) -> Vec<&str> {
+pub(super) fn hardware_class(labels: &BTreeMap<String, String>) -> Vec<&str> {
     HARDWARE_CLASS_LABELS
         .iter()
         .map(|l| labels.get(*l).map_or("", String::as_str))
         .collect()
 }
 
-fn median(values: &mut [f64]) -> f64 {
+pub(super) fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     let n = values.len();
     match n {
