@@ -16,6 +16,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::state::{Alert, State};
+use crate::api::params::rfc3339;
 
 /// How long a resolved alert is still sent to Alertmanager.
 pub const RESEND_RESOLVED: Duration = Duration::from_secs(15 * 60);
@@ -232,10 +233,6 @@ fn count(receiver: &str, sent: bool) {
             ("result", if sent { "sent" } else { "failed" }.to_owned()),
         ])
         .inc();
-}
-
-fn rfc3339(secs: u32) -> String {
-    crate::api::params::rfc3339(secs)
 }
 
 #[cfg(test)]
