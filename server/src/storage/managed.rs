@@ -1,9 +1,12 @@
 //! A ClickHouse server the bimodal server starts, watches and stops itself, so that storage
 //! needs no set-up: its own config, data directory and free loopback ports.
 
+use std::collections::HashSet;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::process::{Child, Command};
@@ -26,7 +29,12 @@ pub enum ManagedError {
     },
     #[error("clickhouse-server exited while starting ({status}): {output}")]
     Exited { status: String, output: String },
+    #[error("port {port} was taken by another process before clickhouse-server could bind it")]
+    PortTaken { port: u16 },
 }
+
+/// How many times start-up chooses new ports when a chosen one was taken meanwhile.
+const PORT_ATTEMPTS: u32 = 5;
 
 /// Binaries that run a ClickHouse server, in the order tried.
 const CANDIDATES: &[&str] = &[
@@ -39,6 +47,8 @@ const CANDIDATES: &[&str] = &[
 #[derive(Debug)]
 pub struct ManagedClickHouse {
     pub url: String,
+    /// The running child's pid (0 between a crash and its restart).
+    pid: Arc<AtomicU32>,
     stop: watch::Sender<bool>,
     supervisor: Option<tokio::task::JoinHandle<()>>,
 }
@@ -125,23 +135,51 @@ impl ManagedClickHouse {
             let p = dir.join(sub);
             std::fs::create_dir_all(&p).map_err(prepare(&p))?;
         }
-        let (http_port, tcp_port) = (free_port().map_err(prepare(dir))?, free_port().map_err(prepare(dir))?);
         let config = dir.join("config.xml");
-        std::fs::write(&config, config_xml(dir, http_port, tcp_port, "")).map_err(prepare(&config))?;
-        let url = format!("http://127.0.0.1:{http_port}");
         let log = dir.join("log/clickhouse-server.err.log");
-
-        let mut child = spawn(&binary, &config, dir)?;
-        wait_ready(&mut child, &url, &log, Duration::from_secs(60)).await?;
+        // A free port is only free until someone binds it: another process may take it between
+        // the choice and ClickHouse's bind. The child then exits on the taken address, or (when
+        // the other process is a ClickHouse too) another server answers on "our" URL; both are
+        // told apart by the child's own listening sockets, and new ports are chosen.
+        let mut attempt = 1;
+        let (child, url) = loop {
+            let (http_port, tcp_port) = (free_port().map_err(prepare(dir))?, free_port().map_err(prepare(dir))?);
+            std::fs::write(&config, config_xml(dir, http_port, tcp_port, "")).map_err(prepare(&config))?;
+            let url = format!("http://127.0.0.1:{http_port}");
+            let mut child = spawn(&binary, &config, dir)?;
+            match wait_ready(&mut child, &url, [http_port, tcp_port], &log, Duration::from_secs(60)).await {
+                Ok(()) => break (child, url),
+                Err(ManagedError::PortTaken { port }) if attempt < PORT_ATTEMPTS => {
+                    tracing::warn!(
+                        port,
+                        attempt,
+                        "a chosen port was taken before clickhouse-server bound it; choosing others"
+                    );
+                    terminate(&mut child).await;
+                    attempt += 1;
+                }
+                Err(e) => {
+                    terminate(&mut child).await;
+                    return Err(e);
+                }
+            }
+        };
         tracing::info!(%url, data = %dir.display(), "managed clickhouse-server is up");
 
+        let pid = Arc::new(AtomicU32::new(child.id().unwrap_or(0)));
         let (stop, stop_rx) = watch::channel(false);
-        let supervisor = tokio::spawn(supervise(child, binary, config, dir.to_owned(), stop_rx));
+        let supervisor = tokio::spawn(supervise(child, binary, config, dir.to_owned(), pid.clone(), stop_rx));
         Ok(ManagedClickHouse {
             url,
+            pid,
             stop,
             supervisor: Some(supervisor),
         })
+    }
+
+    /// The pid of the running clickhouse-server, if one runs (a restart changes it).
+    pub fn pid(&self) -> Option<u32> {
+        Some(self.pid.load(Ordering::Relaxed)).filter(|&p| p != 0)
     }
 
     /// Stops the server and waits for it to exit.
@@ -191,18 +229,36 @@ fn spawn(binary: &Path, config: &Path, dir: &Path) -> Result<Child, ManagedError
     })
 }
 
-async fn wait_ready(child: &mut Child, url: &str, log: &Path, limit: Duration) -> Result<(), ManagedError> {
+/// Waits until the child answers on `url` and holds both of its ports: an answer alone may come
+/// from another server that took the port first.
+async fn wait_ready(
+    child: &mut Child,
+    url: &str,
+    ports: [u16; 2],
+    log: &Path,
+    limit: Duration,
+) -> Result<(), ManagedError> {
     let start = Instant::now();
     let addr = url.trim_start_matches("http://").to_owned();
     while start.elapsed() < limit {
         if ping(&addr).await {
-            return Ok(());
+            let held = child.id().map(listening_ports).unwrap_or_default();
+            if ports.iter().all(|p| held.contains(p)) {
+                return Ok(());
+            }
         }
         // A server that cannot start (bad config, port taken) exits at once: say why.
         if let Ok(Some(status)) = child.try_wait() {
             let stdout = log.with_file_name("stdout.log");
             let mut output = std::fs::read_to_string(&stdout).unwrap_or_default();
             output.push_str(&std::fs::read_to_string(log).unwrap_or_default());
+            if output.contains("Address already in use") {
+                let port = ports
+                    .into_iter()
+                    .find(|p| output.contains(&format!(":{p}")))
+                    .unwrap_or(ports[0]);
+                return Err(ManagedError::PortTaken { port });
+            }
             let tail: Vec<&str> = output.lines().rev().take(5).collect();
             return Err(ManagedError::Exited {
                 status: status.to_string(),
@@ -216,6 +272,39 @@ async fn wait_ready(child: &mut Child, url: &str, log: &Path, limit: Duration) -
         waited: limit,
         log: log.to_owned(),
     })
+}
+
+/// The TCP ports process `pid` listens on, from its socket descriptors and the kernel's socket
+/// tables (`/proc/net/tcp`, `/proc/net/tcp6`); empty when they cannot be read.
+pub fn listening_ports(pid: u32) -> HashSet<u16> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return HashSet::new();
+    };
+    let inodes: HashSet<String> = fds
+        .filter_map(|e| {
+            let link = std::fs::read_link(e.ok()?.path()).ok()?;
+            let inode = link.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?;
+            Some(inode.to_owned())
+        })
+        .collect();
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|table| std::fs::read_to_string(table).ok())
+        .flat_map(|table| {
+            table
+                .lines()
+                .skip(1)
+                .filter_map(|line| {
+                    // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
+                    let fields: Vec<&str> = line.split_whitespace().collect();
+                    let listening = fields.get(3) == Some(&"0A");
+                    let ours = fields.get(9).is_some_and(|i| inodes.contains(*i));
+                    let port = fields.get(1)?.rsplit(':').next()?;
+                    (listening && ours).then(|| u16::from_str_radix(port, 16).ok())?
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 /// ClickHouse answers `GET /ping` with `Ok.`; a raw request avoids an HTTP client dependency.
@@ -233,11 +322,19 @@ async fn ping(addr: &str) -> bool {
     matches!(read, Ok(Ok(_))) && String::from_utf8_lossy(&buf).contains("Ok.")
 }
 
-async fn supervise(mut child: Child, binary: PathBuf, config: PathBuf, dir: PathBuf, mut stop: watch::Receiver<bool>) {
+async fn supervise(
+    mut child: Child,
+    binary: PathBuf,
+    config: PathBuf,
+    dir: PathBuf,
+    pid: Arc<AtomicU32>,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut backoff = Duration::from_millis(500);
     loop {
         tokio::select! {
             status = child.wait() => {
+                pid.store(0, Ordering::Relaxed);
                 tracing::error!(?status, retry_in = ?backoff, "managed clickhouse-server exited; restarting it");
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {}
@@ -245,7 +342,10 @@ async fn supervise(mut child: Child, binary: PathBuf, config: PathBuf, dir: Path
                 }
                 backoff = (backoff * 2).min(Duration::from_secs(30));
                 match spawn(&binary, &config, &dir) {
-                    Ok(c) => child = c,
+                    Ok(c) => {
+                        pid.store(c.id().unwrap_or(0), Ordering::Relaxed);
+                        child = c;
+                    }
                     Err(e) => tracing::error!(error = %e, "failed to restart clickhouse-server"),
                 }
             }
@@ -270,5 +370,26 @@ async fn terminate(child: &mut Child) {
         .is_err()
     {
         let _ = child.kill().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_listening_ports_are_its_own_listening_sockets_only() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        // A connected socket's port is not a listening one.
+        let client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let client_port = client.local_addr().unwrap().port();
+        let held = listening_ports(std::process::id());
+        assert!(held.contains(&port), "{port} not in {held:?}");
+        assert!(!held.contains(&client_port), "{client_port} in {held:?}");
+        drop(listener);
+        assert!(!listening_ports(std::process::id()).contains(&port));
+        // PID 1 (not this process) does not hold this process's ports.
+        assert!(!listening_ports(1).contains(&port));
     }
 }

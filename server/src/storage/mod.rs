@@ -352,7 +352,6 @@ impl Store {
         self.write_client.clone()
     }
 
-    /// True when ClickHouse answers.
     /// Whether ClickHouse answers, within [`PING_TIMEOUT`] (a frozen ClickHouse makes the
     /// health check fail, not hang).
     pub async fn ping(&self) -> Result<(), StorageError> {

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use bimodal_server::storage::managed::listening_ports;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Binaries that run a ClickHouse server, in the order tried (as the managed ClickHouse does).
@@ -395,8 +396,13 @@ async fn wait_clickhouse(server: &mut Server) -> Result<(), StartError> {
     let mut last = String::new();
     loop {
         let probe = if answered { zookeeper } else { select_1 };
+        // An answer counts only from our child: another server may have taken the port first.
+        let ours = server.child.as_ref().is_some_and(|c| {
+            let port = server.http_addr.rsplit(':').next().and_then(|p| p.parse().ok());
+            port.is_some_and(|p| listening_ports(c.id()).contains(&p))
+        });
         match http_get(&server.http_addr, probe).await {
-            Some((200, body)) if !answered && body.trim() == "1" => answered = true,
+            Some((200, body)) if !answered && ours && body.trim() == "1" => answered = true,
             Some((200, body)) if answered && body.trim().parse::<u64>().is_ok() => return Ok(()),
             Some((status, body)) => last = format!("HTTP {status}: {}", body.trim()),
             None => {}

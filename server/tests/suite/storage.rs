@@ -92,19 +92,8 @@ impl SharedClickHouse {
 
     /// The pid of the clickhouse-server this test started.
     fn pid(&self) -> i32 {
-        let needle = self.dir.path().to_string_lossy().into_owned();
-        std::fs::read_dir("/proc")
-            .unwrap()
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-            .find(|pid| {
-                std::fs::read(format!("/proc/{pid}/cmdline"))
-                    .map(|c| {
-                        String::from_utf8_lossy(&c).contains(&needle)
-                            && String::from_utf8_lossy(&c).contains("clickhouse")
-                    })
-                    .unwrap_or(false)
-            })
-            .expect("the test's clickhouse-server runs")
+        let pid = self.clickhouse.as_ref().and_then(ManagedClickHouse::pid);
+        pid.expect("the test's clickhouse-server runs") as i32
     }
 
     pub(super) async fn stop(mut self) {
@@ -370,7 +359,11 @@ async fn a_full_write_buffer_answers_retry_and_nothing_acknowledged_is_lost() {
     .await;
     let pid = ch.pid();
     // SAFETY: kill(2) with SIGSTOP/SIGCONT on the ClickHouse child this test started.
-    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0, "SIGSTOP {pid}");
+    // The signal is delivered asynchronously: wait until every thread has stopped.
+    while !process_stopped(pid) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let asked = Instant::now();
     let (status, body) = server.get("/healthz").await;
     assert_eq!(status, 503, "{body}");
@@ -387,7 +380,7 @@ async fn a_full_write_buffer_answers_retry_and_nothing_acknowledged_is_lost() {
     let started = Instant::now();
     let acks = exchange(&server, messages).await.unwrap();
     // SAFETY: as above.
-    unsafe { libc::kill(pid, libc::SIGCONT) };
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0, "SIGCONT {pid}");
     assert_eq!(acks.len(), batches.len());
     for ack in &acks {
         assert_eq!(Status::try_from(ack.status).unwrap(), Status::Retry, "{ack:?}");
@@ -423,6 +416,19 @@ async fn a_full_write_buffer_answers_retry_and_nothing_acknowledged_is_lost() {
     assert_eq!(server.get("/healthz").await.0, 200);
     server.stop().await;
     ch.stop().await;
+}
+
+/// Whether every thread of `pid` is stopped (state `T` in `/proc/PID/task/*/stat`).
+fn process_stopped(pid: i32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.filter_map(Result::ok).all(|t| {
+        std::fs::read_to_string(t.path().join("stat"))
+            .ok()
+            .and_then(|stat| Some(stat.rsplit_once(") ")?.1.starts_with('T')))
+            .unwrap_or(true)
+    })
 }
 
 /// A batch whose samples reached ClickHouse but whose counters and ledger entry did not (a
