@@ -264,9 +264,9 @@ measure() {
 			[ -n "${s:-}" ] || die "$n printed no \`wrote FILE (N samples of EVENT, M lost)\` line ($runs/$n.err)"
 			;;
 		bimodal-run)
-			# bimodal-agent: ran Ns: B batches (S samples of KINDS, L lost)
-			s=$(sed -n 's/^bimodal-agent: ran .*: [0-9]* batches (\([0-9]*\) samples of .*, [0-9]* lost)$/\1/p' "$runs/$n.err")
-			l=$(sed -n 's/^bimodal-agent: ran .*: [0-9]* batches ([0-9]* samples of .*, \([0-9]*\) lost)$/\1/p' "$runs/$n.err")
+			# bimodal-agent: ran Ns: B batches (S samples of KINDS, L lost), D batches dropped
+			s=$(sed -n 's/^bimodal-agent: ran .*: [0-9]* batches (\([0-9]*\) samples of .*, [0-9]* lost).*$/\1/p' "$runs/$n.err")
+			l=$(sed -n 's/^bimodal-agent: ran .*: [0-9]* batches ([0-9]* samples of .*, \([0-9]*\) lost).*$/\1/p' "$runs/$n.err")
 			[ -n "$s" ] || die "$n printed no \`ran …: B batches (S samples of …, L lost)\` line ($runs/$n.err)"
 			f=$runs/bimodal-run
 			;;

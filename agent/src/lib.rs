@@ -27,6 +27,7 @@ pub mod probe;
 pub mod processes;
 pub mod record;
 pub mod ship;
+pub mod spool;
 pub mod symbolize;
 pub mod topology;
 pub mod unwind;

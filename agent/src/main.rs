@@ -11,6 +11,7 @@ use bimodal_agent::kubernetes::ApiConfig;
 use bimodal_agent::placement::Placement;
 use bimodal_agent::record::{self, Format, RecordOptions};
 use bimodal_agent::ship::{self, RunOptions, Symbolize};
+use bimodal_agent::spool::SpoolOptions;
 use bimodal_agent::topology::Topology;
 use bimodal_agent::{facts, probe};
 use clap::{Args, Parser, Subcommand};
@@ -224,9 +225,15 @@ struct RunArgs {
     /// How often samples are drained and shipped.
     #[arg(long, env = "BIMODAL_INTERVAL", value_parser = humantime::parse_duration, default_value = "10s")]
     interval: Duration,
-    /// Unacknowledged batches kept for resending while the server is unreachable.
-    #[arg(long, env = "BIMODAL_SPOOL_BATCHES", default_value_t = 360)]
-    spool_batches: usize,
+    /// Keep unacknowledged batches as files in this directory (one subdirectory per node name),
+    /// so that they outlive the agent: after a crash, an upgrade or a node reboot the next agent
+    /// sends them first. Without it they are kept in memory and lost when the agent stops.
+    #[arg(long, env = "BIMODAL_SPOOL_DIR")]
+    spool_dir: Option<PathBuf>,
+    /// Bytes of unacknowledged batches kept while the server is unreachable; past it the oldest
+    /// are dropped and counted (bimodal_agent_batches_dropped{reason="spool_full"}).
+    #[arg(long, env = "BIMODAL_SPOOL_BYTES", default_value_t = 256 << 20, value_parser = clap::value_parser!(u64).range(1..))]
+    spool_bytes: u64,
     /// Read the memory placement (numa_maps) of the busiest processes every N intervals; 0: never.
     #[arg(long, env = "BIMODAL_PLACEMENT_EVERY", default_value_t = 6)]
     placement_every: u32,
@@ -462,7 +469,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 upload_max_bytes: a.upload_max_bytes,
                 debug_dirs: a.sampling.debug_dirs,
                 cached_images: a.sampling.cached_images,
-                spool_batches: a.spool_batches,
+                spool: SpoolOptions {
+                    dir: a.spool_dir,
+                    max_bytes: a.spool_bytes,
+                },
                 placement_every: a.placement_every,
                 placement_processes: a.placement_processes,
                 kubernetes,
@@ -491,12 +501,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 ship::run(opts, stop_rx).await
             })?;
             eprintln!(
-                "bimodal-agent: ran {:.0?}: {} batches ({} samples of {}, {} lost)",
+                "bimodal-agent: ran {:.0?}: {} batches ({} samples of {}, {} lost), {} batches dropped",
                 started.elapsed(),
                 summary.batches,
                 summary.samples,
                 summary.events.join(","),
-                summary.lost
+                summary.lost,
+                summary.dropped_batches
             );
             Ok(())
         }

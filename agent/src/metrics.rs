@@ -30,7 +30,9 @@ pub struct Metrics {
     pub drain_seconds: Histogram,
     /// Batches waiting for the server's acknowledgement.
     pub spool_batches: Gauge,
-    /// Batches dropped, by `reason` (spool_full, refused).
+    /// Their encoded bytes (the spool's bound is in bytes).
+    pub spool_bytes: Gauge,
+    /// Batches dropped, by `reason` (spool_full, refused, unreadable).
     pub batches_dropped: Family<[(&'static str, String); 1], Counter>,
     /// Batches the server acknowledged as stored (or stored before).
     pub batches_acked: Counter,
@@ -45,6 +47,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         // 100 µs to about 6.5 s.
         drain_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
         spool_batches: Gauge::default(),
+        spool_bytes: Gauge::default(),
         batches_dropped: Family::default(),
         batches_acked: Counter::default(),
     };
@@ -71,8 +74,13 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         m.spool_batches.clone(),
     );
     registry.register(
+        "bimodal_agent_spool_bytes",
+        "Encoded bytes of the batches waiting for the server's acknowledgement",
+        m.spool_bytes.clone(),
+    );
+    registry.register(
         "bimodal_agent_batches_dropped",
-        "Batches dropped, by reason (spool_full: the server was unreachable too long; refused: the server refused them for good)",
+        "Batches dropped, by reason (spool_full: the server was unreachable too long; refused: the server refused them for good; unreadable: a spooled file could not be read back)",
         m.batches_dropped.clone(),
     );
     registry.register(

@@ -1,12 +1,13 @@
 //! `bimodal-agent run`: sample continuously and stream batches to the server.
 //!
-//! A batch stays in a bounded spool until the server acks it. After a broken stream every
-//! spooled batch is sent again with `resend = true`, and the server stores it at most once.
-//! When the server is overloaded it answers "retry" with a delay, which is honoured. When the
-//! spool is full the oldest batch is dropped and counted, never silently; so is a batch the
-//! server refuses for good (malformed, undecodable, larger than it accepts).
+//! A batch stays in a bounded spool ([`crate::spool`], in memory or on disk) until the server
+//! acks it. After a broken stream, or a restart of an agent with a spool on disk, every spooled
+//! batch is sent again with `resend = true`, and the server stores it at most once. When the
+//! server is overloaded it answers "retry" with a delay, which is honoured. When the spool is
+//! full the oldest batch is dropped and counted, never silently; so is a batch the server
+//! refuses for good (malformed, undecodable, larger than it accepts).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -22,6 +23,7 @@ use crate::connect::ServerAddress;
 use crate::events::{self, EventKind, LiveProber, Machine, Rates};
 use crate::kubernetes::{ApiConfig, PodResolver};
 use crate::metrics::metrics;
+use crate::spool::{Dropped, Spool, SpoolOptions, MAX_BATCH_BYTES};
 use crate::symbolize::Frames;
 use crate::topology::Topology;
 use crate::work::WorkMetric;
@@ -50,8 +52,8 @@ pub struct RunOptions {
     pub debug_dirs: Vec<PathBuf>,
     /// Images kept parsed for naming and unwinding.
     pub cached_images: usize,
-    /// Unacknowledged batches kept for resending.
-    pub spool_batches: usize,
+    /// Where unacknowledged batches are kept for resending, and how many bytes of them.
+    pub spool: SpoolOptions,
     /// Memory placement is read every this many intervals (0: never); reading `numa_maps`
     /// walks page tables, so it is not done at every drain.
     pub placement_every: u32,
@@ -90,6 +92,9 @@ pub struct RunSummary {
     pub samples: u64,
     /// Samples lost whole or in part (the batches' loss counters).
     pub lost: u64,
+    /// Batches that left the spool without being stored (full, refused, unreadable); those
+    /// left in a spool on disk for the next start are not counted.
+    pub dropped_batches: u64,
 }
 
 /// Samples and ships until `shutdown` turns true, then sends what is left once.
@@ -252,23 +257,16 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
 
     let shipping = async {
         match &opts.output_dir {
-            Some(dir) => write_out(dir, &hello, batches_rx).await,
-            None => {
-                ship(
-                    opts.server.clone(),
-                    opts.spool_batches,
-                    hello,
-                    batches_rx,
-                    shutdown.clone(),
-                )
-                .await
-            }
+            Some(dir) => write_out(dir, &hello, batches_rx).await.map(|()| 0),
+            None => ship(opts.server.clone(), &opts.spool, hello, batches_rx, shutdown.clone()).await,
         }
     };
     let (sampled, shipped) = tokio::join!(sampling, shipping);
     let summary = sampled.context("sampling thread panicked")??;
-    shipped?;
-    Ok(summary)
+    Ok(RunSummary {
+        dropped_batches: shipped?,
+        ..summary
+    })
 }
 
 /// The hello of a node's written batches, and the batches' file names (in the order written).
@@ -335,7 +333,7 @@ pub async fn import(dir: &Path, server: &ServerAddress) -> anyhow::Result<usize>
     // import with an error (nothing is lost: the files stay, and importing again is safe).
     let (_stop, stopping) = watch::channel(true);
     // Every batch may wait unacknowledged at once: none is dropped for room.
-    let shipped = ship(server.clone(), count.max(1), hello, rx, stopping).await;
+    let shipped = ship(server.clone(), &SpoolOptions::memory(u64::MAX), hello, rx, stopping).await;
     reader.await.context("reading the batches panicked")??;
     shipped?;
     Ok(count)
@@ -357,107 +355,37 @@ fn wait_or_stop(stop: &mut watch::Receiver<bool>, interval: Duration, mut each_s
     *stop.borrow()
 }
 
-/// Largest batch a server decodes (its gRPC message limit): a larger one could never be stored.
-pub const MAX_BATCH_BYTES: usize = 64 << 20;
-
 /// The gRPC trailer in which a server names the batch of a stream it could not decode.
 const BATCH_INDEX_TRAILER: &str = "bimodal-batch-index";
 
-struct Entry {
-    batch: v1::Batch,
-    /// Sent on the current stream (and not answered "retry").
-    sent: bool,
-    /// Sent on any stream before: a resend tells the server to check what it holds.
-    ever_sent: bool,
-}
-
-/// Unacknowledged batches, oldest first, with what happened to the ones that were lost.
-struct Spool {
-    entries: VecDeque<Entry>,
-    limit: usize,
-    /// Dropped because the spool was full (the server unreachable for too long).
-    dropped_full: u64,
-    /// Dropped because the server refused them for good (malformed, undecodable, too large).
-    dropped_refused: u64,
-}
-
-impl Spool {
-    fn push(&mut self, b: v1::Batch) {
-        if prost::Message::encoded_len(&b) > MAX_BATCH_BYTES {
-            self.refused();
-            tracing::error!(
-                samples = b.samples.len(),
-                stacks = b.stacks.len(),
-                dropped = self.dropped_refused,
-                "dropped a batch larger than the server's {MAX_BATCH_BYTES}-byte limit"
-            );
-            return;
-        }
-        if self.entries.len() >= self.limit {
-            if let Some(old) = self.entries.pop_front() {
-                self.dropped_full += 1;
-                metrics()
-                    .batches_dropped
-                    .get_or_create(&[("reason", "spool_full".to_owned())])
-                    .inc();
-                tracing::warn!(
-                    samples = old.batch.samples.len(),
-                    dropped_batches = self.dropped_full,
-                    "spool full: dropped the oldest unacknowledged batch"
-                );
-            }
-        }
-        self.entries.push_back(Entry {
-            batch: b,
-            sent: false,
-            ever_sent: false,
-        });
-        metrics().spool_batches.set(self.entries.len() as i64);
-    }
-
-    fn remove(&mut self, id: &[u8]) {
-        self.entries.retain(|e| e.batch.batch_id != id);
-        metrics().spool_batches.set(self.entries.len() as i64);
-    }
-
-    /// Counts a batch the server refused for good (it is not resent).
-    fn refused(&mut self) {
-        self.dropped_refused += 1;
-        metrics()
-            .batches_dropped
-            .get_or_create(&[("reason", "refused".to_owned())])
-            .inc();
-    }
-
-    fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-}
-
 async fn ship(
     server: ServerAddress,
-    spool_batches: usize,
+    spool: &SpoolOptions,
     hello: v1::Hello,
     mut batches: mpsc::Receiver<v1::Batch>,
     shutdown: watch::Receiver<bool>,
-) -> anyhow::Result<()> {
-    let mut spool = Spool {
-        entries: VecDeque::new(),
-        limit: spool_batches.max(1),
-        dropped_full: 0,
-        dropped_refused: 0,
-    };
+) -> anyhow::Result<u64> {
+    let mut spool = Spool::open(spool, &hello.node)?;
     let mut backoff = Duration::from_millis(200);
     let mut sampler_done = false;
     loop {
         match stream_once(&server, &hello, &mut spool, &mut batches, &mut sampler_done).await {
-            Ok(()) => return Ok(()),
+            Ok(()) => return Ok(spool.dropped_total()),
             Err(e) => {
                 let stopping = *shutdown.borrow();
                 if stopping && sampler_done {
+                    if spool.is_durable() {
+                        tracing::warn!(
+                            batches = spool.len(),
+                            "stopping with unacknowledged batches, kept in the spool for the next start: \
+                             the server at {} is unreachable: {e:#}",
+                            server.url
+                        );
+                        return Ok(spool.dropped_total());
+                    }
                     anyhow::bail!(
                         "stopping with {} unacknowledged batches: the server at {} is unreachable: {e:#}",
-                        spool.entries.len(),
+                        spool.len(),
                         server.url
                     );
                 }
@@ -465,7 +393,7 @@ async fn ship(
                 if e.downcast_ref::<Progressed>().is_some() {
                     backoff = Duration::from_millis(200);
                 }
-                tracing::warn!(error = format!("{e:#}"), retry_in = ?backoff, spooled = spool.entries.len(), "stream to server failed");
+                tracing::warn!(error = format!("{e:#}"), retry_in = ?backoff, spooled = spool.len(), "stream to server failed");
                 // Keep accepting batches while waiting, so sampling never blocks.
                 let sleep = tokio::time::sleep(jittered(backoff));
                 tokio::pin!(sleep);
@@ -528,7 +456,7 @@ async fn stream_once(
         .await
         .context("server refused the stream")?
         .into_inner();
-    for e in spool.entries.iter_mut() {
+    for e in spool.entries_mut() {
         e.sent = false;
     }
     // Batch ids in the order they went out on this stream (the server names a bad one by index).
@@ -538,13 +466,22 @@ async fn stream_once(
     loop {
         if paused_until.is_none_or(|t| t <= tokio::time::Instant::now()) {
             paused_until = None;
-            for e in spool.entries.iter_mut().filter(|e| !e.sent) {
-                let mut b = e.batch.clone();
-                b.resend = e.ever_sent;
+            let mut i = 0;
+            while let Some(e) = spool.entry_mut(i) {
+                if e.sent {
+                    i += 1;
+                    continue;
+                }
+                let resend = e.ever_sent;
+                // An unreadable file leaves the spool (counted): the next entry takes its place.
+                let Some(mut b) = spool.load(i) else { continue };
+                let e = spool.entry_mut(i).expect("loaded just now");
                 e.sent = true;
                 e.ever_sent = true;
+                b.resend = resend;
                 order.push(b.batch_id.clone());
                 tx.send(request(ingest_request::Message::Batch(b))).await?;
+                i += 1;
             }
         }
         if *sampler_done && spool.is_empty() {
@@ -570,16 +507,15 @@ async fn stream_once(
                         Ok(v1::ack::Status::Retry) => {
                             let wait = Duration::from_millis(u64::from(ack.retry_after_millis.max(100)));
                             tracing::info!(reason = %ack.error, ?wait, "server asks to send again later");
-                            if let Some(e) = spool.entries.iter_mut().find(|e| e.batch.batch_id == ack.batch_id) {
+                            if let Some(e) = spool.entries_mut().find(|e| e.id == ack.batch_id) {
                                 e.sent = false;
                             }
                             let until = tokio::time::Instant::now() + wait;
                             paused_until = Some(paused_until.map_or(until, |t| t.max(until)));
                         }
                         _ => {
-                            spool.refused();
-                            tracing::error!(error = %ack.error, dropped = spool.dropped_refused, "server rejected a batch; it will not be resent");
-                            spool.remove(&ack.batch_id);
+                            spool.refused(&ack.batch_id);
+                            tracing::error!(error = %ack.error, dropped = spool.dropped(Dropped::Refused), "server rejected a batch; it will not be resent");
                         }
                     }
                 }
@@ -591,10 +527,8 @@ async fn stream_once(
                         .get(BATCH_INDEX_TRAILER)
                         .and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
                     if let Some(id) = index.and_then(|i| order.get(i)) {
-                        spool.refused();
-                        tracing::error!(%status, dropped = spool.dropped_refused, "server could not decode a batch; it will not be resent");
-                        let id = id.clone();
-                        spool.remove(&id);
+                        spool.refused(id);
+                        tracing::error!(%status, dropped = spool.dropped(Dropped::Refused), "server could not decode a batch; it will not be resent");
                     }
                     let message = format!("server ended the stream: {status}");
                     if acked > 0 || index.is_some() {

@@ -67,28 +67,7 @@ impl TestServer {
 
     /// GET `path`; returns the status code and body.
     pub async fn get_bytes(&self, path: &str) -> (u16, Vec<u8>) {
-        let mut s = tokio::net::TcpStream::connect(self.addr).await.unwrap();
-        let req = format!(
-            "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-            self.addr
-        );
-        s.write_all(req.as_bytes()).await.unwrap();
-        let mut raw = Vec::new();
-        s.read_to_end(&mut raw).await.unwrap();
-        let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("HTTP response");
-        let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
-        let body = &raw[split + 4..];
-        let status = head
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .expect("status code");
-        let body = if head.contains("transfer-encoding: chunked") {
-            dechunk(body)
-        } else {
-            body.to_vec()
-        };
-        (status, body)
+        http_get(self.addr, path).await.unwrap()
     }
 
     /// Stops the server and its ClickHouse.
@@ -140,6 +119,34 @@ pub fn test_config(listen: SocketAddr, dir: &std::path::Path) -> Config {
     }
 }
 
+/// GET `path` from the HTTP server at `addr`: the status code and body; an error when nothing
+/// answers there.
+pub async fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, Vec<u8>)> {
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await?;
+    let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{what} from {addr}"));
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| bad("no HTTP response"))?;
+    let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
+    let body = &raw[split + 4..];
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| bad("no status code"))?;
+    let body = if head.contains("transfer-encoding: chunked") {
+        dechunk(body)
+    } else {
+        body.to_vec()
+    };
+    Ok((status, body))
+}
+
 fn dechunk(mut body: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     while let Some(line_end) = body.windows(2).position(|w| w == b"\r\n") {
@@ -171,7 +178,7 @@ pub fn agent_options(server_url: String, node: &str, pid: u32, events: Vec<Event
         upload_max_bytes: 1 << 30,
         debug_dirs: bimodal_agent::debugfile::default_dirs(),
         cached_images: bimodal_agent::symbolize::DEFAULT_CACHED_IMAGES,
-        spool_batches: 64,
+        spool: bimodal_agent::spool::SpoolOptions::memory(64 << 20),
         placement_every: 0,
         placement_processes: 0,
         kubernetes: None,

@@ -4,6 +4,7 @@ mod cli;
 mod clickhouse_cluster;
 mod common;
 mod compare;
+mod crash;
 mod e2e;
 mod identity;
 mod ingest;

@@ -36,7 +36,7 @@ impl SharedClickHouse {
         }
     }
 
-    fn url(&self) -> String {
+    pub(super) fn url(&self) -> String {
         self.clickhouse.as_ref().unwrap().url.clone()
     }
 
@@ -91,7 +91,7 @@ impl SharedClickHouse {
     }
 
     /// The pid of the clickhouse-server this test started.
-    fn pid(&self) -> i32 {
+    pub(super) fn pid(&self) -> i32 {
         let pid = self.clickhouse.as_ref().and_then(ManagedClickHouse::pid);
         pid.expect("the test's clickhouse-server runs") as i32
     }
@@ -358,12 +358,7 @@ async fn a_full_write_buffer_answers_retry_and_nothing_acknowledged_is_lost() {
     )
     .await;
     let pid = ch.pid();
-    // SAFETY: kill(2) with SIGSTOP/SIGCONT on the ClickHouse child this test started.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0, "SIGSTOP {pid}");
-    // The signal is delivered asynchronously: wait until every thread has stopped.
-    while !process_stopped(pid) {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    freeze(pid).await;
     let asked = Instant::now();
     let (status, body) = server.get("/healthz").await;
     assert_eq!(status, 503, "{body}");
@@ -380,6 +375,7 @@ async fn a_full_write_buffer_answers_retry_and_nothing_acknowledged_is_lost() {
     let started = Instant::now();
     let acks = exchange(&server, messages).await.unwrap();
     // SAFETY: as above.
+    // SAFETY: kill(2) with SIGCONT on the ClickHouse child this test started.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0, "SIGCONT {pid}");
     assert_eq!(acks.len(), batches.len());
     for ack in &acks {
@@ -416,6 +412,20 @@ async fn a_full_write_buffer_answers_retry_and_nothing_acknowledged_is_lost() {
     assert_eq!(server.get("/healthz").await.0, 200);
     server.stop().await;
     ch.stop().await;
+}
+
+/// Stops process `pid` (SIGSTOP) and waits until every one of its threads has stopped. The
+/// kernel wakes one thread to take a stop signal, and it stops the others only once it runs: on
+/// a busy machine the rest of the process goes on serving for a while (CI saw ClickHouse answer
+/// a query after kill(2) had returned).
+pub(super) async fn freeze(pid: i32) {
+    // SAFETY: kill(2) with SIGSTOP on a child process the test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0, "SIGSTOP {pid}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !process_stopped(pid) {
+        assert!(Instant::now() < deadline, "{pid} did not stop");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// Whether every thread of `pid` is stopped (state `T` in `/proc/PID/task/*/stat`).
