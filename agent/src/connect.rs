@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use bimodal_proto::client::{self, Bearer};
+use bimodal_proto::client::{self, Bearer, ClientIdentity};
 use bimodal_proto::v1::debuginfo_client::DebuginfoClient;
 use bimodal_proto::v1::ingest_client::IngestClient;
 use tonic::service::interceptor::InterceptedService;
@@ -28,6 +28,8 @@ pub struct ServerAddress {
     pub token: Option<Token>,
     /// PEM certificates of the CA that signed the server's certificate (https:// only).
     pub ca_file: Option<PathBuf>,
+    /// The agent's client certificate, naming its node, for a server that asks for one.
+    pub identity: Option<ClientIdentity>,
 }
 
 pub type Ingest = IngestClient<InterceptedService<Channel, Bearer>>;
@@ -40,12 +42,18 @@ impl ServerAddress {
             url: url.into(),
             token,
             ca_file: None,
+            identity: None,
         }
     }
 
     /// The same, trusting the CA of `ca_file` for https://.
     pub fn with_ca_file(self, ca_file: Option<PathBuf>) -> ServerAddress {
         ServerAddress { ca_file, ..self }
+    }
+
+    /// The same, presenting this client certificate.
+    pub fn with_identity(self, identity: Option<ClientIdentity>) -> ServerAddress {
+        ServerAddress { identity, ..self }
     }
 
     /// The token to present now.
@@ -63,7 +71,7 @@ impl ServerAddress {
 
     async fn channel(&self) -> anyhow::Result<(Channel, Bearer)> {
         let bearer = self.bearer()?;
-        let channel = client::channel(&self.url, self.ca_file.as_deref())
+        let channel = client::channel(&self.url, self.ca_file.as_deref(), self.identity.as_ref())
             .await
             .map_err(|e| anyhow::anyhow!("failed to connect to `{}`: {e}", self.url))?;
         Ok((channel, bearer))

@@ -61,6 +61,13 @@ struct ServerArgs {
     /// The token itself (prefer --token-file: a flag shows in the process list).
     #[arg(long, env = "BIMODAL_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// This agent's client certificate (PEM), naming its node as a DNS name, for a server that
+    /// asks for one (--tls-client-ca); read again at every connection.
+    #[arg(long, env = "BIMODAL_CLIENT_CERT", requires = "client_key")]
+    client_cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long, env = "BIMODAL_CLIENT_KEY", requires = "client_cert")]
+    client_key: Option<PathBuf>,
 }
 
 impl ServerArgs {
@@ -71,7 +78,14 @@ impl ServerArgs {
             (None, Some(t)) => Some(Token::Value(t.clone())),
             (None, None) => None,
         };
-        ServerAddress::new(self.server_url.clone(), token).with_ca_file(self.ca_file.clone())
+        let identity = self
+            .client_cert
+            .clone()
+            .zip(self.client_key.clone())
+            .map(|(cert, key)| bimodal_proto::client::ClientIdentity { cert, key });
+        ServerAddress::new(self.server_url.clone(), token)
+            .with_ca_file(self.ca_file.clone())
+            .with_identity(identity)
     }
 }
 

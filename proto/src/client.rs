@@ -2,7 +2,7 @@
 //! server's certificate checked against a CA file, or the system's roots), and with the bearer
 //! token it presents to a server that has tokens. One place for every gRPC client of bimodal.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Adds `authorization: Bearer TOKEN` to every call; nothing without a token.
 #[derive(Clone, Debug, Default)]
@@ -36,20 +36,32 @@ impl tonic::service::Interceptor for Bearer {
     }
 }
 
+/// A client certificate and its key (PEM files): who the client is, to a server that asks
+/// (`bimodal-server --tls-client-ca`). An agent's names its node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientIdentity {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
 /// A channel to `url`: plain for `http://`; for `https://`, TLS with the server's certificate
-/// checked against the PEM certificates of `ca_file`, or the system's roots without one.
+/// checked against the PEM certificates of `ca_file`, or the system's roots without one, and
+/// `identity` presented when given. Files are read at every call: rotated ones take effect at the
+/// next connection.
 pub async fn channel(
     url: &str,
     ca_file: Option<&Path>,
+    identity: Option<&ClientIdentity>,
 ) -> Result<tonic::transport::Channel, Box<dyn std::error::Error + Send + Sync>> {
     let endpoint = tonic::transport::Endpoint::from_shared(url.to_owned())?;
     let https = url.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("https://"));
     let endpoint = match (https, ca_file) {
-        (false, None) => endpoint,
-        (false, Some(_)) => {
-            return Err(
-                format!("`{url}` is not https://: a CA file is for TLS, and this URL would send in plain text").into(),
+        (false, None) if identity.is_none() => endpoint,
+        (false, _) => {
+            return Err(format!(
+                "`{url}` is not https://: a CA file or client certificate is for TLS, and this URL would send in plain text"
             )
+            .into())
         }
         (true, ca) => {
             let tls = tonic::transport::ClientTlsConfig::new();
@@ -60,6 +72,18 @@ pub async fn channel(
                     tls.ca_certificate(tonic::transport::Certificate::from_pem(pem))
                 }
                 None => tls.with_native_roots(),
+            };
+            let tls = match identity {
+                Some(id) => {
+                    let read = |path: &Path, what: &str| {
+                        std::fs::read(path).map_err(|e| format!("cannot read the client {what} {}: {e}", path.display()))
+                    };
+                    tls.identity(tonic::transport::Identity::from_pem(
+                        read(&id.cert, "certificate")?,
+                        read(&id.key, "key")?,
+                    ))
+                }
+                None => tls,
             };
             endpoint.tls_config(tls)?
         }

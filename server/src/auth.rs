@@ -24,6 +24,7 @@ use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
 
+use crate::serve::Peer;
 use crate::yaml::{self, Mistakes, Node, Reader, Value};
 
 /// What a token allows.
@@ -80,6 +81,10 @@ pub enum Refused {
     Scope { name: String, scope: &'static str },
     #[error("token `{name}` may not write as node `{node}`")]
     Node { name: String, node: String },
+    #[error("writes need a client certificate signed by the server's client CA (--tls-client-ca)")]
+    NoCertificate,
+    #[error("the client certificate does not name node `{0}` (a DNS name among its subject alternative names)")]
+    CertificateNode(String),
 }
 
 /// The tokens in force.
@@ -228,6 +233,8 @@ pub fn load(path: &Path) -> Result<TokenSet, Mistakes> {
 #[derive(Clone, Debug, Default)]
 pub struct Auth {
     file: Option<Arc<TokenFile>>,
+    /// Writes need a verified client certificate, naming the node written as.
+    certificates: bool,
 }
 
 #[derive(Debug)]
@@ -261,7 +268,19 @@ impl Auth {
                 file.reload_if_changed();
             }
         });
-        Ok(Auth { file: Some(file) })
+        Ok(Auth {
+            file: Some(file),
+            certificates: false,
+        })
+    }
+
+    /// The same, and writes (ingest, uploads) need a client certificate the TLS handshake
+    /// verified; an agent's must name its node.
+    pub fn with_client_certificates(self, required: bool) -> Auth {
+        Auth {
+            certificates: required,
+            ..self
+        }
     }
 
     /// Whether requests need a token.
@@ -295,23 +314,46 @@ impl Auth {
 }
 
 impl Auth {
-    /// [`Auth::allow`] for a gRPC call: `UNAUTHENTICATED` without a known token,
-    /// `PERMISSION_DENIED` for a token without the scope or node; refusals are counted.
+    /// A client certificate for a write, naming `node` when given (nothing to check when
+    /// certificates are not required).
+    fn allow_certificate(&self, peer: Option<&Peer>, scope: Scope, node: Option<&str>) -> Result<(), Refused> {
+        if !self.certificates || scope != Scope::Write {
+            return Ok(());
+        }
+        let Some(peer) = peer.filter(|p| p.certificate.is_some()) else {
+            return Err(Refused::NoCertificate);
+        };
+        match node {
+            Some(node) if !peer.certified_for(node) => Err(Refused::CertificateNode(node.to_owned())),
+            _ => Ok(()),
+        }
+    }
+
+    /// [`Auth::allow`] for a gRPC call from `peer`, and its client certificate when writes need
+    /// one: `UNAUTHENTICATED` without a known token or a certificate, `PERMISSION_DENIED` for a
+    /// token without the scope or node, or a certificate of another node; refusals are counted.
     #[allow(clippy::result_large_err)]
     pub fn allow_grpc(
         &self,
         metadata: &tonic::metadata::MetadataMap,
+        peer: Option<&Peer>,
         scope: Scope,
         node: Option<&str>,
     ) -> Result<(), tonic::Status> {
         let header = metadata.get("authorization").and_then(|v| v.to_str().ok());
-        self.allow(header, scope, node).map(|_| ()).map_err(|refused| {
-            count_refusal(&refused);
-            match refused {
-                Refused::Missing(_) | Refused::Unknown => tonic::Status::unauthenticated(refused.to_string()),
-                Refused::Scope { .. } | Refused::Node { .. } => tonic::Status::permission_denied(refused.to_string()),
-            }
-        })
+        self.allow_certificate(peer, scope, node)
+            .and_then(|()| self.allow(header, scope, node).map(|_| ()))
+            .map_err(|refused| {
+                count_refusal(&refused);
+                match refused {
+                    Refused::Missing(_) | Refused::Unknown | Refused::NoCertificate => {
+                        tonic::Status::unauthenticated(refused.to_string())
+                    }
+                    Refused::Scope { .. } | Refused::Node { .. } | Refused::CertificateNode(_) => {
+                        tonic::Status::permission_denied(refused.to_string())
+                    }
+                }
+            })
     }
 }
 
@@ -322,6 +364,8 @@ pub fn count_refusal(refused: &Refused) {
         Refused::Unknown => "unknown",
         Refused::Scope { .. } => "scope",
         Refused::Node { .. } => "node",
+        Refused::NoCertificate => "no_certificate",
+        Refused::CertificateNode(_) => "certificate_node",
     };
     crate::metrics::metrics()
         .auth_refused

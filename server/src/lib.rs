@@ -11,6 +11,7 @@ pub mod debuginfo;
 pub mod ingest;
 pub mod metrics;
 pub mod selector;
+pub mod serve;
 pub mod storage;
 pub mod tls;
 pub mod window;
@@ -95,6 +96,7 @@ impl Server {
             ),
             None => auth::Auth::open(),
         };
+        let auth = auth.with_client_certificates(config.tls.as_ref().is_some_and(|t| t.client_ca.is_some()));
         let tls = match &config.tls {
             Some(files) => Some(tls::acceptor(files).map_err(|e| anyhow::anyhow!("cannot serve TLS: {e}"))?),
             None => None,
@@ -195,20 +197,20 @@ impl Server {
             &path(<DebuginfoServer<debuginfo::DebuginfoService> as NamedService>::NAME),
             debuginfo,
         );
-        let served = match self.tls {
+        let incoming = match self.tls {
             Some(acceptor) => {
-                let listener = tls::TlsListener::new(self.listener, acceptor).context("TLS listener failed")?;
-                axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+                serve::Incoming::Tls(tls::TlsListener::new(self.listener, acceptor).context("TLS listener failed")?)
             }
-            None => axum::serve(self.listener, app).with_graceful_shutdown(shutdown).await,
+            None => serve::Incoming::Plain(self.listener),
         };
+        serve::serve(incoming, app, shutdown).await;
         if let Some(evaluation) = evaluation {
             evaluation.stop().await;
         }
         if let Some(m) = self.managed {
             m.shutdown().await;
         }
-        served.context("HTTP server failed")
+        Ok(())
     }
 }
 

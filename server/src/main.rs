@@ -88,6 +88,11 @@ struct Cli {
     /// The certificate's private key (PEM).
     #[arg(long, env = "BIMODAL_TLS_KEY", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// Agents must present a client certificate signed by this CA (PEM) whose DNS name (subject
+    /// alternative name) is their node name: a node cannot write as another. Read again when it
+    /// changes. Readers without a certificate still use tokens.
+    #[arg(long, env = "BIMODAL_TLS_CLIENT_CA", requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
     /// Agent streams served at once at most (one per agent); more are told to retry later.
     #[arg(long, env = "BIMODAL_MAX_STREAMS", default_value_t = 20_000)]
     max_streams: usize,
@@ -179,6 +184,12 @@ enum DebuginfoCommand {
         /// PEM certificates of the CA that signed the server's certificate (https:// URLs).
         #[arg(long, env = "BIMODAL_CA_FILE")]
         ca_file: Option<PathBuf>,
+        /// A client certificate (PEM), for a server that asks for one (--tls-client-ca).
+        #[arg(long, env = "BIMODAL_CLIENT_CERT", requires = "client_key")]
+        client_cert: Option<PathBuf>,
+        /// Its private key (PEM).
+        #[arg(long, env = "BIMODAL_CLIENT_KEY", requires = "client_cert")]
+        client_key: Option<PathBuf>,
     },
 }
 
@@ -204,13 +215,20 @@ async fn main() -> std::process::ExitCode {
                 server_url,
                 token,
                 ca_file,
+                client_cert,
+                client_key,
             },
     }) = &cli.command
     {
+        let identity = client_cert
+            .clone()
+            .zip(client_key.clone())
+            .map(|(cert, key)| bimodal_proto::client::ClientIdentity { cert, key });
         return match bimodal_server::debuginfo::service::upload_file(
             file,
             server_url,
             ca_file.as_deref(),
+            identity.as_ref(),
             token.as_deref(),
         )
         .await
@@ -315,7 +333,11 @@ async fn main() -> std::process::ExitCode {
         tls: cli
             .tls_cert
             .zip(cli.tls_key)
-            .map(|(cert, key)| bimodal_server::tls::TlsFiles { cert, key }),
+            .map(|(cert, key)| bimodal_server::tls::TlsFiles {
+                cert,
+                key,
+                client_ca: cli.tls_client_ca,
+            }),
         allow_unauthenticated: cli.allow_unauthenticated,
         listen: cli.listen,
         clickhouse_url: cli.clickhouse_url,

@@ -2,26 +2,36 @@
 //! (gRPC and the API share the port), handshakes done beside the accept loop so a slow client
 //! delays nobody, and the certificate read again when its files change (a renewed certificate
 //! takes effect without a restart).
+//!
+//! With `--tls-client-ca`, clients are asked for a certificate and one they present must chain
+//! to that CA (read again when it changes too). A client without one still connects (browsers,
+//! `curl` with a token); what it may do is the caller's to decide: ingest takes writes only from
+//! an agent whose certificate names its node ([`crate::serve::Peer::certified_for`]).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
-use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
+use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
-/// The certificate chain and key files (PEM).
+/// The certificate chain and key files (PEM), and the CA that signs client certificates.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TlsFiles {
     pub cert: PathBuf,
     pub key: PathBuf,
+    /// PEM certificates of the CA client certificates must chain to; `None`: none are asked for.
+    pub client_ca: Option<PathBuf>,
 }
 
 /// How long a client may take to finish its handshake.
@@ -108,7 +118,7 @@ impl std::fmt::Debug for Acceptor {
     }
 }
 
-/// A TLS acceptor for `files`, its certificate reloaded while the server runs.
+/// A TLS acceptor for `files`, its certificate (and client CA) reloaded while the server runs.
 pub fn acceptor(files: &TlsFiles) -> Result<Acceptor, String> {
     let key = load(files)?;
     let reloading = Arc::new(Reloading {
@@ -116,24 +126,135 @@ pub fn acceptor(files: &TlsFiles) -> Result<Acceptor, String> {
         current: RwLock::new((Arc::new(key), [None, None])),
     });
     reloading.current.write().unwrap_or_else(|p| p.into_inner()).1 = reloading.stamps();
-    let mut config = rustls::ServerConfig::builder_with_provider(provider())
+    let builder = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_no_client_auth()
-        .with_cert_resolver(reloading.clone());
+        .map_err(|e| e.to_string())?;
+    let client_ca = match &files.client_ca {
+        Some(path) => Some(Arc::new(ClientCa::load(path)?)),
+        None => None,
+    };
+    let mut config = match &client_ca {
+        Some(ca) => builder.with_client_cert_verifier(ca.clone()),
+        None => builder.with_no_client_auth(),
+    }
+    .with_cert_resolver(reloading.clone());
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    let weak = Arc::downgrade(&reloading);
+    let (weak, weak_ca) = (Arc::downgrade(&reloading), client_ca.as_ref().map(Arc::downgrade));
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(RELOAD_EVERY).await;
             let Some(r) = weak.upgrade() else { return };
             r.reload_if_changed();
+            if let Some(ca) = weak_ca.as_ref().and_then(std::sync::Weak::upgrade) {
+                ca.reload_if_changed();
+            }
         }
     });
     Ok(Acceptor(TlsAcceptor::from(Arc::new(config))))
 }
 
-/// Accepted connections after their TLS handshake, for `axum::serve`.
+/// The verifier of client certificates: rustls's, over the CA file in force, rebuilt when the
+/// file changes. Clients without a certificate are let through the handshake.
+#[derive(Debug)]
+struct ClientCa {
+    path: PathBuf,
+    current: RwLock<(Arc<dyn ClientCertVerifier>, Option<SystemTime>)>,
+}
+
+impl ClientCa {
+    fn load(path: &Path) -> Result<ClientCa, String> {
+        Ok(ClientCa {
+            path: path.to_owned(),
+            current: RwLock::new((Self::verifier(path)?, modified(path))),
+        })
+    }
+
+    fn verifier(path: &Path) -> Result<Arc<dyn ClientCertVerifier>, String> {
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_file_iter(path)
+            .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| format!("cannot read the client CA from {}: {e}", path.display()))?
+        {
+            roots
+                .add(cert)
+                .map_err(|e| format!("{} holds a certificate that is not a CA: {e}", path.display()))?;
+        }
+        if roots.is_empty() {
+            return Err(format!("{} holds no certificate", path.display()));
+        }
+        WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+            .allow_unauthenticated()
+            .build()
+            .map_err(|e| format!("cannot check client certificates against {}: {e}", path.display()))
+    }
+
+    fn reload_if_changed(&self) {
+        let stamp = modified(&self.path);
+        if self.current.read().unwrap_or_else(|p| p.into_inner()).1 == stamp {
+            return;
+        }
+        match Self::verifier(&self.path) {
+            Ok(v) => {
+                tracing::info!(client_ca = %self.path.display(), "TLS client CA read again");
+                *self.current.write().unwrap_or_else(|p| p.into_inner()) = (v, stamp);
+            }
+            Err(e) => tracing::warn!(error = %e, "the changed client CA cannot be used; the one in force stays"),
+        }
+    }
+
+    fn get(&self) -> Arc<dyn ClientCertVerifier> {
+        self.current.read().unwrap_or_else(|p| p.into_inner()).0.clone()
+    }
+}
+
+impl ClientCertVerifier for ClientCa {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        // No hints (they would borrow from a verifier that may be replaced): a client sends
+        // the certificate it has.
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        self.get().verify_client_cert(end_entity, intermediates, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.get().verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.get().verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.get().supported_verify_schemes()
+    }
+}
+
+/// Accepted connections after their TLS handshake.
 #[derive(Debug)]
 pub struct TlsListener {
     ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
@@ -175,11 +296,9 @@ impl TlsListener {
     }
 }
 
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+impl TlsListener {
+    /// The next connection whose handshake is done, and the client's address.
+    pub async fn accept(&mut self) -> (TlsStream<TcpStream>, SocketAddr) {
         match self.ready.recv().await {
             Some(accepted) => accepted,
             // The accept loop only ends once this listener is gone.
@@ -187,7 +306,7 @@ impl axum::serve::Listener for TlsListener {
         }
     }
 
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.local)
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
     }
 }

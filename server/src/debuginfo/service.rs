@@ -17,6 +17,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::names::Names;
 use super::symtab;
+use crate::serve::Peer;
 use crate::storage::{StorageError, Store};
 
 /// Why a file was not stored.
@@ -180,8 +181,12 @@ fn read_checked(path: &Path, declared: &[u8]) -> Result<([u8; 32], u64, symtab::
 #[tonic::async_trait]
 impl Debuginfo for DebuginfoService {
     async fn check(&self, request: Request<v1::DebuginfoCheck>) -> Result<Response<v1::DebuginfoStatus>, Status> {
-        self.auth
-            .allow_grpc(request.metadata(), crate::auth::Scope::Write, None)?;
+        self.auth.allow_grpc(
+            request.metadata(),
+            request.extensions().get::<Peer>(),
+            crate::auth::Scope::Write,
+            None,
+        )?;
         let build_id = request.into_inner().build_id;
         if build_id.is_empty() || build_id.len() > 64 {
             return Err(UploadError::BadBuildId(build_id.len()).into());
@@ -193,8 +198,12 @@ impl Debuginfo for DebuginfoService {
         &self,
         request: Request<Streaming<v1::DebuginfoChunk>>,
     ) -> Result<Response<v1::DebuginfoStatus>, Status> {
-        self.auth
-            .allow_grpc(request.metadata(), crate::auth::Scope::Write, None)?;
+        self.auth.allow_grpc(
+            request.metadata(),
+            request.extensions().get::<Peer>(),
+            crate::auth::Scope::Write,
+            None,
+        )?;
         let mut chunks = request.into_inner();
         let first = chunks
             .next()
@@ -250,6 +259,7 @@ pub async fn upload_file(
     path: &Path,
     server_url: &str,
     ca_file: Option<&Path>,
+    identity: Option<&bimodal_proto::client::ClientIdentity>,
     token: Option<&str>,
 ) -> anyhow::Result<String> {
     use anyhow::Context;
@@ -269,7 +279,7 @@ pub async fn upload_file(
         .unwrap_or_default();
     let chunks = bimodal_proto::debuginfo_chunks(&build_id, kind, &name, &data);
     let bearer = bimodal_proto::client::Bearer::new(token).map_err(|e| anyhow::anyhow!(e))?;
-    let channel = bimodal_proto::client::channel(server_url, ca_file)
+    let channel = bimodal_proto::client::channel(server_url, ca_file, identity)
         .await
         .map_err(|e| anyhow::anyhow!("cannot reach the server at {server_url}: {e}"))?;
     let mut client = v1::debuginfo_client::DebuginfoClient::with_interceptor(channel, bearer);

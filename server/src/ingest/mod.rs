@@ -24,6 +24,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::debuginfo::Names;
 use crate::metrics::{label, metrics};
+use crate::serve::Peer;
 use crate::storage::writer::{Outcome, Writer};
 use encoded::Encoded;
 use rows::Sender;
@@ -131,11 +132,10 @@ impl IngestService {
     /// Serves one agent's stream: a Hello, then batches, each admitted by its encoded size
     /// before it is decoded ([`encoded`]).
     async fn stream(&self, request: Request<Streaming<Encoded>>) -> Result<Response<AckStream>, Status> {
-        // Without a token nothing of the stream is read.
-        if self.auth.enabled() {
-            self.auth
-                .allow_grpc(request.metadata(), crate::auth::Scope::Write, None)?;
-        }
+        // Without a token (or client certificate, where needed) nothing of the stream is read.
+        let peer = request.extensions().get::<Peer>().cloned();
+        self.auth
+            .allow_grpc(request.metadata(), peer.as_ref(), crate::auth::Scope::Write, None)?;
         // A bound on streams: each holds a task, buffers and a share of the admission bound.
         let Ok(open_stream) = self.streams.clone().try_acquire_owned() else {
             metrics()
@@ -160,9 +160,9 @@ impl IngestService {
                 ))
             }
         };
-        // The token may write as this node.
+        // The token (and certificate) may write as this node.
         self.auth
-            .allow_grpc(&metadata, crate::auth::Scope::Write, Some(&hello.node))?;
+            .allow_grpc(&metadata, peer.as_ref(), crate::auth::Scope::Write, Some(&hello.node))?;
         let labels = validate::hello(&hello).map_err(|e| {
             metrics()
                 .ingest_rejected

@@ -205,7 +205,11 @@ async fn agents_and_readers_reach_the_server_over_tls() {
     std::fs::write(&tokens, format!("tokens:\n{agent_entry}{reader_entry}")).unwrap();
     let config = Config {
         token_file: Some(tokens),
-        tls: Some(bimodal_server::tls::TlsFiles { cert, key }),
+        tls: Some(bimodal_server::tls::TlsFiles {
+            cert,
+            key,
+            client_ca: None,
+        }),
         ..test_config("127.0.0.1:0".parse().unwrap(), &dir.path().join("server"))
     };
     let server = TestServer::with_config(config, None).await;
@@ -247,5 +251,144 @@ async fn agents_and_readers_reach_the_server_over_tls() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    server.stop().await;
+}
+
+/// A CA of client certificates, and a certificate it signed for each of `nodes` (its DNS name):
+/// (ca.pem, [(cert.pem, key.pem)]), under `dir/prefix-…`.
+fn client_certificates(
+    dir: &std::path::Path,
+    prefix: &str,
+    nodes: &[&str],
+) -> (std::path::PathBuf, Vec<bimodal_proto::client::ClientIdentity>) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let ca_path = dir.join(format!("{prefix}-ca.pem"));
+    std::fs::write(&ca_path, ca.pem()).unwrap();
+    let identities = nodes
+        .iter()
+        .map(|node| {
+            let key = KeyPair::generate().unwrap();
+            let cert = CertificateParams::new(vec![node.to_string()])
+                .unwrap()
+                .signed_by(&key, &ca)
+                .unwrap();
+            let id = bimodal_proto::client::ClientIdentity {
+                cert: dir.join(format!("{prefix}-{node}.pem")),
+                key: dir.join(format!("{prefix}-{node}.key")),
+            };
+            std::fs::write(&id.cert, cert.pem()).unwrap();
+            std::fs::write(&id.key, key.serialize_pem()).unwrap();
+            id
+        })
+        .collect();
+    (ca_path, identities)
+}
+
+/// Mutual TLS: with a client CA, an agent writes only as the node its certificate names; one
+/// without a certificate is refused before it sends anything, one with a certificate of another
+/// CA does not get through the handshake; readers need no certificate. A new client CA written
+/// over the old one takes effect while the server runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificates_bind_agents_to_their_node() {
+    use bimodal_agent::connect::ServerAddress;
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = certificates(dir.path());
+    let (client_ca, ids) = client_certificates(dir.path(), "fleet", &["mtls-1"]);
+    let (other_ca, other_ids) = client_certificates(dir.path(), "other", &["mtls-1"]);
+    let config = Config {
+        tls: Some(bimodal_server::tls::TlsFiles {
+            cert,
+            key,
+            client_ca: Some(client_ca.clone()),
+        }),
+        ..test_config("127.0.0.1:0".parse().unwrap(), &dir.path().join("server"))
+    };
+    let server = TestServer::with_config(config, None).await;
+    let https = format!("https://127.0.0.1:{}", server.addr.port());
+    let agent = |id: Option<&bimodal_proto::client::ClientIdentity>| {
+        ServerAddress::new(https.clone(), None)
+            .with_ca_file(Some(ca.clone()))
+            .with_identity(id.cloned())
+    };
+    let as_node = |node: &str, id: u8| vec![hello(node), req(batch([id; 16], false, "hot", 3))];
+
+    let acks = super::wire::exchange_at(&agent(Some(&ids[0])), as_node("mtls-1", 1))
+        .await
+        .unwrap();
+    assert_eq!(
+        acks[0].status,
+        bimodal_proto::v1::ack::Status::Stored as i32,
+        "{acks:?}"
+    );
+    let e = super::wire::exchange_at(&agent(Some(&ids[0])), as_node("mtls-2", 2))
+        .await
+        .unwrap_err();
+    let status = e.downcast_ref::<tonic::Status>().expect("a gRPC status");
+    assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
+    assert!(status.message().contains("does not name node `mtls-2`"), "{status:?}");
+    let e = super::wire::exchange_at(&agent(None), as_node("mtls-1", 3))
+        .await
+        .unwrap_err();
+    let status = e.downcast_ref::<tonic::Status>().expect("a gRPC status");
+    assert_eq!(status.code(), tonic::Code::Unauthenticated, "{status:?}");
+    assert!(status.message().contains("client certificate"), "{status:?}");
+    assert!(
+        super::wire::exchange_at(&agent(Some(&other_ids[0])), as_node("mtls-1", 4))
+            .await
+            .is_err()
+    );
+
+    // Readers present no certificate.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bimodal"))
+        .args(["--server-url", &https, "compare", "--json", "--ca-file"])
+        .arg(&ca)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // The other CA replaces the first: its certificates are let in, the first's no longer.
+    std::fs::copy(&other_ca, &client_ca).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut id = 10u8;
+    loop {
+        id += 1;
+        if super::wire::exchange_at(&agent(Some(&other_ids[0])), as_node("mtls-1", id))
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the new client CA never took effect");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(super::wire::exchange_at(&agent(Some(&ids[0])), as_node("mtls-1", 99))
+        .await
+        .is_err());
+    server.stop().await;
+}
+
+/// A client that connects and says nothing, and one that starts a request head and never ends
+/// it, are disconnected by the server instead of holding their connections forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_and_slow_clients_are_cut_off() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = TestServer::start().await;
+    let silent = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let mut slow = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    slow.write_all(b"GET /api/v1/nodes HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    // Far longer than the server's limits (10 s each); a hung connection fails here.
+    let bound = bimodal_server::serve::HEADER_READ_TIMEOUT.max(bimodal_server::serve::FIRST_BYTES_TIMEOUT) * 4;
+    for (name, mut stream) in [("silent", silent), ("slow", slow)] {
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(bound, stream.read_to_end(&mut rest)).await;
+        assert!(read.is_ok(), "the {name} client is still connected after {bound:?}");
+    }
+    // The server still serves others.
+    assert_eq!(server.get("/healthz").await.0, 200);
     server.stop().await;
 }

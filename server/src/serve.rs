@@ -1,0 +1,246 @@
+//! The connections of the server's one port: HTTP/1.1 and HTTP/2 (gRPC) served by hyper, over
+//! plain TCP or TLS, with deadlines a slow or silent client cannot stretch, and every request
+//! told who is on the other end ([`Peer`]).
+//!
+//! Deadlines: a client has [`FIRST_BYTES_TIMEOUT`] to send the start of its first request (the
+//! HTTP/2 preface, or an HTTP/1.1 request line), an HTTP/1.1 request head must be complete within
+//! [`HEADER_READ_TIMEOUT`], and an HTTP/2 connection that stops answering pings is closed.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use rustls_pki_types::{CertificateDer, ServerName};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpListener;
+use tokio::time::Sleep;
+
+use crate::tls::TlsListener;
+
+/// How long a new connection may take to send its first bytes.
+pub const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long an HTTP/1.1 request head may take.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// HTTP/2 connections are pinged this often when idle, and closed when a ping is not answered
+/// within [`KEEP_ALIVE_TIMEOUT`].
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
+const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+/// Bytes that tell the protocol: the HTTP/2 preface is 24.
+const FIRST_BYTES: usize = 24;
+
+/// Who sent a request: the connection's address and, over TLS, the client certificate it
+/// presented (verified against `--tls-client-ca` during the handshake).
+#[derive(Clone, Debug)]
+pub struct Peer {
+    pub addr: SocketAddr,
+    pub certificate: Option<CertificateDer<'static>>,
+}
+
+impl Peer {
+    /// Whether the client certificate names `node` (a DNS name of its subject alternative names,
+    /// wildcards as TLS matches them). False without a certificate, and for a node name that is
+    /// not a DNS name.
+    pub fn certified_for(&self, node: &str) -> bool {
+        let Some(der) = &self.certificate else { return false };
+        let Ok(name) = ServerName::try_from(node) else {
+            return false;
+        };
+        let Ok(cert) = rustls::server::ParsedCertificate::try_from(der) else {
+            return false;
+        };
+        rustls::client::verify_server_name(&cert, &name).is_ok()
+    }
+}
+
+/// Where connections come from.
+#[derive(Debug)]
+pub enum Incoming {
+    Plain(TcpListener),
+    Tls(TlsListener),
+}
+
+trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Io for T {}
+
+impl Incoming {
+    async fn accept(&mut self) -> (Box<dyn Io>, Peer) {
+        match self {
+            Incoming::Plain(listener) => loop {
+                match listener.accept().await {
+                    Ok((stream, addr)) => {
+                        let _ = stream.set_nodelay(true);
+                        return (
+                            Box::new(stream),
+                            Peer {
+                                addr,
+                                certificate: None,
+                            },
+                        );
+                    }
+                    Err(e) => {
+                        // Out of file descriptors and the like: wait, then go on.
+                        tracing::warn!(error = %e, "accepting a connection failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+            },
+            Incoming::Tls(listener) => {
+                let (stream, addr) = listener.accept().await;
+                let certificate = stream
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|chain| chain.first())
+                    .map(|c| c.clone().into_owned());
+                (Box::new(stream), Peer { addr, certificate })
+            }
+        }
+    }
+}
+
+/// Serves `app` on every connection of `incoming` until `shutdown` completes; then stops
+/// accepting, lets open connections finish what they are doing (HTTP/2 streams are told to go
+/// away), and returns.
+pub async fn serve(mut incoming: Incoming, app: Router, shutdown: impl Future<Output = ()> + Send) {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(KEEP_ALIVE_INTERVAL)
+        .keep_alive_timeout(KEEP_ALIVE_TIMEOUT);
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let (io, peer) = tokio::select! {
+            accepted = incoming.accept() => accepted,
+            () = &mut shutdown => break,
+        };
+        let addr = peer.addr;
+        let service = hyper::service::service_fn({
+            let app = app.clone();
+            move |mut request: hyper::Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(peer.clone());
+                tower::ServiceExt::oneshot(app.clone(), request)
+            }
+        });
+        let io = TokioIo::new(FirstBytes::new(io, FIRST_BYTES_TIMEOUT));
+        let connection = graceful.watch(builder.serve_connection_with_upgrades(io, service).into_owned());
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(%addr, error = %e, "connection ended");
+            }
+        });
+    }
+    drop(incoming);
+    graceful.shutdown().await;
+}
+
+/// A stream whose first [`FIRST_BYTES`] must arrive before a deadline: a client that connects
+/// and sends nothing (or too little to tell its protocol) is cut off instead of holding a
+/// connection and its task forever.
+struct FirstBytes<T> {
+    inner: T,
+    deadline: Option<Pin<Box<Sleep>>>,
+    missing: usize,
+}
+
+impl<T> FirstBytes<T> {
+    fn new(inner: T, within: Duration) -> FirstBytes<T> {
+        FirstBytes {
+            inner,
+            deadline: Some(Box::pin(tokio::time::sleep(within))),
+            missing: FIRST_BYTES,
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for FirstBytes<T> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                let read = buf.filled().len() - before;
+                this.missing = this.missing.saturating_sub(read);
+                if this.missing == 0 || read == 0 {
+                    this.deadline = None;
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => {
+                let expired = this.deadline.as_mut().is_some_and(|d| d.as_mut().poll(cx).is_ready());
+                if expired {
+                    Poll::Ready(Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "the client sent no request in time",
+                    )))
+                } else {
+                    Poll::Pending
+                }
+            }
+        }
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for FirstBytes<T> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn a_silent_client_is_cut_off_and_a_talking_one_is_not() {
+        let within = Duration::from_millis(200);
+        let (client, server) = tokio::io::duplex(64);
+        let mut stream = FirstBytes::new(server, within);
+        let mut buf = [0u8; 64];
+        let err = stream.read(&mut buf).await.unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
+        drop(client);
+
+        let (mut client, server) = tokio::io::duplex(64);
+        let mut stream = FirstBytes::new(server, within);
+        client.write_all(&[b'x'; FIRST_BYTES]).await.unwrap();
+        assert_eq!(stream.read(&mut buf).await.unwrap(), FIRST_BYTES);
+        // Past its first bytes a connection is the protocol's to time out.
+        tokio::time::sleep(within * 2).await;
+        client.write_all(b"late").await.unwrap();
+        assert_eq!(stream.read(&mut buf).await.unwrap(), 4);
+    }
+}
