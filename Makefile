@@ -4,7 +4,7 @@ CARGO ?= cargo
 CLANG_FORMAT ?= clang-format-19
 C_SOURCES := $(wildcard bpf/*.c bpf/include/*.h testdata/fixtures/*.c)
 
-.PHONY: all setup web build release demo test bench lint fmt clean
+.PHONY: all setup web build release demo test bench fuzz lint fmt clean
 
 all: build
 
@@ -30,9 +30,10 @@ demo: release
 
 ## test: every test: Rust suites (BPF, ClickHouse 18.16, gRPC, browser), the web UI on its mock API,
 ##       modern SQL in chdb, the NUMA guest,
-##       a fleet of eight NUMA guests compared
+##       a fleet of eight NUMA guests compared, each fuzz target for 20 s (FUZZ_TEST_SECONDS)
 test: web
 	$(CARGO) test --workspace --no-fail-fast
+	tools/fuzz.sh $${FUZZ_TEST_SECONDS:-20}
 	cd web && npm run test:unit --silent && npm run test:e2e-mock --silent
 	python3 tests/modern_sql.py target/debug/bimodal-server
 	tests/numa/run.sh
@@ -51,6 +52,11 @@ bench: release
 	tools/bench-cache.sh
 	python3 tools/bench_storage.py --nodes $${BENCH_FLEETS:-100,1000,10000}
 	cargo run --release -q -p bimodal-server --example bands_bench $${BENCH_BAND_TRIALS:-200}
+
+## fuzz: every fuzz target (fuzz/fuzz_targets: ingest messages, selectors, alert rules) for
+##       FUZZ_SECONDS (600) each, from the committed corpus
+fuzz: setup
+	tools/fuzz.sh $${FUZZ_SECONDS:-600}
 
 ## lint: rustfmt, clippy (warnings denied), clang-format for BPF and fixture C, eslint
 lint: setup

@@ -58,6 +58,17 @@ for c in rustfmt clippy; do
 	if ! cargo "$c" --version >/dev/null 2>&1; then rustup component add "$c"; fi
 done
 
+# Fuzz targets (fuzz/, tools/fuzz.sh) build with cargo-fuzz on the nightly toolchain (libFuzzer
+# needs its sanitizer flags).
+if ! rustup run nightly rustc --version >/dev/null 2>&1; then
+	echo "setup: rustup toolchain install nightly"
+	rustup toolchain install nightly --profile minimal
+fi
+if ! command -v cargo-fuzz >/dev/null 2>&1; then
+	echo "setup: cargo install cargo-fuzz"
+	cargo install --locked cargo-fuzz
+fi
+
 # chdb runs a modern ClickHouse (26.x) in-process: the modern-dialect schema and queries are
 # checked against it (tests/modern_sql.py); Debian only ships clickhouse-server 18.16.
 if ! python3 -c 'import chdb' 2>/dev/null; then
