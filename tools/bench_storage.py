@@ -105,7 +105,9 @@ class Fleet:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(os.path.join(dir, "server.log"), "w")
         self.proc = subprocess.Popen(
-            [SERVER, "--listen", f"127.0.0.1:{self.port}", "--data-dir", dir],
+            # Unthrottled: the bench measures what the server stores, not the per-node rate limit.
+            [SERVER, "--listen", f"127.0.0.1:{self.port}", "--data-dir", dir,
+             "--node-batch-rate", "1000000", "--node-batch-burst", "1000000"],
             stdout=self.log, stderr=self.log)
         deadline = time.time() + 120
         while True:

@@ -65,6 +65,8 @@ pub struct Config {
     pub tls: Option<tls::TlsFiles>,
     /// Agent streams served at once at most; more are told to retry later.
     pub max_streams: usize,
+    /// How fast each node may send batches; faster ones are told to retry later.
+    pub node_batches: ingest::rate::BatchRate,
 }
 
 /// A bound, running server (before it serves).
@@ -80,6 +82,7 @@ pub struct Server {
     auth: auth::Auth,
     tls: Option<tls::Acceptor>,
     max_streams: usize,
+    node_batches: ingest::rate::BatchRate,
 }
 
 impl Server {
@@ -155,6 +158,7 @@ impl Server {
             auth,
             tls,
             max_streams: config.max_streams.max(1),
+            node_batches: config.node_batches,
         })
     }
 
@@ -171,6 +175,7 @@ impl Server {
                 self.names.clone(),
                 self.auth.clone(),
                 self.max_streams,
+                self.node_batches,
             ),
             MAX_MESSAGE_BYTES,
         );

@@ -96,6 +96,14 @@ struct Cli {
     /// Agent streams served at once at most (one per agent); more are told to retry later.
     #[arg(long, env = "BIMODAL_MAX_STREAMS", default_value_t = 20_000)]
     max_streams: usize,
+    /// Batches a second each node may send on average (an agent sends one per interval, faster
+    /// while it empties its spool); beyond it, and beyond --node-batch-burst at once, batches are
+    /// answered "retry later".
+    #[arg(long, env = "BIMODAL_NODE_BATCH_RATE", default_value_t = 5.0, value_parser = positive_rate)]
+    node_batch_rate: f64,
+    /// Batches a node may send at once before its rate applies.
+    #[arg(long, env = "BIMODAL_NODE_BATCH_BURST", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
+    node_batch_burst: u32,
     /// Listen on an address other than loopback without --token-file.
     #[arg(long, env = "BIMODAL_ALLOW_UNAUTHENTICATED")]
     allow_unauthenticated: bool,
@@ -191,6 +199,13 @@ enum DebuginfoCommand {
         #[arg(long, env = "BIMODAL_CLIENT_KEY", requires = "client_cert")]
         client_key: Option<PathBuf>,
     },
+}
+
+fn positive_rate(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(r) if r > 0.0 && r.is_finite() => Ok(r),
+        _ => Err(format!("`{s}` is not a number of batches a second above 0")),
+    }
 }
 
 #[tokio::main]
@@ -330,6 +345,10 @@ async fn main() -> std::process::ExitCode {
         alerts,
         token_file: cli.token_file,
         max_streams: cli.max_streams,
+        node_batches: bimodal_server::ingest::rate::BatchRate {
+            per_second: cli.node_batch_rate,
+            burst: cli.node_batch_burst,
+        },
         tls: cli
             .tls_cert
             .zip(cli.tls_key)

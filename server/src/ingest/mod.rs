@@ -9,6 +9,7 @@
 //! instead of sending it first forever.
 
 pub mod encoded;
+pub mod rate;
 pub mod rows;
 pub mod validate;
 
@@ -53,16 +54,25 @@ pub struct IngestService {
     streams: Arc<tokio::sync::Semaphore>,
     max_streams: usize,
     in_flight: Arc<Admission>,
+    /// How fast each node may send batches.
+    rates: Arc<rate::NodeRates>,
 }
 
 impl IngestService {
-    pub fn new(writer: Writer, names: Arc<Names>, auth: crate::auth::Auth, max_streams: usize) -> Self {
+    pub fn new(
+        writer: Writer,
+        names: Arc<Names>,
+        auth: crate::auth::Auth,
+        max_streams: usize,
+        node_batches: rate::BatchRate,
+    ) -> Self {
         IngestService {
             writer,
             names,
             auth,
             streams: Arc::new(tokio::sync::Semaphore::new(max_streams)),
             max_streams,
+            rates: Arc::new(rate::NodeRates::new(node_batches)),
             in_flight: Arc::new(Admission {
                 room: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT_MIB as usize * 1024)),
                 waiting: std::sync::atomic::AtomicUsize::new(0),
@@ -183,6 +193,7 @@ impl IngestService {
         let writer = self.writer.clone();
         let names = self.names.clone();
         let in_flight = self.in_flight.clone();
+        let rates = self.rates.clone();
         tokio::spawn(async move {
             let _connected = Connected::new();
             let _open_stream = open_stream;
@@ -222,6 +233,26 @@ impl IngestService {
                         // Admitted here, before it is decoded and before the next message is
                         // read: a waiting stream holds one encoded batch.
                         let id = encoded.batch_id();
+                        // A node beyond its rate is told when to come back, before anything
+                        // else is spent on the batch.
+                        if let Some(id) = id {
+                            if let Err(wait) = rates.take(&sender.node, std::time::Instant::now()) {
+                                metrics().ingest_rejected.get_or_create(&label("reason", "rate")).inc();
+                                let rate = rates.rate();
+                                let reply = ack(
+                                    id.to_vec(),
+                                    v1::ack::Status::Retry,
+                                    format!(
+                                        "node `{}` sends more than {} batches a second ({} at once): retry later",
+                                        sender.node, rate.per_second, rate.burst
+                                    ),
+                                    wait.as_millis().clamp(100, u128::from(MAX_RETRY_MILLIS)) as u32,
+                                );
+                                read += 1;
+                                pending.push_back(Box::pin(std::future::ready(reply)));
+                                continue;
+                            }
+                        }
                         let held = in_flight.admit(encoded.0.len(), id.unwrap_or_default()).await;
                         if let (Err(retry_after), Some(id)) = (&held, id) {
                             let reply = ack(

@@ -116,6 +116,7 @@ pub fn test_config(listen: SocketAddr, dir: &std::path::Path) -> Config {
         allow_unauthenticated: false,
         tls: None,
         max_streams: 20_000,
+        node_batches: Default::default(),
     }
 }
 

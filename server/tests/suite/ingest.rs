@@ -1,6 +1,8 @@
 //! The ingest protocol's promises: a resent batch is stored once, a malformed batch is refused
 //! with a reason while the stream goes on, and a stream must start with a hello.
 
+use std::time::Duration;
+
 use bimodal_proto::v1::{self, ack::Status};
 
 use super::common::{selector, TestServer};
@@ -144,5 +146,55 @@ async fn streams_beyond_the_bound_are_told_to_retry() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     drop(held_b);
+    server.stop().await;
+}
+
+/// Each node sends at most its rate of batches (`--node-batch-rate`, `--node-batch-burst`):
+/// beyond its burst a node's batches are answered "retry" with the wait until its next one is
+/// due, counted by reason; another node is not held back, and the node's next batch after the
+/// wait is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_beyond_its_batch_rate_is_told_when_to_come_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = bimodal_server::Config {
+        node_batches: bimodal_server::ingest::rate::BatchRate {
+            per_second: 0.5,
+            burst: 3,
+        },
+        ..super::common::test_config("127.0.0.1:0".parse().unwrap(), dir.path())
+    };
+    let server = TestServer::with_config(config, None).await;
+    let mut flood = vec![wire::hello("flood-node")];
+    flood.extend((1..=8u8).map(|i| req(wire::batch([i; 16], false, "hot", 1))));
+    let acks = exchange(&server, flood).await.unwrap();
+    let statuses: Vec<Status> = acks.iter().map(|a| Status::try_from(a.status).unwrap()).collect();
+    assert_eq!(statuses[..3], [Status::Stored; 3], "{acks:?}");
+    assert_eq!(statuses[3..], [Status::Retry; 5], "{acks:?}");
+    for a in &acks[3..] {
+        assert!(a.error.contains("more than 0.5 batches a second"), "{a:?}");
+        assert!((100..=2_000).contains(&a.retry_after_millis), "{a:?}");
+    }
+    let calm = exchange(
+        &server,
+        vec![wire::hello("calm-node"), req(wire::batch([50; 16], false, "hot", 1))],
+    )
+    .await
+    .unwrap();
+    assert_eq!(calm[0].status, Status::Stored as i32, "{calm:?}");
+    tokio::time::sleep(Duration::from_millis(u64::from(acks[7].retry_after_millis))).await;
+    let later = exchange(
+        &server,
+        vec![wire::hello("flood-node"), req(wire::batch([4; 16], true, "hot", 1))],
+    )
+    .await
+    .unwrap();
+    assert_eq!(later[0].status, Status::Stored as i32, "{later:?}");
+    let (_, metrics) = server.get("/metrics").await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("bimodal_ingest_rejected_batches_total{reason=\"rate\"} 5")),
+        "{metrics}"
+    );
     server.stop().await;
 }
