@@ -214,6 +214,11 @@ pub async fn run(
                     client = None;
                     break;
                 }
+                // The server receives a few uploads at once: this one goes again later.
+                Err(status) if status.code() == tonic::Code::ResourceExhausted => {
+                    tracing::debug!(path = %image.path, error = %status.message(), "the server is busy with other uploads");
+                    failed.insert(image.build_id.clone(), Instant::now());
+                }
                 Err(status) => {
                     tracing::warn!(path = %image.path, error = %status.message(), "debug-info upload failed");
                     failed.insert(image.build_id.clone(), Instant::now());

@@ -76,7 +76,12 @@ pub struct DebuginfoService {
     max_bytes: u64,
     /// Checking and uploading need a token with the `write` scope.
     auth: crate::auth::Auth,
+    /// Uploads received at once: each holds a file of up to `max_bytes` on disk while it arrives.
+    uploads: Arc<tokio::sync::Semaphore>,
 }
+
+/// Uploads a server receives at once; more are told to retry later (agents try again in minutes).
+pub const MAX_UPLOADS_AT_ONCE: usize = 4;
 
 impl DebuginfoService {
     pub fn new(
@@ -93,6 +98,7 @@ impl DebuginfoService {
             incoming,
             max_bytes,
             auth,
+            uploads: Arc::new(tokio::sync::Semaphore::new(MAX_UPLOADS_AT_ONCE)),
         })
     }
 
@@ -152,6 +158,9 @@ impl DebuginfoService {
         Ok(())
     }
 }
+
+/// The first bytes of every ELF file.
+const ELF_MAGIC: &[u8] = b"\x7fELF";
 
 /// Hashes the file, checks it is an ELF file of `declared` with symbols, reads its table.
 fn read_checked(path: &Path, declared: &[u8]) -> Result<([u8; 32], u64, symtab::SymbolTable), UploadError> {
@@ -216,10 +225,18 @@ impl Debuginfo for DebuginfoService {
         if first.size > self.max_bytes {
             return Err(UploadError::TooLarge(self.max_bytes).into());
         }
+        let Ok(_receiving) = self.uploads.clone().try_acquire_owned() else {
+            return Err(Status::resource_exhausted(format!(
+                "the server receives {MAX_UPLOADS_AT_ONCE} uploads at once; retry later"
+            )));
+        };
         let incoming = self.incoming.join(format!(".incoming-{}", uuid::Uuid::new_v4()));
         let result = async {
             let mut file = std::fs::File::create(&incoming)?;
             let mut received = 0u64;
+            // The first bytes say whether this is an ELF file at all: anything else is refused
+            // before the rest of it is received.
+            let mut head: Vec<u8> = Vec::with_capacity(ELF_MAGIC.len());
             let mut write = |data: &[u8], received: &mut u64| -> Result<(), Status> {
                 *received += data.len() as u64;
                 if *received > first.size {
@@ -227,6 +244,13 @@ impl Debuginfo for DebuginfoService {
                         "the upload carried more than the {} bytes it stated",
                         first.size
                     )));
+                }
+                if head.len() < ELF_MAGIC.len() {
+                    let take = (ELF_MAGIC.len() - head.len()).min(data.len());
+                    head.extend_from_slice(&data[..take]);
+                    if !ELF_MAGIC.starts_with(&head) {
+                        return Err(UploadError::NotElf("its first bytes are not ELF's magic number".into()).into());
+                    }
                 }
                 file.write_all(data).map_err(|e| Status::internal(e.to_string()))
             };

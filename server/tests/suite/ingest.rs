@@ -198,3 +198,56 @@ async fn a_node_beyond_its_batch_rate_is_told_when_to_come_back() {
     );
     server.stop().await;
 }
+
+/// Debug-info uploads are bounded before they are received: a file whose first bytes are not
+/// ELF's is refused at once (not after its stated gigabyte), and past
+/// `MAX_UPLOADS_AT_ONCE` uploads arriving together the next is told to retry later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploads_are_refused_before_they_are_received() {
+    use bimodal_server::debuginfo::service::MAX_UPLOADS_AT_ONCE;
+    use tokio_stream::StreamExt;
+    let server = TestServer::start().await;
+    let agent = bimodal_agent::connect::ServerAddress::new(server.url(), None);
+    let first = |data: &[u8]| v1::DebuginfoChunk {
+        build_id: vec![7; 20],
+        kind: v1::DebuginfoKind::Executable as i32,
+        file_name: "big".into(),
+        size: 1 << 30,
+        data: data.to_vec(),
+    };
+    // An upload that sends its first chunk and then nothing: it stays open until dropped.
+    let open = |data: &'static [u8]| {
+        let agent = agent.clone();
+        let chunks = tokio_stream::iter([first(data)]).chain(tokio_stream::pending());
+        tokio::spawn(async move { agent.debuginfo().await.unwrap().upload(chunks).await })
+    };
+    let refused = tokio::time::timeout(Duration::from_secs(30), open(b"MZ\x90\x00 not ELF"))
+        .await
+        .expect("refused before the stated size arrives")
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    assert!(refused.message().contains("ELF"), "{refused:?}");
+
+    let mut receiving = Vec::new();
+    for _ in 0..MAX_UPLOADS_AT_ONCE {
+        receiving.push(open(b"\x7fELF\x02\x01\x01"));
+    }
+    // Each holds its place once its first chunk is read; wait until the next is turned away.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let busy = loop {
+        let next = open(b"\x7fELF\x02\x01\x01");
+        match tokio::time::timeout(Duration::from_secs(2), next).await {
+            Ok(answer) => break answer.unwrap().unwrap_err(),
+            Err(_) => assert!(
+                std::time::Instant::now() < deadline,
+                "a fifth upload was never turned away"
+            ),
+        }
+    };
+    assert_eq!(busy.code(), tonic::Code::ResourceExhausted, "{busy:?}");
+    for r in receiving {
+        r.abort();
+    }
+    server.stop().await;
+}
