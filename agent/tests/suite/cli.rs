@@ -171,7 +171,8 @@ fn run_samples_every_kind_the_machine_offers_by_default() {
 }
 
 /// The summary line of a `run --duration` that succeeded, and its batches, samples and lost:
-/// `bimodal-agent: ran Ns: B batches (S samples of KINDS, L lost)`.
+/// `bimodal-agent: ran Ns: B batches (S samples of KINDS, L lost), D batches dropped` (none
+/// dropped: a run that writes files or reaches its server drops nothing).
 fn run_summary(done: &std::process::Output) -> (String, [u64; 3]) {
     let stderr = String::from_utf8_lossy(&done.stderr);
     assert!(done.status.success(), "{stderr}");
@@ -184,9 +185,10 @@ fn run_summary(done: &std::process::Output) -> (String, [u64; 3]) {
         .split(|c: char| !c.is_ascii_digit())
         .filter_map(|w| w.parse().ok())
         .collect();
-    let [batches, samples, lost] = numbers[..] else {
-        panic!("three counts in {line}");
+    let [batches, samples, lost, dropped] = numbers[..] else {
+        panic!("four counts in {line}");
     };
+    assert_eq!(dropped, 0, "{line}");
     (line.to_owned(), [batches, samples, lost])
 }
 
