@@ -137,6 +137,7 @@ impl ManagedClickHouse {
         }
         let config = dir.join("config.xml");
         let log = dir.join("log/clickhouse-server.err.log");
+        wait_for_previous(dir, &config).await;
         // A free port is only free until someone binds it: another process may take it between
         // the choice and ClickHouse's bind. The child then exits on the taken address, or (when
         // the other process is a ClickHouse too) another server answers on "our" URL; both are
@@ -272,6 +273,49 @@ async fn wait_ready(
         waited: limit,
         log: log.to_owned(),
     })
+}
+
+/// How long a clickhouse-server still running on the data directory is given to exit.
+const PREVIOUS_EXIT_WAIT: Duration = Duration::from_secs(30);
+
+/// Waits for a clickhouse-server still running on `dir` to exit: the one a bimodal-server killed
+/// with SIGKILL left shutting down (the kernel sent it SIGTERM, and a shutdown takes seconds). A
+/// new one would find the data directory locked and exit. One still running after
+/// [`PREVIOUS_EXIT_WAIT`] is killed: nothing but bimodal's managed server uses this directory.
+async fn wait_for_previous(dir: &Path, config: &Path) {
+    let Some(pid) = previous_pid(dir, config) else { return };
+    tracing::info!(pid, data = %dir.display(), "waiting for the previous clickhouse-server on this directory to exit");
+    let started = Instant::now();
+    let mut killed = false;
+    while previous_pid(dir, config) == Some(pid) {
+        if !killed && started.elapsed() > PREVIOUS_EXIT_WAIT {
+            tracing::warn!(pid, "the previous clickhouse-server did not exit; killing it");
+            // SAFETY: kill(2) on a clickhouse-server running with this directory's config file.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            killed = true;
+        }
+        if started.elapsed() > PREVIOUS_EXIT_WAIT * 2 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The pid in the data directory's `status` file, when that process runs with this directory's
+/// config file (the file stays after a clean exit, and pids are reused).
+fn previous_pid(dir: &Path, config: &Path) -> Option<i32> {
+    let status = std::fs::read_to_string(dir.join("data/status")).ok()?;
+    let pid: i32 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("PID:"))?
+        .trim()
+        .parse()
+        .ok()?;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let needle = config.to_string_lossy();
+    String::from_utf8_lossy(&cmdline)
+        .contains(needle.as_ref())
+        .then_some(pid)
 }
 
 /// The TCP ports process `pid` listens on, from its socket descriptors and the kernel's socket

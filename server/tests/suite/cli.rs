@@ -101,3 +101,17 @@ fn rules_check_reports_every_mistake_with_its_line() {
     }
     assert!(stderr.contains("1 of 2 rule files have mistakes"), "{stderr}");
 }
+
+/// A server killed with SIGKILL leaves its managed ClickHouse shutting down; a server started at
+/// once on the same data directory waits for it instead of exiting on the directory's lock.
+#[test]
+fn a_server_restarted_right_after_a_kill_reuses_its_data_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--listen", "127.0.0.1:0", "--data-dir", "d"];
+    let (lines, running) = start(dir.path(), &args, &[], "listening on");
+    assert!(running, "{lines:#?}");
+    // `start` killed it (SIGKILL) once it listened; start again right away.
+    let (lines, running) = start(dir.path(), &args, &[], "listening on");
+    assert!(running, "{lines:#?}");
+    assert!(lines.iter().any(|l| l.contains("listening on")), "{lines:#?}");
+}
