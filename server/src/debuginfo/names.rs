@@ -16,6 +16,9 @@ use super::symtab::SymbolTable;
 use crate::ingest::rows::FrameNamer;
 use crate::storage::{StorageError, Store};
 
+/// Build ids of one batch whose tables are loaded at most.
+pub const MAX_TABLES_PER_BATCH: usize = 2048;
+
 /// How soon a build id with no symbols stored is looked up again.
 pub const RECHECK_MISSING: Duration = Duration::from_secs(30);
 /// How soon a build id named by its executable's symbols is checked for a debug file.
@@ -116,13 +119,23 @@ impl Names {
         Ok(())
     }
 
-    /// Loads the tables the unnamed frames of a wire batch need.
+    /// Loads the tables the unnamed frames of a wire batch need, of its first
+    /// [`MAX_TABLES_PER_BATCH`] build ids: a batch naming more (no node maps that many images)
+    /// does not make the server read a table per id while the batch waits; its other frames stay
+    /// unnamed in the per-function rows (flame graphs name them when they are read).
     pub async fn load_for(&self, frames: &[v1::Frame]) -> Result<(), StorageError> {
+        let mut seen: std::collections::HashSet<&[u8]> = std::collections::HashSet::new();
         let ids: Vec<String> = frames
             .iter()
-            .filter(|f| !f.build_id.is_empty())
+            .filter(|f| !f.build_id.is_empty() && seen.insert(&f.build_id))
+            .take(MAX_TABLES_PER_BATCH)
             .map(|f| bimodal_profile::hex(&f.build_id))
             .collect();
+        if ids.len() == MAX_TABLES_PER_BATCH {
+            tracing::warn!(
+                "a batch names {MAX_TABLES_PER_BATCH} images or more; the functions of any beyond those stay unnamed in its rows"
+            );
+        }
         self.load(&ids).await
     }
 

@@ -102,6 +102,18 @@ impl DebuginfoService {
         })
     }
 
+    /// Checks and uploads are writes: a token with the `write` scope, and a client certificate
+    /// where the server asks for them.
+    #[allow(clippy::result_large_err)]
+    fn allow_write<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        self.auth.allow_grpc(
+            request.metadata(),
+            request.extensions().get::<Peer>(),
+            crate::auth::Scope::Write,
+            None,
+        )
+    }
+
     async fn status(&self, build_id: Vec<u8>) -> Result<v1::DebuginfoStatus, Status> {
         let id = hex(&build_id);
         let files = self
@@ -190,12 +202,7 @@ fn read_checked(path: &Path, declared: &[u8]) -> Result<([u8; 32], u64, symtab::
 #[tonic::async_trait]
 impl Debuginfo for DebuginfoService {
     async fn check(&self, request: Request<v1::DebuginfoCheck>) -> Result<Response<v1::DebuginfoStatus>, Status> {
-        self.auth.allow_grpc(
-            request.metadata(),
-            request.extensions().get::<Peer>(),
-            crate::auth::Scope::Write,
-            None,
-        )?;
+        self.allow_write(&request)?;
         let build_id = request.into_inner().build_id;
         if build_id.is_empty() || build_id.len() > 64 {
             return Err(UploadError::BadBuildId(build_id.len()).into());
@@ -207,12 +214,7 @@ impl Debuginfo for DebuginfoService {
         &self,
         request: Request<Streaming<v1::DebuginfoChunk>>,
     ) -> Result<Response<v1::DebuginfoStatus>, Status> {
-        self.auth.allow_grpc(
-            request.metadata(),
-            request.extensions().get::<Peer>(),
-            crate::auth::Scope::Write,
-            None,
-        )?;
+        self.allow_write(&request)?;
         let mut chunks = request.into_inner();
         let first = chunks
             .next()

@@ -280,7 +280,7 @@ impl IngestService {
                         read += 1;
                         let (writer, names, sender) = (writer.clone(), names.clone(), sender.clone());
                         let batch_id = batch.batch_id.clone();
-                        let stored = tokio::spawn(async move { store(&writer, &names, &sender, held, batch).await });
+                        let stored = tokio::spawn(store(writer, names, sender, held, batch));
                         pending.push_back(Box::pin(async move {
                             stored.await.unwrap_or_else(|e| {
                                 tracing::error!(error = %e, "storing a batch failed");
@@ -352,9 +352,9 @@ fn retry_millis(ahead: usize, batch_id: &[u8]) -> u32 {
 /// Checks, names, converts and stores one batch admitted with `held` (`None`: not admitted,
 /// the agent is told to retry); the ack to send.
 async fn store(
-    writer: &Writer,
-    names: &Names,
-    sender: &Sender,
+    writer: Writer,
+    names: Arc<Names>,
+    sender: Arc<Sender>,
     held: Result<tokio::sync::OwnedSemaphorePermit, u32>,
     mut batch: v1::Batch,
 ) -> v1::IngestResponse {
@@ -377,13 +377,29 @@ async fn store(
     if let Err(e) = names.load_for(&batch.frames).await {
         tracing::warn!(error = %e, "symbol tables unavailable; functions of this batch stay unnamed");
     }
-    let rows = rows::build(sender, &batch, names, &writer.known());
     // The decoded batch is several times its rows: it is not kept while they wait to be written
     // (the write path bounds those).
     let batch_id = std::mem::take(&mut batch.batch_id);
     let samples: u64 = batch.samples.iter().map(|s| s.count).sum();
-    drop(batch);
+    // Turning a batch into rows is CPU work of up to a second for the largest batches allowed:
+    // on the blocking pool, so that no stream waits behind it.
+    let rows = {
+        let writer = writer.clone();
+        tokio::task::spawn_blocking(move || rows::build(&sender, &batch, &*names, &writer.known())).await
+    };
     drop(held);
+    let rows = match rows {
+        Ok(rows) => rows,
+        Err(e) => {
+            tracing::error!(error = %e, "building the rows of a batch failed");
+            return ack(
+                batch_id,
+                v1::ack::Status::Retry,
+                "the server failed storing this batch".into(),
+                5_000,
+            );
+        }
+    };
     match writer.submit(rows).await {
         Outcome::Stored => {
             metrics().ingest_samples.inc_by(samples);
