@@ -33,6 +33,9 @@ const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
 const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// Bytes that tell the protocol: the HTTP/2 preface is 24.
 const FIRST_BYTES: usize = 24;
+/// How long a shutdown waits for open connections to finish (an agent's ingest stream or an
+/// upload may never end by itself); then they are closed.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// Who sent a request: the connection's address and, over TLS, the client certificate it
 /// presented (verified against `--tls-client-ca` during the handshake).
@@ -142,7 +145,9 @@ pub async fn serve(mut incoming: Incoming, app: Router, shutdown: impl Future<Ou
         });
     }
     drop(incoming);
-    graceful.shutdown().await;
+    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await.is_err() {
+        tracing::info!(grace = ?SHUTDOWN_GRACE, "connections still open at shutdown are closed");
+    }
 }
 
 /// A stream whose first [`FIRST_BYTES`] must arrive before a deadline: a client that connects

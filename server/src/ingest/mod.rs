@@ -356,7 +356,7 @@ async fn store(
     names: Arc<Names>,
     sender: Arc<Sender>,
     held: Result<tokio::sync::OwnedSemaphorePermit, u32>,
-    mut batch: v1::Batch,
+    batch: v1::Batch,
 ) -> v1::IngestResponse {
     let held = match held {
         Ok(held) => held,
@@ -379,7 +379,7 @@ async fn store(
     }
     // The decoded batch is several times its rows: it is not kept while they wait to be written
     // (the write path bounds those).
-    let batch_id = std::mem::take(&mut batch.batch_id);
+    let batch_id = batch.batch_id.clone();
     let samples: u64 = batch.samples.iter().map(|s| s.count).sum();
     // Turning a batch into rows is CPU work of up to a second for the largest batches allowed:
     // on the blocking pool, so that no stream waits behind it.

@@ -374,7 +374,6 @@ async fn a_full_write_buffer_answers_retry_and_nothing_acknowledged_is_lost() {
     messages.extend(batches.iter().cloned().map(req));
     let started = Instant::now();
     let acks = exchange(&server, messages).await.unwrap();
-    // SAFETY: as above.
     // SAFETY: kill(2) with SIGCONT on the ClickHouse child this test started.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0, "SIGCONT {pid}");
     assert_eq!(acks.len(), batches.len());
