@@ -4,7 +4,7 @@ CARGO ?= cargo
 CLANG_FORMAT ?= clang-format-19
 C_SOURCES := $(wildcard bpf/*.c bpf/include/*.h testdata/fixtures/*.c)
 
-.PHONY: all setup web build release demo test bench fuzz lint fmt clean
+.PHONY: all setup web build release demo test bench fuzz lint fmt clean images manifests
 
 all: build
 
@@ -28,6 +28,15 @@ release: web
 demo: release
 	tools/demo.sh
 
+## images: OCI images of the agent and the server, built by buildah without a Docker daemon
+##         (tools/images.sh; IMAGE_TAG, default dev): local storage and target/images/*.tar
+images: setup
+	tools/images.sh
+
+## manifests: render deploy/kubernetes/ from the Helm chart deploy/helm/bimodal
+manifests: setup
+	tools/deploy-check.sh --write
+
 ## test: every test: Rust suites (BPF, ClickHouse 18.16, gRPC, browser), the web UI on its mock API,
 ##       modern SQL in chdb, the NUMA guest,
 ##       a fleet of eight NUMA guests compared, each fuzz target for 20 s (FUZZ_TEST_SECONDS)
@@ -36,6 +45,8 @@ test: web
 	tools/fuzz.sh $${FUZZ_TEST_SECONDS:-20}
 	cd web && npm run test:unit --silent && npm run test:e2e-mock --silent
 	python3 tests/modern_sql.py target/debug/bimodal-server
+	tools/deploy-check.sh
+	python3 tests/deploy/podman_agent.py
 	tests/numa/run.sh
 	tests/numa/fleet.sh target/release/bimodal-agent
 
@@ -44,7 +55,9 @@ test: web
 ##        uploads a 280 MiB image (tools/bench-upload.sh) and while short processes come and go
 ##        (tools/bench-cache.sh), then storage and ingest
 ##        of simulated fleets of 100 to 10,000 nodes (tools/bench_storage.py, BENCH_FLEETS=100,1000,10000),
-##        then band detection on seeded synthetic fleets (server/examples/bands_bench.rs)
+##        then band detection on seeded synthetic fleets (server/examples/bands_bench.rs),
+##        then a soak: 1,000 simulated agents for 10 minutes while the server and its ClickHouse are
+##        killed (tools/soak.py, SOAK_NODES, SOAK_MINUTES): lost and duplicated data, peak memory
 bench: release
 	tools/bench.sh
 	tools/bench-unwind.sh
@@ -52,6 +65,7 @@ bench: release
 	tools/bench-cache.sh
 	python3 tools/bench_storage.py --nodes $${BENCH_FLEETS:-100,1000,10000}
 	cargo run --release -q -p bimodal-server --example bands_bench $${BENCH_BAND_TRIALS:-200}
+	python3 tools/soak.py
 
 ## fuzz: every fuzz target (fuzz/fuzz_targets: ingest messages, selectors, alert rules) for
 ##       FUZZ_SECONDS (600) each, from the committed corpus
