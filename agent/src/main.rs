@@ -229,7 +229,9 @@ struct RunArgs {
     /// This node's name (in Kubernetes: the node name from the downward API); default: hostname.
     #[arg(long, env = "BIMODAL_NODE_NAME")]
     node_name: Option<String>,
-    /// A label of this node, key=value; repeatable. From the environment: comma-separated.
+    /// A label of this node, key=value; repeatable. From the environment: comma-separated. A
+    /// label with an empty value is left out (as Prometheus reads it: no such label), so that a
+    /// DaemonSet can pass labels the downward API may find empty.
     #[arg(long = "label", env = "BIMODAL_LABELS", value_delimiter = ',', value_parser = parse_label)]
     labels: Vec<(String, String)>,
     /// Event kinds to sample, repeatable; `all`: every kind this machine offers (`bimodal-agent
@@ -461,7 +463,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let opts = RunOptions {
                 server: a.server.address(),
                 node,
-                labels: a.labels.into_iter().collect::<BTreeMap<_, _>>(),
+                labels: a
+                    .labels
+                    .into_iter()
+                    .filter(|(_, v)| !v.is_empty())
+                    .collect::<BTreeMap<_, _>>(),
                 // Empty: every kind the machine offers.
                 events: if a.events.contains(&Events::All) {
                     Vec::new()

@@ -38,8 +38,10 @@ pub struct Frames {
     /// The file mappings of processes seen alive: the samples of a process that exits before
     /// they are drained are named from them (its /proc entry is gone by then).
     processes: ProcessMaps,
-    /// Build ids of image files on the host, by path (for processes that have exited).
-    host_build_ids: std::cell::RefCell<HashMap<String, Vec<u8>>>,
+    /// Build ids of image files, by file identity (device, inode): read through the mapping
+    /// process's root, never by the path alone (in a container the agent's own files at that
+    /// path are other files).
+    build_ids: std::cell::RefCell<HashMap<(u64, u64), Vec<u8>>>,
     /// Calls of `user` so far: the remembered mappings are tidied every so many.
     calls: std::cell::Cell<u64>,
 }
@@ -57,13 +59,15 @@ impl Default for Frames {
             images: Default::default(),
             max_images: DEFAULT_CACHED_IMAGES,
             resets: Default::default(),
-            normalizer: Normalizer::builder().enable_build_ids(true).build(),
+            // Build ids are read here through /proc/PID/root (`build_id_of`): the normalizer
+            // would open the path in the agent's own mount namespace.
+            normalizer: Normalizer::builder().enable_build_ids(false).build(),
             by_server: false,
             segments: Default::default(),
             debug_dirs: debugfile::default_dirs(),
             debug_files: Default::default(),
             processes: ProcessMaps::default(),
-            host_build_ids: Default::default(),
+            build_ids: Default::default(),
             calls: Default::default(),
         }
     }
@@ -132,7 +136,7 @@ impl Frames {
             self.images.borrow().len(),
             self.segments.borrow().len(),
             self.debug_files.borrow().len(),
-            self.host_build_ids.borrow().len(),
+            self.build_ids.borrow().len(),
         ];
         (held.into_iter().max().unwrap_or(0), self.resets.get())
     }
@@ -145,7 +149,7 @@ impl Frames {
             self.images.borrow_mut().clear();
             self.segments.borrow_mut().clear();
             self.debug_files.borrow_mut().clear();
-            self.host_build_ids.borrow_mut().clear();
+            self.build_ids.borrow_mut().clear();
             self.resets.set(self.resets.get() + 1);
             tracing::debug!(max = self.max_images, "symbolizer caches emptied");
         }
@@ -168,7 +172,7 @@ impl Frames {
                     format!("process {tgid} exited; no file mapped {addr:#x} when it was last seen");
                 continue;
             };
-            frame.build_id = self.host_build_id(&at.path);
+            frame.build_id = self.build_id_of(Path::new(&at.path));
             frame.module = at.path;
             frame.file_offset = at.file_offset;
             frame.elf_address = self.elf_address(tgid, frame).unwrap_or(0);
@@ -177,11 +181,16 @@ impl Frames {
         true
     }
 
-    /// The build id of the image at `path` on the host (empty when it has none or is gone).
-    fn host_build_id(&self, path: &str) -> Vec<u8> {
-        self.host_build_ids
+    /// The build id of the image file at `path` (empty when it has none or is gone), read once
+    /// per file.
+    fn build_id_of(&self, path: &Path) -> Vec<u8> {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(meta) = std::fs::metadata(path) else {
+            return Vec::new();
+        };
+        self.build_ids
             .borrow_mut()
-            .entry(path.to_owned())
+            .entry((meta.dev(), meta.ino()))
             .or_insert_with(|| {
                 blazesym::helper::read_elf_build_id(&path)
                     .ok()
@@ -298,7 +307,7 @@ impl Frames {
                     match normalized.meta.get(*meta_index) {
                         Some(UserMeta::Elf(elf)) => {
                             frame.module = elf.path.to_string_lossy().into_owned();
-                            frame.build_id = elf.build_id.as_deref().map(<[u8]>::to_vec).unwrap_or_default();
+                            frame.build_id = self.build_id_of(&in_process(tgid, &frame.module));
                             frame.file_offset = *offset;
                             frame.elf_address = self.elf_address(tgid, frame).unwrap_or(0);
                         }
@@ -403,12 +412,8 @@ impl Frames {
         }
         let mut cache = self.segments.borrow_mut();
         if !cache.contains_key(&frame.build_id) {
-            let path = Path::new("/proc")
-                .join(tgid.to_string())
-                .join("root")
-                .join(frame.module.trim_start_matches('/'));
             // The host's file when the process has exited (its /proc entry is gone).
-            let segments = elf::read_header(&path)
+            let segments = elf::read_header(&in_process(tgid, &frame.module))
                 .or_else(|| elf::read_header(Path::new(&frame.module)))
                 .map(|h| h.segments)
                 .unwrap_or_default();
@@ -471,6 +476,14 @@ fn fill(frame: &mut v1::Frame, sym: Symbolized<'_>) {
             }
         }
     }
+}
+
+/// A file as the process `tgid` sees it (through its root: its own mount namespace).
+fn in_process(tgid: u32, path: &str) -> PathBuf {
+    Path::new("/proc")
+        .join(tgid.to_string())
+        .join("root")
+        .join(path.trim_start_matches('/'))
 }
 
 /// Whether process `tgid` is gone or a zombie (exited, not yet reaped: it maps nothing).
@@ -545,10 +558,7 @@ impl Frames {
                     .map(|x| x.start.saturating_sub(x.offset))
                     .min()
                     .unwrap_or(0);
-                let file = Path::new("/proc")
-                    .join(tgid.to_string())
-                    .join("root")
-                    .join(image.trim_start_matches('/'));
+                let file = in_process(tgid, image);
                 let pie = *pie_of
                     .entry(image)
                     .or_insert_with(|| elf::read_header(&file).is_none_or(|h| h.position_independent));
