@@ -38,7 +38,8 @@ manifests: setup
 	tools/deploy-check.sh --write
 
 ## test: every test: Rust suites (BPF, ClickHouse 18.16, gRPC, browser), the web UI on its mock API,
-##       modern SQL in chdb, the NUMA guest,
+##       modern SQL in chdb, the Helm chart and manifests (tools/deploy-check.sh), the agent's image
+##       under its DaemonSet's confinement in podman (tests/deploy/podman_agent.py), the NUMA guest,
 ##       a fleet of eight NUMA guests compared, each fuzz target for 20 s (FUZZ_TEST_SECONDS)
 test: web
 	$(CARGO) test --workspace --no-fail-fast

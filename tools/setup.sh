@@ -37,6 +37,11 @@ want zookeeper /usr/share/zookeeper/bin/zkServer.sh
 # packages' services are not used: tests start their own on loopback
 want prometheus-alertmanager /usr/bin/prometheus-alertmanager
 want prometheus /usr/bin/prometheus
+# buildah builds the OCI images without a Docker daemon (tools/images.sh); podman runs the agent's
+# image under its DaemonSet's confinement (tests/deploy/podman_agent.py)
+want buildah buildah
+want podman podman
+want runc runc
 want chromium /usr/bin/chromium
 want nodejs node
 want npm npm
@@ -67,6 +72,14 @@ fi
 if ! command -v cargo-fuzz >/dev/null 2>&1; then
 	echo "setup: cargo install cargo-fuzz"
 	cargo install --locked cargo-fuzz
+fi
+
+# helm v3, built from its Go module (deploy/helm: tools/deploy-check.sh lints and renders the
+# chart), and the manifest validator's modules (deploy/validate)
+GO=$(command -v go || echo /usr/local/go/bin/go)
+if [ ! -x target/tools/bin/helm ]; then
+	echo "setup: go install helm.sh/helm/v3/cmd/helm@v3.22.0"
+	GOBIN="$PWD/target/tools/bin" "$GO" install helm.sh/helm/v3/cmd/helm@v3.22.0
 fi
 
 # chdb runs a modern ClickHouse (26.x) in-process: the modern-dialect schema and queries are
