@@ -58,7 +58,8 @@ test: web
 ##        of simulated fleets of 100 to 10,000 nodes (tools/bench_storage.py, BENCH_FLEETS=100,1000,10000),
 ##        then band detection on seeded synthetic fleets (server/examples/bands_bench.rs),
 ##        then a soak: 1,000 simulated agents for 10 minutes while the server and its ClickHouse are
-##        killed (tools/soak.py, SOAK_NODES, SOAK_MINUTES): lost and duplicated data, peak memory
+##        killed (tools/soak.py, SOAK_NODES, SOAK_MINUTES, SOAK_INTERVAL, SOAK_SCALE): lost and
+##        duplicated data, peak memory
 bench: release
 	tools/bench.sh
 	tools/bench-unwind.sh
