@@ -13,6 +13,15 @@ use std::time::{Duration, Instant};
 
 use crate::placement::{self, Mapping};
 
+/// A file as the process `tgid` sees it: through its root, in its own mount namespace (in a
+/// container the agent's files at the same path are other files).
+pub fn in_process(tgid: u32, path: &str) -> std::path::PathBuf {
+    Path::new("/proc")
+        .join(tgid.to_string())
+        .join("root")
+        .join(path.trim_start_matches('/'))
+}
+
 /// Remembered mappings are read again after this long (libraries loaded since, a reused pid).
 pub const REMEMBER_FOR: Duration = Duration::from_secs(30);
 /// At most this many processes' mappings are kept; the oldest go first.

@@ -11,7 +11,7 @@ use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use blazesym::Pid;
 
 use crate::placement::MappingClass;
-use crate::processes::ProcessMaps;
+use crate::processes::{in_process, ProcessMaps};
 use crate::{debugfile, elf};
 
 /// One symbolizer per agent: blazesym caches parsed ELF files and kallsyms across calls, up to
@@ -303,11 +303,15 @@ impl Frames {
         let mut exited = false;
         match self.normalizer.normalize_user_addrs(Pid::from(tgid), &addrs) {
             Ok(normalized) => {
+                // One build id per image of the call, not per frame.
+                let mut build_ids: Vec<Option<Vec<u8>>> = vec![None; normalized.meta.len()];
                 for (frame, (offset, meta_index)) in frames.iter_mut().zip(&normalized.outputs) {
                     match normalized.meta.get(*meta_index) {
                         Some(UserMeta::Elf(elf)) => {
                             frame.module = elf.path.to_string_lossy().into_owned();
-                            frame.build_id = self.build_id_of(&in_process(tgid, &frame.module));
+                            frame.build_id = build_ids[*meta_index]
+                                .get_or_insert_with(|| self.build_id_of(&in_process(tgid, &frame.module)))
+                                .clone();
                             frame.file_offset = *offset;
                             frame.elf_address = self.elf_address(tgid, frame).unwrap_or(0);
                         }
@@ -476,14 +480,6 @@ fn fill(frame: &mut v1::Frame, sym: Symbolized<'_>) {
             }
         }
     }
-}
-
-/// A file as the process `tgid` sees it (through its root: its own mount namespace).
-fn in_process(tgid: u32, path: &str) -> PathBuf {
-    Path::new("/proc")
-        .join(tgid.to_string())
-        .join("root")
-        .join(path.trim_start_matches('/'))
 }
 
 /// Whether process `tgid` is gone or a zombie (exited, not yet reaped: it maps nothing).

@@ -75,7 +75,7 @@ pub struct Opened {
 /// host, carrying `build_id` and symbols. Its headers are read through a mapping, so memory does
 /// not grow with the image's size.
 pub fn open_image(image: &ImageRef, max_bytes: u64) -> Result<Opened, Outcome> {
-    let in_process = PathBuf::from(format!("/proc/{}/root", image.pid)).join(image.path.trim_start_matches('/'));
+    let in_process = crate::processes::in_process(image.pid, &image.path);
     let path = [in_process.as_path(), Path::new(&image.path)]
         .into_iter()
         .find(|p| p.is_file())
