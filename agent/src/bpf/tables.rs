@@ -169,7 +169,15 @@ impl TableLoader {
                 }
             };
             if !self.images.contains_key(&key) {
-                let loaded = self.compile(&key, m, &root);
+                let Some(loaded) = self.compile(&key, m, &root) else {
+                    // Unreadable now (the process exited before its image was read, or the file
+                    // is gone): not remembered, or every later process mapping the image would
+                    // be given its empty table while any of them lives.
+                    if !push(&mut entry, m, 0, 0..0) {
+                        break;
+                    }
+                    continue;
+                };
                 self.images.insert(key.clone(), loaded);
             }
             let loaded = self.images.get_mut(&key).expect("inserted above");
@@ -235,8 +243,10 @@ impl TableLoader {
     }
 
     /// Compiles and writes the table of the image mapped by `m`: counted first, then written in
-    /// chunks as it is compiled again, so no image's whole table is held in the agent.
-    fn compile(&mut self, key: &ImageKey, m: &Mapping, root: &Path) -> Loaded {
+    /// chunks as it is compiled again, so no image's whole table is held in the agent. `None`
+    /// when the image cannot be read (an image without a table, or refused for room, is `Some`
+    /// with no rows).
+    fn compile(&mut self, key: &ImageKey, m: &Mapping, root: &Path) -> Option<Loaded> {
         let mut loaded = Loaded {
             rows: 0..0,
             segments: Vec::new(),
@@ -248,7 +258,7 @@ impl TableLoader {
         let bytes: &[u8] = if key.0 == "[vdso]" {
             match unwind::vdso_bytes() {
                 Some(bytes) => bytes,
-                None => return loaded,
+                None => return Some(loaded),
             }
         } else {
             match unwind::map_image(&path, m.inode) {
@@ -257,9 +267,9 @@ impl TableLoader {
                     &mapped
                 }
                 Err(e) => {
-                    tracing::debug!(image = ?m.path, "no unwind table: {e}");
+                    tracing::debug!(image = ?m.path, "cannot read it for its unwind table: {e}");
                     self.stats.images_refused += 1;
-                    return loaded;
+                    return None;
                 }
             }
         };
@@ -270,28 +280,28 @@ impl TableLoader {
             Err(e) => {
                 tracing::debug!(image = ?m.path, "no unwind table: {e}");
                 self.stats.images_refused += 1;
-                return loaded;
+                return Some(loaded);
             }
         };
         loaded.segments = compiler.segments.clone();
         if len == 0 {
-            return loaded;
+            return Some(loaded);
         }
         let Some(rows) = self.allocate(len as u32) else {
             tracing::debug!(image = ?m.path, rows = len, "no room for its unwind table");
             self.stats.images_refused += 1;
-            return loaded;
+            return Some(loaded);
         };
         if let Err(e) = self.write(rows.clone(), &compiler) {
             tracing::warn!(image = ?m.path, "cannot write its unwind table: {e}");
             self.free_range(rows);
             self.stats.images_refused += 1;
-            return loaded;
+            return Some(loaded);
         }
         self.stats.images_loaded += 1;
         self.stats.rows += rows.len() as u64;
         loaded.rows = rows;
-        loaded
+        Some(loaded)
     }
 
     /// Writes the rows `compiler` produces into `range`, in batches.
@@ -342,6 +352,17 @@ impl TableLoader {
     /// A free range of `len` rows, making room from images no process maps (the least recently
     /// used first) when there is none.
     fn allocate(&mut self, len: u32) -> Option<Range<u32>> {
+        // Nothing is evicted for an image that cannot fit even then.
+        let free: u64 = self.free.iter().map(|r| u64::from(r.len() as u32)).sum();
+        let evictable: u64 = self
+            .images
+            .values()
+            .filter(|l| l.users == 0)
+            .map(|l| l.rows.len() as u64)
+            .sum();
+        if u64::from(len) > free + evictable {
+            return None;
+        }
         loop {
             if let Some(i) = self.free.iter().position(|r| r.len() as u32 >= len) {
                 let range = self.free[i].start..self.free[i].start + len;
@@ -375,5 +396,158 @@ impl TableLoader {
             self.free[at - 1].end = self.free[at].end;
             self.free.remove(at);
         }
+    }
+}
+
+/// On real BPF maps of the programs' types and sizes (the kernel's own, made here without the
+/// programs; needs CAP_BPF, as every agent test does).
+#[cfg(test)]
+mod tests {
+    use std::process::{Child, Command};
+
+    use libbpf_rs::libbpf_sys::bpf_map_create_opts;
+    use libbpf_rs::MapType;
+
+    use super::*;
+    use crate::placement::read_mappings;
+
+    fn loader(capacity: u32) -> TableLoader {
+        let opts = bpf_map_create_opts {
+            sz: std::mem::size_of::<bpf_map_create_opts>() as _,
+            ..Default::default()
+        };
+        let no_prealloc = bpf_map_create_opts {
+            map_flags: libbpf_rs::libbpf_sys::BPF_F_NO_PREALLOC,
+            ..opts
+        };
+        let map = |kind, value: usize, entries, opts: &bpf_map_create_opts| {
+            MapHandle::create(kind, None::<&str>, 4, value as u32, entries, opts).expect("a BPF map (needs CAP_BPF)")
+        };
+        TableLoader::new(
+            map(MapType::Array, std::mem::size_of::<unwind_row>(), capacity, &opts),
+            map(MapType::Hash, std::mem::size_of::<unwind_process>(), 64, &no_prealloc),
+            map(MapType::LruHash, 1, 64, &opts),
+            capacity,
+        )
+    }
+
+    /// A process the programs have noticed: its entry in `sampled_processes`.
+    fn noticed(loader: &TableLoader, tgid: u32) {
+        loader
+            .sampled_processes
+            .update(&tgid.to_ne_bytes(), &[0], MapFlags::ANY)
+            .unwrap();
+    }
+
+    /// A `sleep` process, killed and reaped when dropped.
+    struct Sleeper(Child);
+
+    impl Sleeper {
+        fn id(&self) -> u32 {
+            self.0.id()
+        }
+    }
+
+    impl Drop for Sleeper {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    fn sleeper() -> (Sleeper, Vec<Mapping>) {
+        let child = Sleeper(Command::new("sleep").arg("30").spawn().expect("sleep"));
+        // Its mappings once the program and libc are mapped (the first reads may see the
+        // parent's, or the program before the dynamic loader mapped libc).
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let mappings = read_mappings(Path::new("/"), child.id()).unwrap_or_default();
+            let mapped = |name: &str| {
+                mappings
+                    .iter()
+                    .any(|m| m.is_executable() && m.path.as_deref().is_some_and(|p| p.contains(name)))
+            };
+            if mapped("/sleep") && mapped("/libc.so") {
+                return (child, mappings);
+            }
+            assert!(Instant::now() < deadline, "sleep never mapped libc: {mappings:?}");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
+    /// The executable mapping of `sleep` alone.
+    fn program(mappings: &[Mapping]) -> Vec<Mapping> {
+        mappings
+            .iter()
+            .filter(|m| m.is_executable() && m.path.as_deref().is_some_and(|p| p.ends_with("/sleep")))
+            .cloned()
+            .collect()
+    }
+
+    /// An image that could not be read because its process had exited is not remembered as one
+    /// without a table: the next process that maps it is unwound from its rows (a job restarting
+    /// faster than the agent reads was unwound by frame pointers only, for as long as it ran).
+    #[test]
+    fn an_image_unread_because_its_process_exited_is_read_for_the_next() {
+        let mut loader = loader(1 << 20);
+        let (live, mappings) = sleeper();
+        let mut gone = Command::new("true").spawn().unwrap();
+        gone.wait().unwrap();
+        // An exited process that mapped the same program: its root is gone, nothing is read,
+        // and the programs removed its entry at exit.
+        assert!(!loader.load(gone.id(), 1, &program(&mappings)));
+        assert_eq!(loader.stats.rows, 0);
+        noticed(&loader, live.id());
+        assert!(loader.load(live.id(), 2, &program(&mappings)));
+        assert!(loader.stats.rows > 0, "{:?}", loader.stats);
+        let entry = loader
+            .processes_map
+            .lookup(&live.id().to_ne_bytes(), MapFlags::ANY)
+            .unwrap()
+            .expect("an entry");
+        let entry: &unwind_process = plain::from_bytes(&entry).unwrap();
+        assert_eq!(entry.len, 1);
+        assert!(entry.mappings[0].rows_len > 0, "{:?}", entry.mappings[0].rows_len);
+    }
+
+    /// An image too large for the rows that are free and those of unused images together is
+    /// refused without evicting the unused ones (a restarting job would lose its tables for
+    /// nothing).
+    #[test]
+    fn an_image_that_cannot_fit_evicts_nothing() {
+        let (first, mappings) = sleeper();
+        let (second, _) = sleeper();
+        let image = |name: &str| -> Vec<Mapping> {
+            let found: Vec<Mapping> = mappings
+                .iter()
+                .filter(|m| m.is_executable() && m.path.as_deref().is_some_and(|p| p.contains(name)))
+                .cloned()
+                .collect();
+            assert!(!found.is_empty(), "sleep maps no {name}: {mappings:?}");
+            found
+        };
+        let (executable, loader_image, libc) = (program(&mappings), image("/ld-linux"), image("/libc.so"));
+        let rows_of = |mappings: &[Mapping]| {
+            let mut l = loader(1 << 20);
+            noticed(&l, first.id());
+            assert!(l.load(first.id(), 1, mappings));
+            l.stats.rows as u32
+        };
+        let libc_rows = rows_of(&libc);
+        // As many rows as libc's: the program's are held by the first process, the loader's are
+        // unused (the second process is gone), and libc fits only if the held ones were freed.
+        let mut loader = loader(libc_rows);
+        noticed(&loader, first.id());
+        assert!(loader.load(first.id(), 1, &executable));
+        noticed(&loader, second.id());
+        assert!(loader.load(second.id(), 1, &loader_image));
+        let held = loader.stats.rows;
+        assert!(held > 0 && held < u64::from(libc_rows), "{held} rows of {libc_rows}");
+        loader.sweep(|tgid| tgid == first.id());
+        assert_eq!(loader.stats.rows, held, "an unused image stays");
+        let refused = loader.stats.images_refused;
+        assert!(loader.load(first.id(), 1, &[executable, libc].concat()));
+        assert_eq!(loader.stats.images_refused, refused + 1, "{:?}", loader.stats);
+        assert_eq!(loader.stats.rows, held, "the unused image was evicted for nothing");
     }
 }
