@@ -76,7 +76,22 @@ impl TestServer {
             let _ = s.send(());
         }
         if let Some(t) = self.task.take() {
-            t.await.unwrap().unwrap();
+            match t.await {
+                Ok(served) => served.expect("the server ends without an error"),
+                // Said last, after the task's own panic message and backtrace, so that the end
+                // of a long test log names what failed.
+                Err(e) if e.is_panic() => {
+                    let payload = e.into_panic();
+                    let message = payload
+                        .downcast_ref::<String>()
+                        .map(String::as_str)
+                        .or_else(|| payload.downcast_ref::<&str>().copied())
+                        .unwrap_or("(not text)");
+                    eprintln!("the server's task panicked: {message}");
+                    std::panic::resume_unwind(payload);
+                }
+                Err(e) => panic!("the server's task did not end: {e}"),
+            }
         }
     }
 }
