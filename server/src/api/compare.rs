@@ -3,7 +3,8 @@
 //! bands", with each metric's reason), the
 //! nodes that changed band since the previous window of the same length, and what differs
 //! between the bands: labels and facts, placement findings, and functions per event kind,
-//! normalized per node.
+//! normalized per node. `?a=S&b=S` instead compares two groups the user gave: each metric tested
+//! over the nodes of both, and the same explanation between them.
 //!
 //! The per-node metrics are [`crate::window`]'s.
 
@@ -54,7 +55,10 @@ fn bands_json(w: &Window, measured: &[usize], bands: &Bands) -> Value {
 }
 
 pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Result<Json<Value>, AppError> {
-    let p = Params::parse(raw.as_deref(), &["selector", "from", "to", "limit", "metric"])?;
+    let p = Params::parse(raw.as_deref(), &["selector", "from", "to", "limit", "metric", "a", "b"])?;
+    if p.one("a").is_some() || p.one("b").is_some() {
+        return given_groups(&state, &p).await;
+    }
     let selector = p.selector()?;
     // Whole buckets: the explanation reads every node's values of hundreds of functions, and a
     // partial bucket at an edge would be read from the per-minute tables (the answer's `from`
@@ -150,6 +154,125 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
     )
     .await
     .map_err(|e| AppError::Internal(format!("explaining the bands failed: {e}")))?;
+    Ok(Json(answer))
+}
+
+/// `?a=S&b=S`: two groups the user gave, compared the way bands are explained: each metric
+/// tested over nodes, then labels and facts, placement, functions and data objects per node.
+/// In the differences, `low` is group `a` and `high` is group `b`.
+async fn given_groups(state: &AppState, p: &Params) -> Result<Json<Value>, AppError> {
+    if p.one("selector").is_some() || p.one("metric").is_some() {
+        return Err(AppError::BadRequest(
+            "give either a selector (bands are looked for) or the groups a and b".into(),
+        ));
+    }
+    let parse = |key: &str| -> Result<Selector, AppError> {
+        Selector::parse(p.required(key)?).map_err(|e| AppError::BadRequest(format!("`{key}`: {e}")))
+    };
+    let (a, b) = (parse("a")?, parse("b")?);
+    // One read covers both groups: their nodes by name, and the samples of the same processes.
+    let processes = |s: &Selector| -> Vec<String> {
+        let mut m: Vec<String> = s
+            .process_matchers()
+            .map(|m| {
+                Selector {
+                    matchers: vec![m.clone()],
+                }
+                .to_string()
+            })
+            .collect();
+        m.sort();
+        m
+    };
+    if processes(&a) != processes(&b) {
+        return Err(AppError::BadRequest(
+            "`a` and `b` must select the same processes (their process labels differ): they compare nodes".into(),
+        ));
+    }
+    let (from, to) = p.time_range(now())?;
+    let (from, to) = crate::storage::queries::whole_buckets(from, to);
+    let limit = p.bounded("limit", DEFAULT_LIMIT, MAX_LIMIT)?;
+    let (nodes_a, nodes_b) = tokio::try_join!(state.store.nodes(&a, from, to), state.store.nodes(&b, from, to))?;
+    let names = |nodes: &[crate::storage::NodeInfo]| -> Vec<String> { nodes.iter().map(|n| n.node.clone()).collect() };
+    let (names_a, names_b) = (names(&nodes_a), names(&nodes_b));
+    for (key, group) in [("a", &names_a), ("b", &names_b)] {
+        if group.is_empty() {
+            return Err(AppError::BadRequest(format!(
+                "the group `{key}` has no node in this range"
+            )));
+        }
+    }
+    if let Some(both) = names_a.iter().find(|n| names_b.contains(n)) {
+        return Err(AppError::BadRequest(format!(
+            "node `{both}` matches both `a` and `b`: the groups must not overlap"
+        )));
+    }
+    let alternatives: Vec<String> = names_a.iter().chain(&names_b).map(|n| regex::escape(n)).collect();
+    let mut both = Selector {
+        matchers: a.process_matchers().cloned().collect(),
+    };
+    both = both.and(
+        crate::selector::Matcher::new("node", crate::selector::MatchOp::Regex, &alternatives.join("|"))
+            .map_err(|e| AppError::Internal(format!("the groups' node names: {}", e.message)))?,
+    );
+    let window = timed("window", Window::read(&state.store, &both, from, to)).await?;
+    let index = |group: &[String]| -> Vec<usize> {
+        window
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| group.contains(&n.node))
+            .map(|(i, _)| i)
+            .collect()
+    };
+    let groups = Groups {
+        low: index(&names_a),
+        high: index(&names_b),
+        slow: None,
+    };
+    let (tables, data) = tokio::try_join!(
+        timed("functions", function_tables(&state.store, &both, from, to, &window)),
+        timed("data objects", data_tables(&state.store, &both, from, to, &window)),
+    )?;
+    let group_json = |selector: &Selector, members: &[usize]| json!({"selector": selector.to_string(), "nodes": window.names(members)});
+    let labels: Vec<_> = window.nodes.iter().map(|n| n.labels.clone()).collect();
+    let (metrics, findings) = (window.metrics.clone(), window.findings.clone());
+    let mut answer = json!({
+        "from": rfc3339(from),
+        "to": rfc3339(to),
+        "nodes": window.nodes.iter().map(|n| n.node.as_str()).collect::<Vec<_>>(),
+        "groups": {"a": group_json(&a, &groups.low), "b": group_json(&b, &groups.high)},
+        "bands": Value::Null,
+    });
+    let explained = timed(
+        "explanation",
+        tokio::task::spawn_blocking(move || {
+            let metrics = compare::metric_differences(&metrics, &groups);
+            let explanation = json!({
+                "labels": compare::label_splits(&labels, &groups),
+                "placement": compare::finding_splits(&findings, &groups),
+                "code": compare::code_differences(&tables, &groups, limit as usize),
+                "data": compare::data_differences(&data, &groups, limit as usize),
+            });
+            (metrics, explanation)
+        }),
+    )
+    .await
+    .map_err(|e| AppError::Internal(format!("comparing the groups failed: {e}")))?;
+    let (metrics, explanation) = explained;
+    answer["verdict"] = json!(match metrics.first() {
+        Some(m) if m.p_value <= compare::MAX_LISTED_P => format!(
+            "{} differs most between the groups: a median of {} in a, {} in b {}",
+            m.name,
+            crate::analysis::figure(m.low_median),
+            crate::analysis::figure(m.high_median),
+            m.unit
+        ),
+        Some(_) => "no metric differs consistently between the groups".to_owned(),
+        None => "no metric is measured on nodes of both groups".to_owned(),
+    });
+    answer["metrics"] = json!(metrics);
+    answer["explanation"] = explanation;
     Ok(Json(answer))
 }
 

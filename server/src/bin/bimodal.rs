@@ -82,7 +82,8 @@ impl Range {
 #[derive(clap::Subcommand, Debug)]
 enum Command {
     /// Split the nodes matching a selector into a fast and a slow band, without being told the
-    /// groups, and rank what differs: labels and facts, and functions per event kind.
+    /// groups, and rank what differs: labels and facts, and functions per event kind. With
+    /// `--a` and `--b`, compare those two groups instead.
     Compare {
         /// Nodes to compare (Prometheus label matchers, e.g. '{zone="a"}').
         #[arg(long, env = "BIMODAL_SELECTOR", default_value = "{}")]
@@ -90,8 +91,14 @@ enum Command {
         #[command(flatten)]
         range: Range,
         /// Band the nodes by this metric only (its name, event or counter, e.g. page_fault).
-        #[arg(long, env = "BIMODAL_METRIC")]
+        #[arg(long, env = "BIMODAL_METRIC", conflicts_with = "a")]
         metric: Option<String>,
+        /// A group to compare, instead of finding bands: its selector (with `--b`).
+        #[arg(long, env = "BIMODAL_A", requires = "b", conflicts_with = "selector")]
+        a: Option<String>,
+        /// The other group's selector (with `--a`).
+        #[arg(long, env = "BIMODAL_B", requires = "a", conflicts_with = "selector")]
+        b: Option<String>,
         /// Code differences listed at most.
         #[arg(long, env = "BIMODAL_LIMIT", default_value_t = 10)]
         limit: u32,
@@ -206,10 +213,16 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
             selector,
             range,
             metric,
+            a,
+            b,
             limit,
             json,
         } => {
-            let mut query = vec![("selector", selector.clone()), ("limit", limit.to_string())];
+            let mut query = vec![("limit", limit.to_string())];
+            match (a, b) {
+                (Some(a), Some(b)) => query.extend([("a", a.clone()), ("b", b.clone())]),
+                _ => query.push(("selector", selector.clone())),
+            }
             if let Some(m) = metric {
                 query.push(("metric", m.clone()));
             }
@@ -358,13 +371,29 @@ fn compare_text(a: &Value) -> String {
         s.push_str(&text);
         s.push('\n');
     };
-    line(format!(
-        "{} nodes matching {} from {} to {}",
-        a["nodes"].as_array().map_or(0, Vec::len),
-        a["selector"].as_str().unwrap_or(""),
-        a["from"].as_str().unwrap_or(""),
-        a["to"].as_str().unwrap_or("")
-    ));
+    let given = &a["groups"];
+    if given.is_object() {
+        for key in ["a", "b"] {
+            line(format!(
+                "group {key}, {}: {}",
+                given[key]["selector"].as_str().unwrap_or(""),
+                names(&given[key]["nodes"])
+            ));
+        }
+        line(format!(
+            "from {} to {}",
+            a["from"].as_str().unwrap_or(""),
+            a["to"].as_str().unwrap_or("")
+        ));
+    } else {
+        line(format!(
+            "{} nodes matching {} from {} to {}",
+            a["nodes"].as_array().map_or(0, Vec::len),
+            a["selector"].as_str().unwrap_or(""),
+            a["from"].as_str().unwrap_or(""),
+            a["to"].as_str().unwrap_or("")
+        ));
+    }
     line(a["verdict"].as_str().unwrap_or("").to_owned());
     let bands = &a["bands"];
     if !bands.is_null() {
@@ -408,14 +437,22 @@ fn compare_text(a: &Value) -> String {
                 previous["reason"].as_str().unwrap_or("no data")
             ));
         }
+    }
+    if !a["explanation"].is_null() {
+        // Band names, or the given groups' (the API's `low` is `a`, `high` is `b`).
+        let (low, high, between) = if given.is_object() {
+            ("group a", "group b", "the groups")
+        } else {
+            ("low-band", "high-band", "the bands")
+        };
         let labels = a["explanation"]["labels"].as_array().cloned().unwrap_or_default();
         if !labels.is_empty() {
             line(String::new());
-            line("labels and facts that split the bands (Fisher's exact test):".into());
+            line(format!("labels and facts that split {between} (Fisher's exact test):"));
         }
         for l in labels.iter().take(5) {
             line(format!(
-                "  {}=\"{}\": {} of {} high-band nodes, {} of {} low-band nodes, p = {:.4}",
+                "  {}=\"{}\": {} of {} {high} nodes, {} of {} {low} nodes, p = {:.4}",
                 l["label"].as_str().unwrap_or(""),
                 l["value"].as_str().unwrap_or(""),
                 l["high_with"],
@@ -428,11 +465,11 @@ fn compare_text(a: &Value) -> String {
         let placement = a["explanation"]["placement"].as_array().cloned().unwrap_or_default();
         if !placement.is_empty() {
             line(String::new());
-            line("memory placement that splits the bands:".into());
+            line(format!("memory placement that splits {between}:"));
         }
         for f in placement.iter().take(5) {
             line(format!(
-                "  {}: {} of {} high-band nodes, {} of {} low-band nodes, p = {:.4}",
+                "  {}: {} of {} {high} nodes, {} of {} {low} nodes, p = {:.4}",
                 f["finding"].as_str().unwrap_or(""),
                 f["high_with"],
                 f["high_nodes"],
@@ -462,9 +499,12 @@ fn compare_text(a: &Value) -> String {
         let code = a["explanation"]["code"].as_array().cloned().unwrap_or_default();
         line(String::new());
         if code.is_empty() {
-            line("no function differs consistently between the bands".into());
+            line(format!("no function differs consistently between {between}"));
         } else {
-            line("functions that differ, per node (medians low → high; effect: rank-biserial over nodes):".into());
+            let medians = if given.is_object() { "a → b" } else { "low → high" };
+            line(format!(
+                "functions that differ, per node (medians {medians}; effect: rank-biserial over nodes):"
+            ));
         }
         for c in &code {
             line(format!(
@@ -484,16 +524,28 @@ fn compare_text(a: &Value) -> String {
     line(String::new());
     line("metrics:".into());
     for m in a["metrics"].as_array().cloned().unwrap_or_default() {
-        let b = &m["bands"];
-        let verdict = if b["found"] == true {
+        let verdict = if given.is_object() {
             format!(
-                "two bands, {} and {} nodes, p = {:.4}",
-                b["low"].as_array().map_or(0, Vec::len),
-                b["high"].as_array().map_or(0, Vec::len),
-                b["p_value"].as_f64().unwrap_or(1.0)
+                "{} in a → {} in b ({} and {} nodes), effect {:+.2}, p = {:.4}",
+                number(m["low_median"].as_f64().unwrap_or(0.0)),
+                number(m["high_median"].as_f64().unwrap_or(0.0)),
+                m["low_nodes"],
+                m["high_nodes"],
+                m["effect"].as_f64().unwrap_or(0.0),
+                m["p_value"].as_f64().unwrap_or(1.0)
             )
         } else {
-            format!("no bands: {}", b["reason"].as_str().unwrap_or(""))
+            let b = &m["bands"];
+            if b["found"] == true {
+                format!(
+                    "two bands, {} and {} nodes, p = {:.4}",
+                    b["low"].as_array().map_or(0, Vec::len),
+                    b["high"].as_array().map_or(0, Vec::len),
+                    b["p_value"].as_f64().unwrap_or(1.0)
+                )
+            } else {
+                format!("no bands: {}", b["reason"].as_str().unwrap_or(""))
+            }
         };
         line(format!(
             "  {} ({}): {verdict}",

@@ -658,5 +658,99 @@ async fn remote_bss_on_the_slow_nodes_is_the_placement_that_splits_them() {
         .await;
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("no groups to compare: no bands"), "{body}");
+
+    // Two groups given (`a` the three with the far .bss, `b` five of the others): no bands are
+    // looked for; every metric is tested between them and the same explanation follows, with
+    // `low` for a and `high` for b.
+    let (a, b) = (r#"{node=~"numa-[146]"}"#, r#"{node=~"numa-[02357]"}"#);
+    let given = |a: &str, b: &str| {
+        let a: String = form_urlencoded::byte_serialize(a.as_bytes()).collect();
+        let b: String = form_urlencoded::byte_serialize(b.as_bytes()).collect();
+        format!("/api/v1/compare?{range}&a={a}&b={b}")
+    };
+    let (status, body) = server.get(&given(a, b)).await;
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert!(v["bands"].is_null(), "{v:#}");
+    assert_eq!(
+        v["groups"]["a"]["nodes"],
+        serde_json::json!(["numa-1", "numa-4", "numa-6"])
+    );
+    assert_eq!(
+        v["groups"]["b"]["nodes"],
+        serde_json::json!(["numa-0", "numa-2", "numa-3", "numa-5", "numa-7"])
+    );
+    let metrics = v["metrics"].as_array().unwrap();
+    let rate = metrics
+        .iter()
+        .find(|m| m["name"] == "remote_access per CPU-second")
+        .expect("remote accesses compared");
+    // Every node of a above every node of b: the smallest p two groups of 3 and 5 can have.
+    assert_eq!(rate["effect"], -1.0, "{rate:#}");
+    assert!(
+        (rate["p_value"].as_f64().unwrap() - 2.0 / 56.0).abs() < 1e-9,
+        "{rate:#}"
+    );
+    assert!(rate["low_median"].as_f64().unwrap() > 4.0 * rate["high_median"].as_f64().unwrap());
+    assert!(
+        metrics[0]["p_value"].as_f64() <= rate["p_value"].as_f64(),
+        "the most consistent difference first: {metrics:#?}"
+    );
+    assert!(
+        v["verdict"]
+            .as_str()
+            .unwrap()
+            .contains("differs most between the groups"),
+        "{v:#}"
+    );
+    let placement = &v["explanation"]["placement"][0];
+    assert_eq!(
+        (&placement["low_with"], &placement["high_with"]),
+        (&3.into(), &0.into()),
+        "{v:#}"
+    );
+    let code = v["explanation"]["code"].as_array().unwrap();
+    let first = code
+        .iter()
+        .find(|d| d["event"] == "remote_access")
+        .expect("a remote-access difference");
+    assert_eq!(first["function"], "scan_table", "{code:#?}");
+    assert_eq!(first["effect"], -1.0);
+    // Groups that overlap, a selector beside them, groups over other processes, a group with no
+    // node: each a clear 400.
+    for (path, says) in [
+        (
+            given(a, r#"{node=~"numa-[1-3]"}"#),
+            "node `numa-1` matches both `a` and `b`",
+        ),
+        (format!("{}&selector=%7B%7D", given(a, b)), "give either a selector"),
+        (
+            given(a, r#"{node=~"numa-[02357]",comm="x"}"#),
+            "must select the same processes",
+        ),
+        (given(a, r#"{node="nope"}"#), "the group `b` has no node in this range"),
+        (given(a, "{node=}"), "`b`: selector error"),
+    ] {
+        let (status, body) = server.get(&path).await;
+        assert_eq!(status, 400, "{path}: {body}");
+        assert!(body.contains(says), "{path}: {body}");
+    }
+    // The CLI's --a/--b: the groups and their differences as text.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bimodal"))
+        .args(["--server-url", &server.url(), "compare", "--from", &start.to_string()])
+        .args(["--a", a, "--b", b])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    for expected in [
+        "group a, {node=~\"numa-[146]\"}: numa-1 numa-4 numa-6",
+        "memory placement that splits the groups:",
+        "scan_table (self)",
+        "functions that differ, per node (medians a → b;",
+        "remote_access per CPU-second (",
+    ] {
+        assert!(text.contains(expected), "no `{expected}` in:\n{text}");
+    }
     server.stop().await;
 }
