@@ -7,6 +7,8 @@
 //!   source with the most nodes is the CPU-seconds of every rate);
 //! - node counters per second: remote NUMA hinting faults, `numa_miss`, pages migrated, major
 //!   faults (node-wide, not per workload);
+//! - where the PMU counts them (node-wide): `cpi`, cycles per instruction, and `cache_miss per
+//!   kilo-instruction`;
 //! - `work per CPU-second`: calls of the function the agents count (`--work-uprobe`), per
 //!   CPU-second;
 //! - `remote_memory`: the share of the placed processes' data, bss, heap and anonymous pages
@@ -29,6 +31,19 @@ use crate::storage::{NodeInfo, Scope, StorageError, Store};
 const FUNCTIONS_READ: u32 = 200;
 /// Data objects read per event and source.
 const DATA_OBJECTS_READ: u32 = 100;
+
+/// Ratios of counted hardware events compared, as (metric name, counter, counter divided by,
+/// per how many of it, unit). Only where a node's PMU counted both (no PMU in most VMs).
+const RATIOS: &[(&str, &str, &str, f64, &str)] = &[
+    ("cpi", "cycles", "instructions", 1.0, "cycles per instruction"),
+    (
+        "cache_miss per kilo-instruction",
+        "cache_miss",
+        "instructions",
+        1000.0,
+        "cache misses per 1,000 instructions",
+    ),
+];
 
 /// Node counters compared, as (metric name, counter, counter subtracted, direction).
 const COUNTERS: &[(&str, &str, Option<&str>, Direction)] = &[
@@ -275,6 +290,28 @@ impl Window {
                 });
             }
         }
+        for &(name, numerator, denominator, per, unit) in RATIOS {
+            let values: Vec<Option<f64>> = (0..nodes.len())
+                .map(|i| {
+                    let n = counters.get(&(i, numerator.to_owned()))?;
+                    let d = counters.get(&(i, denominator.to_owned())).filter(|&&d| d > 0.0)?;
+                    Some(n / (d / per))
+                })
+                .collect();
+            if values.iter().any(|v| v.is_some_and(|v| v > 0.0)) {
+                metrics.push(Metric {
+                    kind: MetricKind::Ratio {
+                        numerator: numerator.into(),
+                        denominator: denominator.into(),
+                    },
+                    name: name.into(),
+                    unit: unit.into(),
+                    direction: Direction::HigherIsSlower,
+                    values,
+                    evidence: None,
+                });
+            }
+        }
         // Memory placement: the share of each node's judged pages held on NUMA nodes none of
         // their process's threads ran on, and the findings (the ScyllaDB .bss case).
         let mut findings: Vec<Vec<(String, String)>> = vec![Vec::new(); nodes.len()];
@@ -374,7 +411,9 @@ impl Window {
                 || match &m.kind {
                     MetricKind::EventRate { event, .. } => event == wanted,
                     MetricKind::Counter { name } => name == wanted,
-                    MetricKind::Cpu { .. } | MetricKind::RemoteMemory | MetricKind::Work => false,
+                    MetricKind::Cpu { .. } | MetricKind::Ratio { .. } | MetricKind::RemoteMemory | MetricKind::Work => {
+                        false
+                    }
                 }
         };
         let kept: Vec<Metric> = self.metrics.iter().filter(|m| matches(m)).cloned().collect();

@@ -40,6 +40,9 @@ pub enum MetricKind {
     EventRate { event: String, source: String },
     /// A node counter's increase per second (node-wide, not per workload).
     Counter { name: String },
+    /// One counted hardware event per another (node-wide, where the PMU counts both): cycles
+    /// per instruction, cache misses per thousand instructions.
+    Ratio { numerator: String, denominator: String },
     /// The share of placed memory held far from its threads.
     RemoteMemory,
     /// Units of work per CPU-second (`--work-uprobe`).
