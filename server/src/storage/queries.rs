@@ -70,6 +70,19 @@ impl Sql {
     }
 }
 
+/// Deletes the rows of `build_ids` from `table` (named as DDL names it, with its `ON CLUSTER`).
+pub(super) fn delete_build_ids(table: &str, on_cluster: &str, build_ids: &[String]) -> Sql {
+    let mut sql = Sql::new(&format!("ALTER TABLE {table} {on_cluster} DELETE WHERE build_id IN ("));
+    for (i, b) in build_ids.iter().enumerate() {
+        if i > 0 {
+            sql.push(", ");
+        }
+        sql.bind(Value::Str(b.clone()));
+    }
+    sql.push(")");
+    sql
+}
+
 /// The column holding a process label in `processes`.
 fn process_column(label: &str) -> &'static str {
     match label {

@@ -1,7 +1,12 @@
 //! Expiry where ClickHouse has no TTL (before 19.6, e.g. Debian's 18.16): once an hour the server
 //! drops the partitions of every table that lie wholly before the table's retention. Dropping a
 //! partition is idempotent, so several servers doing it is harmless. On modern servers the
-//! tables' TTL clauses do this and the task does not run.
+//! tables' TTL clauses do this.
+//!
+//! The debug-info store has no time of its own to expire by (a build id's symbols are needed as
+//! long as any kept frame is of that build id, however old the upload): on every server version,
+//! once a day, the files and symbols of build ids no kept frame refers to are deleted, once
+//! their upload is a day old (an upload comes before the batches whose frames need it).
 
 use std::time::Duration;
 
@@ -128,17 +133,94 @@ impl Store {
     }
 }
 
-/// Runs [`Store::expire_partitions`] every hour where the server has no TTL.
+#[derive(clickhouse::Row, serde::Deserialize)]
+struct BuildId {
+    build_id: String,
+}
+
+/// How old an upload must be before its build id's symbols may be deleted for want of frames.
+pub const DEBUGINFO_GRACE: Duration = Duration::from_secs(86_400);
+
+impl Store {
+    /// Deletes the debug info of build ids no kept frame refers to, uploaded more than `grace`
+    /// ago; returns how many build ids. (A mutation: ClickHouse deletes the rows shortly after.)
+    pub async fn expire_debuginfo(&self, grace: Duration) -> Result<usize, StorageError> {
+        let ids = |sql: &'static str, what: &'static str| {
+            let query = self.client.query(sql);
+            async move {
+                query
+                    .fetch_all::<BuildId>()
+                    .await
+                    .map(|rows| {
+                        rows.into_iter()
+                            .map(|r| r.build_id)
+                            .collect::<std::collections::HashSet<_>>()
+                    })
+                    .map_err(StorageError::query(what))
+            }
+        };
+        // Two reads rather than a NOT IN subquery: on a cluster both are Distributed tables.
+        let referenced = ids(
+            "SELECT DISTINCT build_id FROM frames WHERE build_id != ''",
+            "list the build ids of kept frames",
+        )
+        .await?;
+        let cutoff = now_secs().saturating_sub(grace.as_secs() as u32);
+        let stored = self
+            .client
+            .query("SELECT DISTINCT build_id FROM debuginfo WHERE uploaded <= toDateTime(?)")
+            .bind(cutoff)
+            .fetch_all::<BuildId>()
+            .await
+            .map_err(StorageError::query("list stored debug info"))?;
+        let mut unused: Vec<String> = stored
+            .into_iter()
+            .map(|r| r.build_id)
+            .filter(|b| !referenced.contains(b))
+            .collect();
+        unused.sort();
+        unused.dedup();
+        let dialect = &self.dialect;
+        for chunk in unused.chunks(1000) {
+            // The file's row first: a build id listed is one whose symbols are all there.
+            for table in ["debuginfo", "debuginfo_symbols"] {
+                super::queries::delete_build_ids(&dialect.qualified(table), &dialect.on_cluster_clause(), chunk)
+                    .query(&self.client)
+                    .execute()
+                    .await
+                    .map_err(StorageError::query("delete unused debug info"))?;
+            }
+        }
+        if !unused.is_empty() {
+            tracing::info!(
+                build_ids = unused.len(),
+                "deleted the debug info no kept frame refers to"
+            );
+        }
+        Ok(unused.len())
+    }
+}
+
+/// Runs [`Store::expire_partitions`] every hour where the server has no TTL, and
+/// [`Store::expire_debuginfo`] every day on every server.
 pub fn spawn(store: std::sync::Arc<Store>) {
-    if store.dialect.modern {
-        return;
+    if !store.dialect.modern {
+        let store = store.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Err(e) = store.expire_partitions().await {
+                    tracing::warn!(error = %e, "failed to drop expired partitions; trying again in an hour");
+                }
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+            }
+        });
     }
     tokio::spawn(async move {
         loop {
-            if let Err(e) = store.expire_partitions().await {
-                tracing::warn!(error = %e, "failed to drop expired partitions; trying again in an hour");
+            if let Err(e) = store.expire_debuginfo(DEBUGINFO_GRACE).await {
+                tracing::warn!(error = %e, "failed to delete unused debug info; trying again in a day");
             }
-            tokio::time::sleep(Duration::from_secs(3600)).await;
+            tokio::time::sleep(DEBUGINFO_GRACE).await;
         }
     });
 }

@@ -626,6 +626,69 @@ async fn old_partitions_are_dropped_where_there_is_no_ttl() {
     ch.stop().await;
 }
 
+/// The debug-info store keeps a build id's symbols while a kept frame is of that build id, and
+/// deletes them (on every ClickHouse version) once none is and the upload is older than the
+/// grace; a recent upload whose frames have not arrived yet stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debug_info_no_kept_frame_refers_to_is_deleted() {
+    use bimodal_server::debuginfo::symtab::{Function, SymbolTable};
+    let ch = SharedClickHouse::start().await;
+    let store = ch.store().await;
+    let (used, unused) = ("aa".repeat(20), "bb".repeat(20));
+    let table = SymbolTable::from_parts(
+        vec![
+            Function {
+                address: 0x1000,
+                size: 16,
+                name: "first".into(),
+            },
+            Function {
+                address: 0x1010,
+                size: 16,
+                name: "second".into(),
+            },
+        ],
+        Vec::new(),
+    );
+    for (build_id, seed) in [(&used, 1u8), (&unused, 2)] {
+        store
+            .store_debuginfo(build_id, 2, [seed; 32], 4096, "x.debug", &table)
+            .await
+            .unwrap();
+    }
+    ch.execute(&format!(
+        "INSERT INTO frames VALUES (1, 1, '/usr/bin/x', '{used}', 4096, 4096, 4096, '', today())"
+    ))
+    .await;
+    let rows = |table: &'static str, build_id: String| {
+        let ch = &ch;
+        async move {
+            ch.count(&format!(
+                "SELECT count() AS n FROM {table} WHERE build_id = '{build_id}'"
+            ))
+            .await
+        }
+    };
+    // Within the grace nothing goes, whatever refers to it.
+    let grace = bimodal_server::storage::retention::DEBUGINFO_GRACE;
+    assert_eq!(store.expire_debuginfo(grace).await.unwrap(), 0);
+    assert_eq!(store.expire_debuginfo(Duration::ZERO).await.unwrap(), 1);
+    // A mutation: ClickHouse deletes the rows shortly after.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while rows("debuginfo", unused.clone()).await + rows("debuginfo_symbols", unused.clone()).await > 0 {
+        assert!(Instant::now() < deadline, "the unused build id's rows are still there");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(rows("debuginfo", used.clone()).await, 1);
+    assert_eq!(rows("debuginfo_symbols", used.clone()).await, 2);
+    assert_eq!(
+        store.expire_debuginfo(Duration::ZERO).await.unwrap(),
+        0,
+        "nothing left to delete"
+    );
+    ch.stop().await;
+}
+
 /// A ClickHouse holding schema v1 (tables of migrations 1–5 with rows) is carried over: the
 /// server sets v1 aside, creates v2, copies the rows in, drops the v1 tables, and the API
 /// shows the old samples.
