@@ -164,6 +164,8 @@ pub struct DataObject {
     pub kind: String,
     pub path: String,
     pub symbol: String,
+    /// One 64-byte line of it (its file offset), or the whole object.
+    pub cache_line: Option<u64>,
 }
 
 impl std::fmt::Display for DataObject {
@@ -177,6 +179,9 @@ impl std::fmt::Display for DataObject {
             true => self.kind.clone(),
             false => format!("{} of {}", self.kind, self.path),
         };
+        if let Some(line) = self.cache_line {
+            f.write_str(&format!("line {line:#x} of "))?;
+        }
         match self.symbol.is_empty() {
             true => f.write_str(&mapping),
             false => write!(f, "{} ({mapping})", self.symbol),
@@ -540,11 +545,17 @@ impl Store {
         let Some((scope, reach)) = self.per_node(scope).await? else {
             return Ok(NodeDataObjects::default());
         };
-        let rows = queries::node_data_objects(&scope, &reach, limit)
-            .query(&self.client)
-            .fetch_all::<NodeDataRow>()
-            .await
-            .map_err(StorageError::query("sum data samples per node and object"))?;
+        // Whole objects, and the hottest lines of file-backed ones (where false sharing shows).
+        let (objects, lines) = tokio::try_join!(
+            queries::node_data_objects(&scope, &reach, limit, false)
+                .query(&self.client)
+                .fetch_all::<NodeDataRow>(),
+            queries::node_data_objects(&scope, &reach, limit, true)
+                .query(&self.client)
+                .fetch_all::<NodeDataRow>(),
+        )
+        .map_err(StorageError::query("sum data samples per node and object"))?;
+        let rows: Vec<NodeDataRow> = objects.into_iter().chain(lines).collect();
         let mut nodes: Vec<String> = rows.iter().map(|r| r.node.clone()).collect();
         nodes.sort_unstable();
         nodes.dedup();
@@ -555,6 +566,7 @@ impl Store {
                 kind: r.mapping_kind.clone(),
                 path: r.mapping_path.clone(),
                 symbol: r.symbol.clone(),
+                cache_line: (r.cache_line != 0).then_some(r.cache_line),
             };
             objects.entry(object).or_insert_with(|| vec![0; nodes.len()])[column[r.node.as_str()]] += r.value;
         }

@@ -542,7 +542,7 @@ pub(super) fn node_functions(
 
 /// The `limit` data objects (mapping kind, path, symbol) with the most of `scope`'s event
 /// (one source) over the nodes selected, and their value on each node.
-pub(super) fn node_data_objects(scope: &Scope, reach: &Reach, limit: u32) -> Sql {
+pub(super) fn node_data_objects(scope: &Scope, reach: &Reach, limit: u32, lines: bool) -> Sql {
     let filter = || {
         let mut sql = range_filter(
             scope.event,
@@ -551,19 +551,28 @@ pub(super) fn node_data_objects(scope: &Scope, reach: &Reach, limit: u32) -> Sql
             scope.to,
         );
         sql.append(selector_filter(&scope.selector, reach.per_node()));
+        if lines {
+            // Lines of file-backed data only: there a line is a file offset, the same on every
+            // node; elsewhere it is a virtual address, which differs from process to process.
+            sql.push(" AND cache_line != 0 AND mapping_path != ''");
+        }
         sql
     };
-    let mut sql =
-        Sql::new("SELECT node, mapping_kind, mapping_path, symbol, sum(value) AS value FROM data_samples WHERE ");
+    let (line, key) = match lines {
+        true => ("cache_line", "mapping_kind, mapping_path, symbol, cache_line"),
+        false => ("toUInt64(0) AS cache_line", "mapping_kind, mapping_path, symbol"),
+    };
+    let mut sql = Sql::new(&format!(
+        "SELECT node, mapping_kind, mapping_path, symbol, {line}, sum(value) AS value FROM data_samples WHERE "
+    ));
     sql.append(filter())
-        .push(
-            " AND (mapping_kind, mapping_path, symbol) GLOBAL IN (SELECT mapping_kind, mapping_path, symbol \
-             FROM data_samples WHERE ",
-        )
+        .push(&format!(
+            " AND ({key}) GLOBAL IN (SELECT {key} FROM data_samples WHERE "
+        ))
         .append(filter())
-        .push(" GROUP BY mapping_kind, mapping_path, symbol ORDER BY sum(value) DESC LIMIT ")
+        .push(&format!(" GROUP BY {key} ORDER BY sum(value) DESC LIMIT "))
         .bind(Value::U32(limit))
-        .push(") GROUP BY node, mapping_kind, mapping_path, symbol");
+        .push(&format!(") GROUP BY node, {key}"));
     sql
 }
 
@@ -849,8 +858,8 @@ pub fn examples(client: &Client) -> Vec<String> {
             true,
         ),
         top_functions(&nodes_only, &minus, 200),
-        node_data_objects(&nodes_only, &matching, 100),
-        node_data_objects(&short, &Reach::Fleet, 100),
+        node_data_objects(&nodes_only, &matching, 100, false),
+        node_data_objects(&short, &Reach::Fleet, 100, true),
         nodes(&selector, 1_795_000_000, 1_795_003_600),
         by_ids("stacks", "stack_id", "stack_id, frame_ids", &[1, 2]),
         by_ids(

@@ -257,6 +257,8 @@ pub(super) struct NodeDataRow {
     pub mapping_kind: String,
     pub mapping_path: String,
     pub symbol: String,
+    /// 0 in a read of whole objects.
+    pub cache_line: u64,
     pub value: u64,
 }
 
