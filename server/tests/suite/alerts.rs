@@ -654,62 +654,17 @@ async fn alerts_without_rules_are_not_found() {
     server.stop().await;
 }
 
-/// One node's minute of history as its agent sends it: a second of CPU (40% under
-/// `scan_table`, 60% under `parse_request`) ending `ago` seconds before now, and `remote` NUMA
-/// hinting faults on remote pages under `scan_table`.
+/// One node's second of history as its agent sends it, ending `ago` seconds before now: a
+/// second of CPU (40% under `scan_table`) and `remote` NUMA hinting faults on remote pages under
+/// `scan_table` (compare's NUMA batch, without placements).
 fn remote_access_batch(node: usize, ago: i64, remote: u64) -> bimodal_proto::v1::Batch {
-    use bimodal_proto::v1;
-    let end = super::wire::now_nanos() - ago * 1_000_000_000;
-    let frame = |f: &str| v1::Frame {
-        kind: v1::FrameKind::User as i32,
-        function: f.into(),
-        module: "/usr/bin/db".into(),
-        ..Default::default()
-    };
-    let source = |event: v1::EventKind, name: &str, unit: &str| v1::EventSource {
-        event: event as i32,
-        description: name.into(),
-        name: name.into(),
-        unit: unit.into(),
-        period: 1,
-        dropped: 0,
-    };
-    let sample = |event: v1::EventKind, stack: u32, count: u64, value: u64| v1::Sample {
-        event: event as i32,
-        stack_index: stack,
-        pid: 42,
-        tid: 42,
-        comm: "db".into(),
-        count,
-        value,
-    };
     let mut batch_id = [0u8; 16];
     batch_id[..8].copy_from_slice(&(node as u64).to_le_bytes());
     batch_id[8..].copy_from_slice(&ago.to_le_bytes());
-    v1::Batch {
-        batch_id: batch_id.to_vec(),
-        start_unix_nanos: end - 1_000_000_000,
-        end_unix_nanos: end,
-        frames: vec![frame("main"), frame("scan_table"), frame("parse_request")],
-        stacks: vec![
-            v1::Stack {
-                frame_indices: vec![1, 0],
-            },
-            v1::Stack {
-                frame_indices: vec![2, 0],
-            },
-        ],
-        samples: vec![
-            sample(v1::EventKind::Cpu, 0, 40, 400_000_000),
-            sample(v1::EventKind::Cpu, 1, 60, 600_000_000),
-            sample(v1::EventKind::RemoteAccess, 0, remote, remote),
-        ],
-        sources: vec![
-            source(v1::EventKind::Cpu, "cpu-clock", "nanoseconds"),
-            source(v1::EventKind::RemoteAccess, "task_numa_fault", "pages"),
-        ],
-        ..Default::default()
-    }
+    let end = super::wire::now_nanos() - ago * 1_000_000_000;
+    let mut batch = super::compare::numa_batch_ending(batch_id.to_vec(), end, remote, false);
+    batch.placements.clear();
+    batch
 }
 
 /// The shipped rules' remaining conditions judged on stored history (batches over real gRPC

@@ -450,7 +450,14 @@ async fn a_fleet_of_agents_is_split_into_its_slow_band_and_explained() {
 /// pages under `scan_table` (the rest of the CPU in `parse_request`), and, when `bss_far`, the
 /// database's .bss held on node 1 while its threads run on node 0.
 fn numa_batch(id: u8, node: usize, remote: u64, bss_far: bool) -> v1::Batch {
-    let now = super::wire::now_nanos();
+    let batch_id = vec![
+        id, node as u8, 0x5c, 0x11, 0xa, 0xb, 0xc, 0xd, 0xe, 0xf, 1, 2, 3, 4, 5, 6,
+    ];
+    numa_batch_ending(batch_id, super::wire::now_nanos(), remote, bss_far)
+}
+
+/// [`numa_batch`] with its own id, ending at `end` (Unix nanoseconds).
+pub(super) fn numa_batch_ending(batch_id: Vec<u8>, end: i64, remote: u64, bss_far: bool) -> v1::Batch {
     let frame = |f: &str| v1::Frame {
         kind: v1::FrameKind::User as i32,
         function: f.into(),
@@ -484,11 +491,9 @@ fn numa_batch(id: u8, node: usize, remote: u64, bss_far: bool) -> v1::Batch {
         page_size: 4096,
     };
     v1::Batch {
-        batch_id: vec![
-            id, node as u8, 0x5c, 0x11, 0xa, 0xb, 0xc, 0xd, 0xe, 0xf, 1, 2, 3, 4, 5, 6,
-        ],
-        start_unix_nanos: now - 1_000_000_000,
-        end_unix_nanos: now,
+        batch_id,
+        start_unix_nanos: end - 1_000_000_000,
+        end_unix_nanos: end,
         frames: vec![frame("main"), frame("scan_table"), frame("parse_request")],
         stacks: vec![
             v1::Stack {
