@@ -288,7 +288,10 @@ def run_fleet(nodes, runs, out):
             "p95": percentile(times[1:] or times, 95), "bytes": len(body),
             "verdict": answer.get("verdict"),
             "slow": len((answer.get("bands") or {}).get("high") or []),
-            "code": len((answer.get("explanation") or {}).get("code") or [])}
+            "code": len((answer.get("explanation") or {}).get("code") or []),
+            # What each metric's test said (why there are no bands, when there are none).
+            "metrics": {m.get("name"): (m.get("bands") or {}).get("reason") or "two bands"
+                        for m in answer.get("metrics") or []}}
     finally:
         fleet.stop()
     if not export:
