@@ -526,6 +526,16 @@ pub(super) fn numa_batch_ending(batch_id: Vec<u8>, end: i64, remote: u64, bss_fa
     }
 }
 
+/// Sends one node's `batches` on its own stream, as its agent would, and checks that every one
+/// is acknowledged.
+async fn send_node(server: &TestServer, node: &str, batches: impl IntoIterator<Item = v1::Batch>) {
+    let mut messages = vec![super::wire::hello(node)];
+    messages.extend(batches.into_iter().map(super::wire::req));
+    let sent = messages.len() - 1;
+    let acks = super::wire::exchange(server, messages).await.unwrap();
+    assert_eq!(acks.len(), sent, "{node}: {acks:?}");
+}
+
 /// The ScyllaDB case on a simulated fleet of NUMA machines (batches as agents send them, over
 /// real gRPC into a real ClickHouse; no NUMA hardware here): on three of eight nodes the
 /// database's .bss sits on the NUMA node its threads do not run on, and remote accesses (NUMA
@@ -540,10 +550,8 @@ async fn remote_bss_on_the_slow_nodes_is_the_placement_that_splits_them() {
     for node in 0..8 {
         let far = slow.contains(&node);
         let remote = if far { 5_000 } else { 1_000 } + 20 * node as u64;
-        let mut messages = vec![super::wire::hello(&format!("numa-{node}"))];
-        messages.extend((0..3).map(|id| super::wire::req(numa_batch(id, node, remote, far))));
-        let acks = super::wire::exchange(&server, messages).await.unwrap();
-        assert_eq!(acks.len(), 3, "{acks:?}");
+        let batches = (0..3).map(|id| numa_batch(id, node, remote, far));
+        send_node(&server, &format!("numa-{node}"), batches).await;
     }
     // A ninth node whose agent does not sample remote accesses: not measured, not zero.
     let mut cpu_only = numa_batch(9, 9, 0, false);
@@ -779,8 +787,7 @@ async fn counted_cycles_and_cache_misses_give_cpi_and_misses_per_kilo_instructio
         }
     };
     for node in 0..9 {
-        let mut messages = vec![super::wire::hello(&format!("pmu-{node}"))];
-        for id in 0..3 {
+        let batches = (0..3).map(|id| {
             let mut batch = numa_batch(id, node, 1_000, false);
             batch.placements.clear();
             if node < 8 {
@@ -801,10 +808,9 @@ async fn counted_cycles_and_cache_misses_give_cpi_and_misses_per_kilo_instructio
                     },
                 ];
             }
-            messages.push(super::wire::req(batch));
-        }
-        let acks = super::wire::exchange(&server, messages).await.unwrap();
-        assert_eq!(acks.len(), 3, "{acks:?}");
+            batch
+        });
+        send_node(&server, &format!("pmu-{node}"), batches).await;
     }
     let (status, body) = server
         .get(&format!(
@@ -870,8 +876,7 @@ async fn a_hot_cache_line_on_the_slow_nodes_is_named() {
     let start = super::common::unix_now() - 5;
     let slow = [1usize, 3, 6];
     for node in 0..8 {
-        let mut messages = vec![super::wire::hello(&format!("line-{node}"))];
-        for id in 0..3 {
+        let batches = (0..3).map(|id| {
             let mut batch = numa_batch(id, node, 1_000, false);
             batch.placements.clear();
             let shared = if slow.contains(&node) { 5_000 } else { 100 } + 10 * node as u64;
@@ -907,10 +912,9 @@ async fn a_hot_cache_line_on_the_slow_nodes_is_named() {
                 dropped: 0,
             });
             batch.data_samples = vec![data(0x1000, own), data(0x1040, shared)];
-            messages.push(super::wire::req(batch));
-        }
-        let acks = super::wire::exchange(&server, messages).await.unwrap();
-        assert_eq!(acks.len(), 3, "{acks:?}");
+            batch
+        });
+        send_node(&server, &format!("line-{node}"), batches).await;
     }
     let (status, body) = server
         .get(&format!(
