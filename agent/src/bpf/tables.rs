@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::ops::{ControlFlow, Range};
-use std::path::{Path, PathBuf};
+
 use std::time::Instant;
 
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
@@ -132,7 +132,6 @@ impl TableLoader {
     /// read across an exec are caught there), and tells the programs to unwind it in the kernel.
     /// False when the process is gone.
     pub fn load(&mut self, tgid: u32, mm: u64, mappings: &[Mapping]) -> bool {
-        let root = PathBuf::from(format!("/proc/{tgid}/root"));
         let mut sorted: Vec<&Mapping> = mappings.iter().filter(|m| m.is_executable()).collect();
         sorted.sort_by_key(|m| m.start);
         let ranges: Vec<Range<u64>> = sorted.iter().map(|m| m.start..m.end).collect();
@@ -169,7 +168,7 @@ impl TableLoader {
                 }
             };
             if !self.images.contains_key(&key) {
-                let Some(loaded) = self.compile(&key, m, &root) else {
+                let Some(loaded) = self.compile(&key, m, tgid) else {
                     // Unreadable now (the process exited before its image was read, or the file
                     // is gone): not remembered, or every later process mapping the image would
                     // be given its empty table while any of them lives.
@@ -246,14 +245,14 @@ impl TableLoader {
     /// chunks as it is compiled again, so no image's whole table is held in the agent. `None`
     /// when the image cannot be read (an image without a table, or refused for room, is `Some`
     /// with no rows).
-    fn compile(&mut self, key: &ImageKey, m: &Mapping, root: &Path) -> Option<Loaded> {
+    fn compile(&mut self, key: &ImageKey, m: &Mapping, tgid: u32) -> Option<Loaded> {
         let mut loaded = Loaded {
             rows: 0..0,
             segments: Vec::new(),
             users: 0,
             used: Instant::now(),
         };
-        let path = root.join(m.path.as_deref().unwrap_or_default().trim_start_matches('/'));
+        let path = crate::processes::in_process(tgid, m.path.as_deref().unwrap_or_default());
         let mapped;
         let bytes: &[u8] = if key.0 == "[vdso]" {
             match unwind::vdso_bytes() {
@@ -403,6 +402,7 @@ impl TableLoader {
 /// programs; needs CAP_BPF, as every agent test does).
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
     use std::process::{Child, Command};
 
     use libbpf_rs::libbpf_sys::bpf_map_create_opts;

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::ops::{Deref, Range};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -310,7 +310,6 @@ impl Unwinder {
             built: Instant::now(),
             rebuilds: 0,
         };
-        let root = PathBuf::from(format!("/proc/{tgid}/root"));
         let mut mappings = executable_mappings(tgid);
         let exited = mappings.is_empty();
         if exited {
@@ -336,7 +335,7 @@ impl Unwinder {
                 Some(path) if path.starts_with('/') && mapping.inode != 0 => self
                     .images
                     .get_or_insert(key, || {
-                        let file = root.join(path.trim_start_matches('/'));
+                        let file = crate::processes::in_process(tgid, path);
                         map_file(&file).and_then(Image::parse).ok().map(Arc::new)
                     })
                     .as_deref(),
