@@ -8,7 +8,7 @@
 //!
 //! The per-node metrics are [`crate::window`]'s.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use axum::extract::{RawQuery, State};
 use axum::Json;
@@ -171,20 +171,8 @@ async fn given_groups(state: &AppState, p: &Params) -> Result<Json<Value>, AppEr
     };
     let (a, b) = (parse("a")?, parse("b")?);
     // One read covers both groups: their nodes by name, and the samples of the same processes.
-    let processes = |s: &Selector| -> Vec<String> {
-        let mut m: Vec<String> = s
-            .process_matchers()
-            .map(|m| {
-                Selector {
-                    matchers: vec![m.clone()],
-                }
-                .to_string()
-            })
-            .collect();
-        m.sort();
-        m
-    };
-    if processes(&a) != processes(&b) {
+    let within = |x: &Selector, y: &Selector| x.process_matchers().all(|m| y.process_matchers().any(|n| n == m));
+    if !within(&a, &b) || !within(&b, &a) {
         return Err(AppError::BadRequest(
             "`a` and `b` must select the same processes (their process labels differ): they compare nodes".into(),
         ));
@@ -202,41 +190,35 @@ async fn given_groups(state: &AppState, p: &Params) -> Result<Json<Value>, AppEr
             )));
         }
     }
-    if let Some(both) = names_a.iter().find(|n| names_b.contains(n)) {
+    let in_b: HashSet<&str> = names_b.iter().map(String::as_str).collect();
+    if let Some(both) = names_a.iter().find(|n| in_b.contains(n.as_str())) {
         return Err(AppError::BadRequest(format!(
             "node `{both}` matches both `a` and `b`: the groups must not overlap"
         )));
     }
     let alternatives: Vec<String> = names_a.iter().chain(&names_b).map(|n| regex::escape(n)).collect();
-    let mut both = Selector {
+    let both = Selector {
         matchers: a.process_matchers().cloned().collect(),
-    };
-    both = both.and(
+    }
+    .and(
         crate::selector::Matcher::new("node", crate::selector::MatchOp::Regex, &alternatives.join("|"))
             .map_err(|e| AppError::Internal(format!("the groups' node names: {}", e.message)))?,
     );
-    let window = timed("window", Window::read(&state.store, &both, from, to)).await?;
-    let index = |group: &[String]| -> Vec<usize> {
-        window
-            .nodes
-            .iter()
-            .enumerate()
-            .filter(|(_, n)| group.contains(&n.node))
-            .map(|(i, _)| i)
-            .collect()
-    };
-    let groups = Groups {
-        low: index(&names_a),
-        high: index(&names_b),
-        slow: None,
-    };
+    let mut window = timed("window", Window::read(&state.store, &both, from, to)).await?;
+    // Every node the window holds is of a or of b.
+    let (high, low): (Vec<usize>, Vec<usize>) =
+        (0..window.nodes.len()).partition(|&i| in_b.contains(window.nodes[i].node.as_str()));
+    let groups = Groups { low, high, slow: None };
     let (tables, data) = tokio::try_join!(
         timed("functions", function_tables(&state.store, &both, from, to, &window)),
         timed("data objects", data_tables(&state.store, &both, from, to, &window)),
     )?;
+    let (metrics, findings) = (
+        std::mem::take(&mut window.metrics),
+        std::mem::take(&mut window.findings),
+    );
     let group_json = |selector: &Selector, members: &[usize]| json!({"selector": selector.to_string(), "nodes": window.names(members)});
     let labels: Vec<_> = window.nodes.iter().map(|n| n.labels.clone()).collect();
-    let (metrics, findings) = (window.metrics.clone(), window.findings.clone());
     let mut answer = json!({
         "from": rfc3339(from),
         "to": rfc3339(to),
