@@ -145,41 +145,33 @@ impl Store {
     /// Deletes the debug info of build ids no kept frame refers to, uploaded more than `grace`
     /// ago; returns how many build ids. (A mutation: ClickHouse deletes the rows shortly after.)
     pub async fn expire_debuginfo(&self, grace: Duration) -> Result<usize, StorageError> {
-        let ids = |sql: &'static str, what: &'static str| {
-            let query = self.client.query(sql);
-            async move {
-                query
-                    .fetch_all::<BuildId>()
-                    .await
-                    .map(|rows| {
-                        rows.into_iter()
-                            .map(|r| r.build_id)
-                            .collect::<std::collections::HashSet<_>>()
-                    })
-                    .map_err(StorageError::query(what))
-            }
-        };
         // Two reads rather than a NOT IN subquery: on a cluster both are Distributed tables.
-        let referenced = ids(
-            "SELECT DISTINCT build_id FROM frames WHERE build_id != ''",
+        let build_ids = |query: clickhouse::query::Query, what: &'static str| async move {
+            query
+                .fetch_all::<BuildId>()
+                .await
+                .map(|rows| rows.into_iter().map(|r| r.build_id))
+                .map_err(StorageError::query(what))
+        };
+        let referenced: std::collections::HashSet<String> = build_ids(
+            self.client
+                .query("SELECT DISTINCT build_id FROM frames WHERE build_id != ''"),
             "list the build ids of kept frames",
         )
-        .await?;
+        .await?
+        .collect();
         let cutoff = now_secs().saturating_sub(grace.as_secs() as u32);
-        let stored = self
-            .client
-            .query("SELECT DISTINCT build_id FROM debuginfo WHERE uploaded <= toDateTime(?)")
-            .bind(cutoff)
-            .fetch_all::<BuildId>()
-            .await
-            .map_err(StorageError::query("list stored debug info"))?;
-        let mut unused: Vec<String> = stored
-            .into_iter()
-            .map(|r| r.build_id)
-            .filter(|b| !referenced.contains(b))
-            .collect();
+        let mut unused: Vec<String> = build_ids(
+            self.client
+                .query("SELECT DISTINCT build_id FROM debuginfo WHERE uploaded <= toDateTime(?)")
+                .bind(cutoff),
+            "list stored debug info",
+        )
+        .await?
+        .filter(|b| !referenced.contains(b))
+        .collect();
+        // Listed distinct; sorted so that the deletions go in a stable order.
         unused.sort();
-        unused.dedup();
         let dialect = &self.dialect;
         for chunk in unused.chunks(1000) {
             // The file's row first: a build id listed is one whose symbols are all there.
