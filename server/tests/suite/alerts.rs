@@ -90,6 +90,20 @@ impl Receiver {
     }
 }
 
+/// A server with its own ClickHouse evaluating `rules`, sending to `alertmanagers` and
+/// `webhooks`; alert links start with `http://bimodal.example:7070`.
+async fn alerting_server(rules: rules::RuleFile, alertmanagers: Vec<String>, webhooks: Vec<String>) -> TestServer {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config("127.0.0.1:0".parse().unwrap(), dir.path());
+    config.alerts = Some(AlertConfig {
+        rules,
+        alertmanagers,
+        webhooks,
+        external_url: "http://bimodal.example:7070".into(),
+    });
+    TestServer::with_config(config, Some(dir)).await
+}
+
 /// Nodes of the alerts with `status` in webhook payloads (Alertmanager's format).
 fn nodes_with(payloads: &[Value], status: &str) -> BTreeSet<String> {
     payloads
@@ -268,15 +282,12 @@ async fn a_page_fault_spike_fires_through_alertmanager_and_resolves() {
          \x20     summary: '{{ $labels.node }}: {{ $value }} page faults per CPU-second'\n",
     )
     .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = test_config("127.0.0.1:0".parse().unwrap(), dir.path());
-    config.alerts = Some(AlertConfig {
+    let server = alerting_server(
         rules,
-        alertmanagers: vec![am.url.clone()],
-        webhooks: vec![format!("http://{receiver_addr}/direct")],
-        external_url: "http://bimodal.example:7070".into(),
-    });
-    let server = TestServer::with_config(config, Some(dir)).await;
+        vec![am.url.clone()],
+        vec![format!("http://{receiver_addr}/direct")],
+    )
+    .await;
     // The agents' metrics (one registry for the agents of this process) and the server's, both
     // scraped by a real Prometheus.
     let agent_metrics = bimodal_agent::metrics::serve("127.0.0.1:0".parse().unwrap())
@@ -693,15 +704,7 @@ async fn a_remote_access_spike_and_a_split_fleet_fire_from_stored_history() {
          \x20   for: 1s\n",
     )
     .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = test_config("127.0.0.1:0".parse().unwrap(), dir.path());
-    config.alerts = Some(AlertConfig {
-        rules,
-        alertmanagers: Vec::new(),
-        webhooks: vec![format!("http://{receiver_addr}/hook")],
-        external_url: "http://bimodal.example:7070".into(),
-    });
-    let server = TestServer::with_config(config, Some(dir)).await;
+    let server = alerting_server(rules, Vec::new(), vec![format!("http://{receiver_addr}/hook")]).await;
     let spiking = [2usize, 5, 7];
     let name = |node: usize| format!("db-{node}");
     for node in 0..10 {
