@@ -52,6 +52,17 @@ impl Sql {
         self
     }
 
+    /// Appends `?, ?, …`, one bound to each of `values` (the inside of an `IN (…)` list).
+    fn bind_strs<S: AsRef<str>>(&mut self, values: impl IntoIterator<Item = S>) -> &mut Sql {
+        for (i, v) in values.into_iter().enumerate() {
+            if i > 0 {
+                self.push(", ");
+            }
+            self.bind(Value::Str(v.as_ref().to_owned()));
+        }
+        self
+    }
+
     fn append(&mut self, other: Sql) -> &mut Sql {
         self.text.push_str(&other.text);
         self.values.extend(other.values);
@@ -73,13 +84,7 @@ impl Sql {
 /// Deletes the rows of `build_ids` from `table` (named as DDL names it, with its `ON CLUSTER`).
 pub(super) fn delete_build_ids(table: &str, on_cluster: &str, build_ids: &[String]) -> Sql {
     let mut sql = Sql::new(&format!("ALTER TABLE {table} {on_cluster} DELETE WHERE build_id IN ("));
-    for (i, b) in build_ids.iter().enumerate() {
-        if i > 0 {
-            sql.push(", ");
-        }
-        sql.bind(Value::Str(b.clone()));
-    }
-    sql.push(")");
+    sql.bind_strs(build_ids).push(")");
     sql
 }
 
@@ -406,12 +411,7 @@ pub(super) fn weighted_flame(scope: &Scope, weights: &[(String, f64)], limit: u3
     let mut sql = Sql::new(
         "SELECT source, stack_id, process_id, sum(count) AS count, toUInt64(round(sum(value * transform(node, [",
     );
-    for (i, (node, _)) in weights.iter().enumerate() {
-        if i > 0 {
-            sql.push(", ");
-        }
-        sql.bind(Value::Str(node.clone()));
-    }
+    sql.bind_strs(weights.iter().map(|(node, _)| node));
     let factors: Vec<String> = weights.iter().map(|w| format!("{:e}", w.1)).collect();
     sql.push(&format!(
         "], [{}], toFloat64(0))))) AS value FROM (",
@@ -658,14 +658,7 @@ pub(super) fn counters(node: &str, names: &[String], from: u32, to: u32) -> Sql 
         .bind(Value::U32(to))
         .push(")");
     if !names.is_empty() {
-        sql.push(" AND name IN (");
-        for (i, n) in names.iter().enumerate() {
-            if i > 0 {
-                sql.push(", ");
-            }
-            sql.bind(Value::Str(n.clone()));
-        }
-        sql.push(")");
+        sql.push(" AND name IN (").bind_strs(names).push(")");
     }
     sql.push(" GROUP BY time, name ORDER BY name, time");
     sql
@@ -707,12 +700,7 @@ struct FirstSeen {
 /// The stored `first_seen` of each of `nodes` that has one.
 pub(super) async fn first_seen(client: &Client, nodes: &[&str]) -> Result<HashMap<String, u32>, StorageError> {
     let mut sql = Sql::new("SELECT node, toUInt32(min(first_seen)) AS first_seen FROM nodes WHERE node IN (");
-    for (i, n) in nodes.iter().enumerate() {
-        if i > 0 {
-            sql.push(", ");
-        }
-        sql.bind(Value::Str((*n).to_owned()));
-    }
+    sql.bind_strs(nodes);
     sql.push(") GROUP BY node");
     Ok(sql
         .query(client)
@@ -756,13 +744,7 @@ pub(super) fn debuginfo_files(build_ids: &[String]) -> Sql {
     let mut sql = Sql::new(
         "SELECT build_id, kind, any(sha256) AS sha256, max(functions) AS functions FROM debuginfo WHERE build_id IN (",
     );
-    for (i, b) in build_ids.iter().enumerate() {
-        if i > 0 {
-            sql.push(", ");
-        }
-        sql.bind(Value::Str(b.clone()));
-    }
-    sql.push(") GROUP BY build_id, kind");
+    sql.bind_strs(build_ids).push(") GROUP BY build_id, kind");
     sql
 }
 
