@@ -13,7 +13,6 @@
 pub mod batch;
 pub mod bpf;
 pub mod collect;
-pub mod connect;
 pub mod counters;
 pub mod debugfile;
 pub mod elf;
@@ -27,7 +26,6 @@ pub mod probe;
 pub mod processes;
 pub mod record;
 pub mod ship;
-pub mod spool;
 pub mod symbolize;
 pub mod topology;
 pub mod unwind;

@@ -11,9 +11,9 @@ use bimodal_agent::kubernetes::ApiConfig;
 use bimodal_agent::placement::Placement;
 use bimodal_agent::record::{self, Format, RecordOptions};
 use bimodal_agent::ship::{self, RunOptions, Symbolize};
-use bimodal_agent::spool::SpoolOptions;
 use bimodal_agent::topology::Topology;
 use bimodal_agent::{facts, probe};
+use bimodal_proto::spool::SpoolOptions;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser, Debug)]
@@ -71,21 +71,14 @@ struct ServerArgs {
 }
 
 impl ServerArgs {
-    fn address(&self) -> bimodal_agent::connect::ServerAddress {
-        use bimodal_agent::connect::{ServerAddress, Token};
-        let token = match (&self.token_file, &self.token) {
-            (Some(path), _) => Some(Token::File(path.clone())),
-            (None, Some(t)) => Some(Token::Value(t.clone())),
-            (None, None) => None,
-        };
-        let identity = self
-            .client_cert
-            .clone()
-            .zip(self.client_key.clone())
-            .map(|(cert, key)| bimodal_proto::client::ClientIdentity { cert, key });
-        ServerAddress::new(self.server_url.clone(), token)
-            .with_ca_file(self.ca_file.clone())
-            .with_identity(identity)
+    fn address(&self) -> bimodal_proto::client::ServerAddress {
+        use bimodal_proto::client::{ClientIdentity, ServerAddress, Token};
+        ServerAddress::new(
+            self.server_url.clone(),
+            Token::from_flags(&self.token_file, &self.token),
+        )
+        .with_ca_file(self.ca_file.clone())
+        .with_identity(ClientIdentity::from_flags(&self.client_cert, &self.client_key))
     }
 }
 
@@ -428,7 +421,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Import(a) => {
             let runtime = tokio::runtime::Runtime::new().context("failed to start the async runtime")?;
             for dir in &a.dirs {
-                let sent = runtime.block_on(ship::import(dir, &a.server.address()))?;
+                let sent = runtime.block_on(bimodal_proto::stream::import(dir, &a.server.address()))?;
                 eprintln!(
                     "bimodal-agent: {}: {sent} batches acknowledged by {}",
                     dir.display(),

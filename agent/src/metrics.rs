@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -28,14 +27,6 @@ pub struct Metrics {
     pub batches: Counter,
     /// Time to drain the maps and build a batch, in seconds.
     pub drain_seconds: Histogram,
-    /// Batches waiting for the server's acknowledgement.
-    pub spool_batches: Gauge,
-    /// Their encoded bytes (the spool's bound is in bytes).
-    pub spool_bytes: Gauge,
-    /// Batches dropped, by `reason` (spool_full, refused, unreadable).
-    pub batches_dropped: Family<[(&'static str, String); 1], Counter>,
-    /// Batches the server acknowledged as stored (or stored before).
-    pub batches_acked: Counter,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
@@ -46,10 +37,6 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         batches: Counter::default(),
         // 100 µs to about 6.5 s.
         drain_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
-        spool_batches: Gauge::default(),
-        spool_bytes: Gauge::default(),
-        batches_dropped: Family::default(),
-        batches_acked: Counter::default(),
     };
     let mut registry = Registry::default();
     registry.register(
@@ -68,26 +55,8 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "Time to drain the kernel maps and build a batch",
         m.drain_seconds.clone(),
     );
-    registry.register(
-        "bimodal_agent_spool_batches",
-        "Batches waiting for the server's acknowledgement",
-        m.spool_batches.clone(),
-    );
-    registry.register(
-        "bimodal_agent_spool_bytes",
-        "Encoded bytes of the batches waiting for the server's acknowledgement",
-        m.spool_bytes.clone(),
-    );
-    registry.register(
-        "bimodal_agent_batches_dropped",
-        "Batches dropped, by reason (spool_full: the server was unreachable too long; refused: the server refused them for good; unreadable: a spooled file could not be read back)",
-        m.batches_dropped.clone(),
-    );
-    registry.register(
-        "bimodal_agent_batches_acked",
-        "Batches the server acknowledged as stored",
-        m.batches_acked.clone(),
-    );
+    // Spool depth, batches dropped and acknowledged: the stream's own.
+    bimodal_proto::stream::metrics().register(&mut registry, "bimodal_agent_");
     registry.register_collector(Box::new(bimodal_proto::self_metrics::ProcessCollector));
     Metrics { registry, ..m }
 });
@@ -160,4 +129,36 @@ pub async fn serve(listen: SocketAddr) -> anyhow::Result<SocketAddr> {
         }
     });
     Ok(bound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `GET /metrics` lists the agent's own figures and the stream's (spool depth, batches
+    /// acknowledged), which the shared stream module counts; a scrape sees its counts. (Batches
+    /// dropped, a family by reason, are listed once one is.)
+    #[tokio::test]
+    async fn a_scrape_lists_the_samples_and_the_streams_figures() {
+        bimodal_proto::stream::metrics().batches_acked.inc();
+        let bound = serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let mut stream = tokio::net::TcpStream::connect(bound).await.unwrap();
+        stream.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").await.unwrap();
+        let mut reply = String::new();
+        stream.read_to_string(&mut reply).await.unwrap();
+        assert!(reply.starts_with("HTTP/1.1 200 OK"), "{reply}");
+        for name in [
+            "bimodal_agent_batches_total",
+            "bimodal_agent_spool_batches",
+            "bimodal_agent_spool_bytes",
+            "process_resident_memory_bytes",
+        ] {
+            assert!(reply.contains(name), "{name} missing from {reply}");
+        }
+        let acked = reply
+            .lines()
+            .find_map(|l| l.strip_prefix("bimodal_agent_batches_acked_total "))
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        assert!(acked.is_some_and(|n| n >= 1), "{reply}");
+    }
 }

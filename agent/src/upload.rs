@@ -163,7 +163,7 @@ const RETRY_AFTER: Duration = Duration::from_secs(300);
 /// Uploads images as they are reported, until the sender is dropped; separate debug files are
 /// looked for under `debug_dirs` ([`debugfile::find`]).
 pub async fn run(
-    server: crate::connect::ServerAddress,
+    server: bimodal_proto::client::ServerAddress,
     max_bytes: u64,
     debug_dirs: Vec<PathBuf>,
     mut images: mpsc::Receiver<Vec<ImageRef>>,
@@ -171,7 +171,7 @@ pub async fn run(
     let debug_dirs: std::sync::Arc<[PathBuf]> = debug_dirs.into();
     let mut done: HashSet<Vec<u8>> = HashSet::new();
     let mut failed: HashMap<Vec<u8>, Instant> = HashMap::new();
-    let mut client: Option<crate::connect::Debuginfo> = None;
+    let mut client: Option<bimodal_proto::client::Debuginfo> = None;
     while let Some(batch) = images.recv().await {
         for image in batch {
             if done.contains(&image.build_id) || failed.get(&image.build_id).is_some_and(|t| t.elapsed() < RETRY_AFTER)
@@ -229,7 +229,7 @@ pub async fn run(
 }
 
 async fn upload(
-    client: &mut crate::connect::Debuginfo,
+    client: &mut bimodal_proto::client::Debuginfo,
     image: &ImageRef,
     max_bytes: u64,
     debug_dirs: &std::sync::Arc<[PathBuf]>,

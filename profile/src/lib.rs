@@ -86,25 +86,8 @@ impl Frame {
     }
 }
 
-/// Lower-case hex of raw bytes (build ids).
-pub fn hex(bytes: &[u8]) -> String {
-    // A table, not `format!`: servers hex every frame's build id of every batch.
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for &b in bytes {
-        s.push(DIGITS[usize::from(b >> 4)] as char);
-        s.push(DIGITS[usize::from(b & 15)] as char);
-    }
-    s
-}
-
-/// The bytes of hex text (either case); `None` for an odd length or a non-hex digit.
-pub fn unhex(h: &str) -> Option<Vec<u8>> {
-    (0..h.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(h.get(i..i + 2)?, 16).ok())
-        .collect()
-}
+// Build ids and batch ids as text: one definition, in the wire crate.
+pub use bimodal_proto::{hex, unhex};
 
 /// A sample: a process name, a stack (leaf first, indices into `Profile::frames`) and weights.
 #[derive(Clone, Debug, PartialEq, Eq)]

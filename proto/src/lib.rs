@@ -1,9 +1,13 @@
 //! Generated wire types: `bimodal.v1` (the agent → server ingest service) and
-//! `perftools.profiles` (pprof).
+//! `perftools.profiles` (pprof); and the client side of ingest every sender shares: how a server
+//! is reached (`client`), the batches waiting for its acknowledgement (`spool`), and the stream
+//! that sends them or the files that hold them until imported (`stream`).
 
 pub mod client;
 pub mod placement;
 pub mod self_metrics;
+pub mod spool;
+pub mod stream;
 
 /// The agent → server protocol, version 1.
 pub mod v1 {
@@ -149,4 +153,24 @@ pub fn inspect_debuginfo(bytes: &[u8]) -> Result<DebuginfoFile, String> {
         has_symbols,
         kind,
     })
+}
+
+/// Lower-case hex of raw bytes (build ids).
+pub fn hex(bytes: &[u8]) -> String {
+    // A table, not `format!`: servers hex every frame's build id of every batch.
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for &b in bytes {
+        s.push(DIGITS[usize::from(b >> 4)] as char);
+        s.push(DIGITS[usize::from(b & 15)] as char);
+    }
+    s
+}
+
+/// The bytes of hex text (either case); `None` for an odd length or a non-hex digit.
+pub fn unhex(h: &str) -> Option<Vec<u8>> {
+    (0..h.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(h.get(i..i + 2)?, 16).ok())
+        .collect()
 }

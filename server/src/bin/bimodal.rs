@@ -5,6 +5,8 @@
 //! - `bimodal diff`: the differential flame graph of the bands or of two selectors
 //!   (`GET /api/v1/diff`), as folded pairs or as two pprof profiles for
 //!   `go tool pprof -diff_base=a.pb.gz b.pb.gz`;
+//! - `bimodal import DIR...`: batches `bimodal-agent run --output-dir` wrote, sent to the server
+//!   through its gRPC ingest, as the agent would have sent them;
 //! - `bimodal rules check FILE...`: every mistake of alert rule files, with its line.
 
 use std::io::Write;
@@ -27,7 +29,8 @@ struct Cli {
         default_value = "http://127.0.0.1:7070"
     )]
     server_url: String,
-    /// A token with the `read` scope, when the server has tokens.
+    /// A token, when the server has tokens: the `read` scope for compare and diff, `write` for
+    /// import.
     #[arg(long, global = true, env = "BIMODAL_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// PEM certificates of the CA that signed the server's certificate (https:// URLs; default:
@@ -147,6 +150,24 @@ enum Command {
         #[arg(long, short, env = "BIMODAL_OUTPUT")]
         output: Option<PathBuf>,
     },
+    /// Send batches `bimodal-agent run --output-dir` wrote (a node that could not reach the
+    /// server, a profile attached to a bug report) through the server's ingest, with the
+    /// agent's acks, resends and retry delays. Importing again stores nothing twice.
+    Import {
+        /// Directories `bimodal-agent run --output-dir` wrote, one per node.
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+        /// A file holding the token (instead of --token, which shows in the process list).
+        #[arg(long, env = "BIMODAL_TOKEN_FILE", conflicts_with = "token")]
+        token_file: Option<PathBuf>,
+        /// A client certificate (PEM) for a server that asks for one (it must name the nodes
+        /// imported).
+        #[arg(long, env = "BIMODAL_CLIENT_CERT", requires = "client_key")]
+        client_cert: Option<PathBuf>,
+        /// Its private key (PEM).
+        #[arg(long, env = "BIMODAL_CLIENT_KEY", requires = "client_cert")]
+        client_key: Option<PathBuf>,
+    },
     /// Alert rule files (`bimodal-server --rules FILE`).
     Rules {
         #[command(subcommand)]
@@ -209,6 +230,27 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
         Command::Rules {
             command: RulesCommand::Check { files },
         } => check_rules(files),
+        Command::Import {
+            dirs,
+            token_file,
+            client_cert,
+            client_key,
+        } => {
+            use bimodal_proto::client::{ClientIdentity, ServerAddress, Token};
+            let server = ServerAddress::new(cli.server_url.clone(), Token::from_flags(token_file, &cli.token))
+                .with_ca_file(cli.ca_file.clone())
+                .with_identity(ClientIdentity::from_flags(client_cert, client_key));
+            let runtime = tokio::runtime::Runtime::new().context("failed to start the async runtime")?;
+            for dir in dirs {
+                let sent = runtime.block_on(bimodal_proto::stream::import(dir, &server))?;
+                eprintln!(
+                    "bimodal: {}: {sent} batches acknowledged by {}",
+                    dir.display(),
+                    server.url
+                );
+            }
+            Ok(())
+        }
         Command::Compare {
             selector,
             range,

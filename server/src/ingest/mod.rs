@@ -17,6 +17,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use bimodal_proto::stream::BATCH_INDEX_TRAILER;
 use bimodal_proto::v1::{self, ingest_request, ingest_response};
 use futures_util::stream::{FuturesOrdered, StreamExt};
 use tokio::sync::mpsc;
@@ -33,9 +34,6 @@ use rows::Sender;
 /// Batches of one stream waiting in the write path at once; the stream reads no more until one
 /// is answered (HTTP/2 flow control then holds the agent back).
 pub const MAX_IN_FLIGHT: usize = 32;
-
-/// The trailer naming the batch a stream could not decode, by its 0-based position.
-pub const BATCH_INDEX_TRAILER: &str = "bimodal-batch-index";
 
 /// Mebibytes of batches (encoded size, counted by the KiB) the server holds while it decodes,
 /// checks, converts and buffers them, over all streams: with thousands of agents catching up at

@@ -76,7 +76,7 @@ async fn tokens_decide_who_writes_as_which_node_and_who_reads() {
     assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
     assert!(e.message().contains("no `write` scope"), "{e:?}");
     // Debug-info uploads need the write scope too.
-    let mut debuginfo = bimodal_agent::connect::ServerAddress::new(url.clone(), None)
+    let mut debuginfo = bimodal_proto::client::ServerAddress::new(url.clone(), None)
         .debuginfo()
         .await
         .unwrap();
@@ -196,7 +196,7 @@ fn certificates(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBu
 /// nowhere; `bimodal` reads the API over HTTPS with the CA file and refuses the server without it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agents_and_readers_reach_the_server_over_tls() {
-    use bimodal_agent::connect::{ServerAddress, Token};
+    use bimodal_proto::client::{ServerAddress, Token};
     let dir = tempfile::tempdir().unwrap();
     let (ca, cert, key) = certificates(dir.path());
     let (agent, agent_entry) = new_token("agents", &[Scope::Write], None);
@@ -293,7 +293,7 @@ fn client_certificates(
 /// over the old one takes effect while the server runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_certificates_bind_agents_to_their_node() {
-    use bimodal_agent::connect::ServerAddress;
+    use bimodal_proto::client::ServerAddress;
     let dir = tempfile::tempdir().unwrap();
     let (ca, cert, key) = certificates(dir.path());
     let (client_ca, ids) = client_certificates(dir.path(), "fleet", &["mtls-1"]);

@@ -181,7 +181,7 @@ fn dechunk(mut body: &[u8]) -> Vec<u8> {
 /// Agent settings for a test: `events` of process `pid` only, drained every second, no placement.
 pub fn agent_options(server_url: String, node: &str, pid: u32, events: Vec<EventKind>) -> RunOptions {
     RunOptions {
-        server: bimodal_agent::connect::ServerAddress::new(server_url, None),
+        server: bimodal_proto::client::ServerAddress::new(server_url, None),
         node: node.into(),
         labels: Default::default(),
         events,
@@ -194,7 +194,7 @@ pub fn agent_options(server_url: String, node: &str, pid: u32, events: Vec<Event
         upload_max_bytes: 1 << 30,
         debug_dirs: bimodal_agent::debugfile::default_dirs(),
         cached_images: bimodal_agent::symbolize::DEFAULT_CACHED_IMAGES,
-        spool: bimodal_agent::spool::SpoolOptions::memory(64 << 20),
+        spool: bimodal_proto::spool::SpoolOptions::memory(64 << 20),
         placement_every: 0,
         placement_processes: 0,
         kubernetes: None,

@@ -104,7 +104,7 @@ async fn streams_beyond_the_bound_are_told_to_retry() {
         ..super::common::test_config("127.0.0.1:0".parse().unwrap(), dir.path())
     };
     let server = TestServer::with_config(config, None).await;
-    let agent = bimodal_agent::connect::ServerAddress::new(server.url(), None);
+    let agent = bimodal_proto::client::ServerAddress::new(server.url(), None);
     // Opens a stream that stays open (its sender kept), with its first ack read.
     let open = |node: &'static str, id: u8| {
         let agent = agent.clone();
@@ -207,7 +207,7 @@ async fn uploads_are_refused_before_they_are_received() {
     use bimodal_server::debuginfo::service::MAX_UPLOADS_AT_ONCE;
     use tokio_stream::StreamExt;
     let server = TestServer::start().await;
-    let agent = bimodal_agent::connect::ServerAddress::new(server.url(), None);
+    let agent = bimodal_proto::client::ServerAddress::new(server.url(), None);
     let first = |data: &[u8]| v1::DebuginfoChunk {
         build_id: vec![7; 20],
         kind: v1::DebuginfoKind::Executable as i32,

@@ -1,7 +1,7 @@
 //! Nothing is lost while the server is down: the agent spools its batches and delivers them,
 //! once each, when the server comes up.
 
-use bimodal_agent::connect::ServerAddress;
+use bimodal_proto::client::ServerAddress;
 use std::time::{Duration, Instant};
 
 use bimodal_agent::events::EventKind;
@@ -58,8 +58,8 @@ async fn batches_taken_while_the_server_is_down_arrive_later() {
 }
 
 /// A node that cannot reach any server writes its batches to a directory (`run --output-dir`);
-/// `import` sends them later: the workload's stacks reach the flame graph, a second import
-/// stores nothing twice, an import into an unreachable server fails with its reason, and a
+/// `import` sends them later: the workload's stacks reach the flame graph, a second import (by
+/// `bimodal import`) stores nothing twice, an import into an unreachable server fails with its reason, and a
 /// directory the agent did not write is a clear error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batches_written_offline_are_imported_once() {
@@ -97,11 +97,11 @@ async fn batches_written_offline_are_imported_once() {
     }
 
     // The server is down: the import says so.
-    let err = ship::import(&out, &ServerAddress::new("http://127.0.0.1:1", None))
+    let err = bimodal_proto::stream::import(&out, &ServerAddress::new("http://127.0.0.1:1", None))
         .await
         .unwrap_err();
     assert!(format!("{err:#}").contains("unreachable"), "{err:#}");
-    let err = ship::import(dir.path(), &ServerAddress::new("http://127.0.0.1:1", None))
+    let err = bimodal_proto::stream::import(dir.path(), &ServerAddress::new("http://127.0.0.1:1", None))
         .await
         .unwrap_err();
     assert!(
@@ -110,7 +110,7 @@ async fn batches_written_offline_are_imported_once() {
     );
 
     let server = TestServer::start().await;
-    let sent = ship::import(&out, &ServerAddress::new(server.url(), None))
+    let sent = bimodal_proto::stream::import(&out, &ServerAddress::new(server.url(), None))
         .await
         .unwrap();
     assert!(sent >= 3, "{sent} batches");
@@ -141,12 +141,16 @@ async fn batches_written_offline_are_imported_once() {
         reported >= 1000 * (sent as u64 - 1) && reported <= span_ms,
         "{reported} ms reported by {sent} batches written over {span_ms} ms"
     );
-    assert_eq!(
-        ship::import(&out, &ServerAddress::new(server.url(), None))
-            .await
-            .unwrap(),
-        sent
-    );
+    // Again, with the `bimodal` CLI (the same stream, from the fleet's tool).
+    let cli = tokio::process::Command::new(env!("CARGO_BIN_EXE_bimodal"))
+        .args(["--server-url", &server.url(), "import"])
+        .arg(&out)
+        .output()
+        .await
+        .unwrap();
+    let said = String::from_utf8_lossy(&cli.stderr);
+    assert!(cli.status.success(), "{said}");
+    assert!(said.contains(&format!("{sent} batches acknowledged")), "{said}");
     let (_, second) = server.get(&path).await;
     assert_eq!(first, second, "the second import stored nothing");
     server.stop().await;

@@ -76,8 +76,8 @@ pub async fn exchange_as(
     token: Option<&str>,
     messages: Vec<v1::IngestRequest>,
 ) -> Result<Vec<v1::Ack>, tonic::Status> {
-    let token = token.map(|t| bimodal_agent::connect::Token::Value(t.to_owned()));
-    let server = bimodal_agent::connect::ServerAddress::new(url, token);
+    let token = token.map(|t| bimodal_proto::client::Token::Value(t.to_owned()));
+    let server = bimodal_proto::client::ServerAddress::new(url, token);
     exchange_at(&server, messages)
         .await
         .map_err(|e| e.downcast::<tonic::Status>().unwrap_or_else(|e| panic!("{e:#}")))
@@ -86,7 +86,7 @@ pub async fn exchange_as(
 /// [`exchange_with`] the server as an agent reaches it (TLS, token): a connection that fails
 /// is an error too.
 pub async fn exchange_at(
-    server: &bimodal_agent::connect::ServerAddress,
+    server: &bimodal_proto::client::ServerAddress,
     messages: Vec<v1::IngestRequest>,
 ) -> anyhow::Result<Vec<v1::Ack>> {
     let mut client = server.ingest().await?;

@@ -34,7 +34,7 @@ use super::wire::{Encoded, RequestBody, ResponseDecoder};
 const MAX_MESSAGE_BYTES: usize = 64 << 20;
 
 /// The gRPC trailer in which a server names the batch of a stream it could not decode.
-const BATCH_INDEX_TRAILER: &str = "bimodal-batch-index";
+use bimodal_proto::stream::BATCH_INDEX_TRAILER;
 
 /// Errors printed in full; after these, only the progress line counts them.
 const LOGGED_ERRORS: u64 = 20;

@@ -13,10 +13,10 @@ use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use bimodal_proto::v1;
 use prost::Message;
 
-use crate::metrics::metrics;
+use crate::stream::metrics;
+use crate::v1;
 
 /// Largest batch a server decodes (its gRPC message limit): a larger one could never be stored.
 pub const MAX_BATCH_BYTES: usize = 64 << 20;
@@ -268,7 +268,7 @@ impl Spool {
     }
 
     /// Batches dropped for any reason.
-    pub(crate) fn dropped_total(&self) -> u64 {
+    pub fn dropped_total(&self) -> u64 {
         self.dropped.iter().sum()
     }
 
@@ -315,12 +315,12 @@ fn node_dir(node: &str) -> String {
 
 /// A spooled batch's file name: its sequence number, then its id.
 fn file_name(seq: u64, id: &[u8]) -> String {
-    format!("{seq:020}-{}.{EXTENSION}", bimodal_profile::hex(id))
+    format!("{seq:020}-{}.{EXTENSION}", crate::hex(id))
 }
 
 fn parse_name(name: &str) -> Option<(u64, Vec<u8>)> {
     let (seq, id) = name.strip_suffix(&format!(".{EXTENSION}"))?.split_once('-')?;
-    Some((seq.parse().ok()?, bimodal_profile::unhex(id)?))
+    Some((seq.parse().ok()?, crate::unhex(id)?))
 }
 
 fn write_batch(dir: &Path, seq: u64, b: &v1::Batch) -> anyhow::Result<PathBuf> {
