@@ -65,6 +65,9 @@ pub struct Config {
     pub tls: Option<tls::TlsFiles>,
     /// Agent streams served at once at most; more are told to retry later.
     pub max_streams: usize,
+    /// Encoded bytes of batches held at once between admission and the write buffer
+    /// ([`ingest::DEFAULT_MAX_IN_FLIGHT_BYTES`]); more are told to retry later.
+    pub max_in_flight_bytes: u64,
     /// How fast each node may send batches; faster ones are told to retry later.
     pub node_batches: ingest::rate::BatchRate,
 }
@@ -82,6 +85,7 @@ pub struct Server {
     auth: auth::Auth,
     tls: Option<tls::Acceptor>,
     max_streams: usize,
+    max_in_flight_bytes: u64,
     node_batches: ingest::rate::BatchRate,
 }
 
@@ -158,6 +162,7 @@ impl Server {
             auth,
             tls,
             max_streams: config.max_streams.max(1),
+            max_in_flight_bytes: config.max_in_flight_bytes,
             node_batches: config.node_batches,
         })
     }
@@ -175,6 +180,7 @@ impl Server {
                 self.names.clone(),
                 self.auth.clone(),
                 self.max_streams,
+                self.max_in_flight_bytes,
                 self.node_batches,
             ),
             MAX_MESSAGE_BYTES,

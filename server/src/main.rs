@@ -96,6 +96,11 @@ struct Cli {
     /// Agent streams served at once at most (one per agent); more are told to retry later.
     #[arg(long, env = "BIMODAL_MAX_STREAMS", default_value_t = 20_000)]
     max_streams: usize,
+    /// Encoded bytes of batches held at once while they are decoded, checked and converted and
+    /// their rows wait for room in the write buffer (their rows take several times this); more
+    /// are told to retry later.
+    #[arg(long, env = "BIMODAL_MAX_IN_FLIGHT_BYTES", default_value_t = bimodal_server::ingest::DEFAULT_MAX_IN_FLIGHT_BYTES, value_parser = clap::value_parser!(u64).range(1024..))]
+    max_in_flight_bytes: u64,
     /// Batches a second each node may send on average (an agent sends one per interval, faster
     /// while it empties its spool); beyond it, and beyond --node-batch-burst at once, batches are
     /// answered "retry later".
@@ -345,6 +350,7 @@ async fn main() -> std::process::ExitCode {
         alerts,
         token_file: cli.token_file,
         max_streams: cli.max_streams,
+        max_in_flight_bytes: cli.max_in_flight_bytes,
         node_batches: bimodal_server::ingest::rate::BatchRate {
             per_second: cli.node_batch_rate,
             burst: cli.node_batch_burst,

@@ -35,12 +35,13 @@ use rows::Sender;
 /// is answered (HTTP/2 flow control then holds the agent back).
 pub const MAX_IN_FLIGHT: usize = 32;
 
-/// Mebibytes of batches (encoded size, counted by the KiB) the server holds while it decodes,
-/// checks, converts and buffers them, over all streams: with thousands of agents catching up at
-/// once, memory stays bounded and the batches beyond it are answered "retry later" without
-/// being decoded. A stream reads its next batch only once the last one is admitted or answered,
-/// so beyond this each stream holds at most one encoded batch.
-pub const MAX_IN_FLIGHT_MIB: u32 = 128;
+/// Bytes of batches (encoded size, counted by the KiB) the server holds by default while it
+/// decodes, checks and converts them and their rows wait for room in the write buffer, over all
+/// streams (`--max-in-flight-bytes`): with thousands of agents catching up at once, memory
+/// stays bounded and the batches beyond it are answered "retry later" without being decoded. A
+/// stream reads its next batch only once the last one is admitted or answered, so beyond this
+/// each stream holds at most one encoded batch.
+pub const DEFAULT_MAX_IN_FLIGHT_BYTES: u64 = 128 << 20;
 
 /// Serves `bimodal.v1.Ingest` into the write path (through [`encoded::EncodedIngestServer`]).
 #[derive(Debug, Clone)]
@@ -62,8 +63,12 @@ impl IngestService {
         names: Arc<Names>,
         auth: crate::auth::Auth,
         max_streams: usize,
+        max_in_flight_bytes: u64,
         node_batches: rate::BatchRate,
     ) -> Self {
+        let capacity_kib = usize::try_from(max_in_flight_bytes.div_ceil(1024))
+            .unwrap_or(usize::MAX)
+            .clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
         IngestService {
             writer,
             names,
@@ -72,7 +77,8 @@ impl IngestService {
             max_streams,
             rates: Arc::new(rate::NodeRates::new(node_batches)),
             in_flight: Arc::new(Admission {
-                room: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT_MIB as usize * 1024)),
+                room: Arc::new(tokio::sync::Semaphore::new(capacity_kib)),
+                capacity_kib,
                 waiting: std::sync::atomic::AtomicUsize::new(0),
             }),
         }
@@ -303,6 +309,8 @@ impl IngestService {
 #[derive(Debug)]
 struct Admission {
     room: Arc<tokio::sync::Semaphore>,
+    /// The bound, in KiB.
+    capacity_kib: usize,
     waiting: std::sync::atomic::AtomicUsize,
 }
 
@@ -318,7 +326,8 @@ impl Admission {
     /// not every 5 s: each resend costs a transfer.
     async fn admit(&self, bytes: usize, batch_id: &[u8]) -> Result<tokio::sync::OwnedSemaphorePermit, u32> {
         use std::sync::atomic::Ordering::Relaxed;
-        let kib = bytes.div_ceil(1024).clamp(1, MAX_IN_FLIGHT_MIB as usize * 1024) as u32;
+        // A batch larger than the whole bound takes all of it.
+        let kib = bytes.div_ceil(1024).clamp(1, self.capacity_kib) as u32;
         let ahead = self.waiting.fetch_add(1, Relaxed);
         let got = tokio::time::timeout(
             std::time::Duration::from_secs(5),
@@ -385,7 +394,6 @@ async fn store(
         let writer = writer.clone();
         tokio::task::spawn_blocking(move || rows::build(&sender, &batch, &*names, &writer.known())).await
     };
-    drop(held);
     let rows = match rows {
         Ok(rows) => rows,
         Err(e) => {
@@ -398,7 +406,10 @@ async fn store(
             );
         }
     };
-    match writer.submit(rows).await {
+    // The batch's share of the bound goes once its rows have room in the write buffer: rows
+    // waiting for room count against it (they are several times the encoded batch; released
+    // when built, 100 agents catching up left 800 MB of rows outside every bound).
+    match writer.submit(rows, held).await {
         Outcome::Stored => {
             metrics().ingest_samples.inc_by(samples);
             ack(batch_id, v1::ack::Status::Stored, String::new(), 0)

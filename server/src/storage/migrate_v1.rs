@@ -345,7 +345,7 @@ async fn copy_held(client: &Client, writer: &Writer) -> Result<(), StorageError>
             writer.note_node(sender.clone());
             let rows = rows::build(&sender, &batch, &NoNames, &writer.known());
             loop {
-                match writer.submit(rows.clone()).await {
+                match writer.submit(rows.clone(), ()).await {
                     Outcome::Stored | Outcome::Duplicate => break,
                     Outcome::Retry { after, reason } => {
                         tracing::info!(%reason, "copying v1 rows: waiting");

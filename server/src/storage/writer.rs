@@ -144,7 +144,10 @@ impl Writer {
     }
 
     /// Buffers a batch and waits until it is stored (or found stored before, or refused for now).
-    pub async fn submit(&self, rows: BatchRows) -> Outcome {
+    /// `admitted` (the batch's share of ingest's bound) is held until the rows hold their share
+    /// of the write buffer: rows waiting for room are within one bound or the other, never
+    /// outside both.
+    pub async fn submit<A>(&self, rows: BatchRows, admitted: A) -> Outcome {
         let weight = rows.weight().clamp(1, self.config.max_buffered_rows) as u32;
         let room =
             match tokio::time::timeout(self.config.wait_for_room, self.room.clone().acquire_many_owned(weight)).await {
@@ -156,6 +159,7 @@ impl Writer {
                     }
                 }
             };
+        drop(admitted);
         let (reply, answer) = oneshot::channel();
         let pending = Pending {
             rows,

@@ -131,6 +131,7 @@ pub fn test_config(listen: SocketAddr, dir: &std::path::Path) -> Config {
         allow_unauthenticated: false,
         tls: None,
         max_streams: 20_000,
+        max_in_flight_bytes: bimodal_server::ingest::DEFAULT_MAX_IN_FLIGHT_BYTES,
         node_batches: Default::default(),
     }
 }

@@ -255,3 +255,74 @@ async fn uploads_are_refused_before_they_are_received() {
     }
     server.stop().await;
 }
+
+/// A batch keeps its share of the in-flight bound (`--max-in-flight-bytes`) until its rows have
+/// room in the write buffer: with the buffer full, a batch decoded and waiting for it still
+/// counts, so the next batch that does not fit beside it is told to retry by admission, before
+/// it is decoded. (When the share went as soon as rows were built, rows waiting for the buffer
+/// were outside every bound: 100 agents catching up held 800 MB of them.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_waiting_for_the_write_buffer_hold_their_share_of_the_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = super::common::test_config("127.0.0.1:0".parse().unwrap(), dir.path());
+    let config = bimodal_server::Config {
+        max_in_flight_bytes: 1 << 20,
+        writer: bimodal_server::storage::writer::WriterConfig {
+            // One batch fills the buffer, and stays until the flush 10 s later.
+            max_buffered_rows: 1,
+            flush_rows: 1_000_000,
+            flush_interval: Duration::from_secs(10),
+            wait_for_room: Duration::from_secs(15),
+            ..base.writer.clone()
+        },
+        ..base
+    };
+    let server = TestServer::with_config(config, None).await;
+    let agent = bimodal_proto::client::ServerAddress::new(server.url(), None);
+    // A batch of about 660 KiB encoded: more than half of the bound.
+    let large = |id: u8| {
+        let mut b = wire::batch([id; 16], false, "large", 1);
+        b.samples = vec![b.samples[0].clone(); 34_000];
+        b
+    };
+    assert!(
+        prost::Message::encoded_len(&large(0)) > 600 << 10,
+        "{}",
+        prost::Message::encoded_len(&large(0))
+    );
+    // Sends `batch` as `node` on a stream of its own, kept open; the acks.
+    let send = |node: &'static str, batch: v1::Batch| {
+        let agent = agent.clone();
+        async move {
+            let mut client = agent.ingest().await.unwrap();
+            let (tx, rx) = tokio::sync::mpsc::channel(4);
+            tx.send(wire::hello(node)).await.unwrap();
+            tx.send(req(batch)).await.unwrap();
+            let acks = client
+                .stream(tokio_stream::wrappers::ReceiverStream::new(rx))
+                .await
+                .unwrap()
+                .into_inner();
+            (tx, acks)
+        }
+    };
+    // The first batch takes the write buffer's room; the second, large, is admitted, decoded
+    // and waits for that room.
+    let _first = send("node-a", wire::batch([1; 16], false, "small", 1)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let _second = send("node-b", large(2)).await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // The third does not fit beside the second: admission answers, within its 5 s wait.
+    let (_tx, mut acks) = send("node-c", large(3)).await;
+    let ack = tokio::time::timeout(Duration::from_secs(9), acks.message())
+        .await
+        .expect("the third batch is answered before the buffer frees")
+        .unwrap()
+        .unwrap();
+    let Some(v1::ingest_response::Message::Ack(ack)) = ack.message else {
+        panic!("{ack:?}")
+    };
+    assert_eq!(ack.status, Status::Retry as i32, "{ack:?}");
+    assert!(ack.error.contains("holds as many batches as it may"), "{ack:?}");
+    server.stop().await;
+}
