@@ -78,9 +78,9 @@ pub fn metrics() -> &'static StreamMetrics {
 const HELLO_FILE: &str = "hello.pb";
 const BATCH_PREFIX: &str = "batch-";
 
-/// Writes the hello and every batch under `dir` (`run --output-dir`), each file complete or
-/// absent (written aside, then renamed): for nodes that cannot reach a server (air-gapped, a test
-/// guest). [`import`] sends them later, through the same shipping as `run`.
+/// Writes the hello and every batch under `dir` (`bimodal-agent run --output-dir`), each file
+/// complete or absent (written aside, then renamed): for nodes that cannot reach a server
+/// (air-gapped, a test guest). [`import`] sends them later, through the same stream as `run`.
 pub async fn write_out(dir: &Path, hello: &v1::Hello, mut batches: mpsc::Receiver<v1::Batch>) -> anyhow::Result<()> {
     let write = |name: String, bytes: Vec<u8>| -> anyhow::Result<()> {
         let path = dir.join(&name);
@@ -101,8 +101,8 @@ pub async fn write_out(dir: &Path, hello: &v1::Hello, mut batches: mpsc::Receive
     Ok(())
 }
 
-/// Sends the batches `run --output-dir` wrote under `dir` to `server`, with
-/// `run`'s shipping: acks, resends and the server's retry delays; a batch the server holds
+/// Sends the batches `bimodal-agent run --output-dir` wrote under `dir` to `server` through
+/// [`ship`]: acks, resends and the server's retry delays; a batch the server holds
 /// already is acknowledged as a duplicate, so importing twice stores once. The number of
 /// batches sent.
 pub async fn import(dir: &Path, server: &ServerAddress) -> anyhow::Result<usize> {
