@@ -129,7 +129,7 @@ pub enum Token {
     File(PathBuf),
 }
 
-/// The server and how to prove who the agent is.
+/// The server and how a client (an agent, `bimodal import`) proves who it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServerAddress {
     /// gRPC URL, e.g. `http://127.0.0.1:7070`.
@@ -137,7 +137,7 @@ pub struct ServerAddress {
     pub token: Option<Token>,
     /// PEM certificates of the CA that signed the server's certificate (https:// only).
     pub ca_file: Option<PathBuf>,
-    /// The agent's client certificate, naming its node, for a server that asks for one.
+    /// The client certificate, naming the node written as, for a server that asks for one.
     pub identity: Option<ClientIdentity>,
 }
 
