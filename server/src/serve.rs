@@ -31,6 +31,14 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// within [`KEEP_ALIVE_TIMEOUT`].
 const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
 const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+/// Bytes a client may send on an HTTP/2 stream (and connection) before the server reads them.
+/// What a stream has received and not read is held outside the ingest bound (a stream waiting
+/// for admission reads nothing, and its agent goes on sending until the window is full), so
+/// this is the memory each agent connection may cost beyond it: 256 KiB, against hyper's 1 MiB
+/// (1,000 agents catching up: 256 MiB, not 1 GiB). At 50 ms round trips a stream still moves
+/// 5 MB/s, three agent batches a second.
+const STREAM_WINDOW: u32 = 256 << 10;
+const CONNECTION_WINDOW: u32 = 1 << 20;
 /// Bytes that tell the protocol: the HTTP/2 preface is 24.
 const FIRST_BYTES: usize = 24;
 /// How long a shutdown waits for open connections to finish (an agent's ingest stream or an
@@ -120,7 +128,9 @@ pub async fn serve(mut incoming: Incoming, app: Router, shutdown: impl Future<Ou
         .http2()
         .timer(TokioTimer::new())
         .keep_alive_interval(KEEP_ALIVE_INTERVAL)
-        .keep_alive_timeout(KEEP_ALIVE_TIMEOUT);
+        .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW);
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {

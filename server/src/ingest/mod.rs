@@ -22,13 +22,14 @@ use bimodal_proto::v1::{self, ingest_request, ingest_response};
 use futures_util::stream::{FuturesOrdered, StreamExt};
 use tokio::sync::mpsc;
 use tokio_stream::{wrappers::ReceiverStream, Stream};
-use tonic::{Request, Response, Status, Streaming};
+use tonic::metadata::MetadataMap;
+use tonic::Status;
 
 use crate::debuginfo::Names;
 use crate::metrics::{label, metrics};
 use crate::serve::Peer;
 use crate::storage::writer::{Outcome, Writer};
-use encoded::Encoded;
+use encoded::{Inbound, ReadError};
 use rows::Sender;
 
 /// Batches of one stream waiting in the write path at once; the stream reads no more until one
@@ -133,23 +134,18 @@ impl Drop for Connected {
     }
 }
 
-/// Whether a stream error is the agent's message being unreadable (rather than the connection).
-fn undecodable(status: &Status) -> bool {
-    match status.code() {
-        tonic::Code::Internal => status.message().contains("decode"),
-        tonic::Code::OutOfRange | tonic::Code::ResourceExhausted => true,
-        _ => false,
-    }
-}
-
 impl IngestService {
-    /// Serves one agent's stream: a Hello, then batches, each admitted by its encoded size
-    /// before it is decoded ([`encoded`]).
-    async fn stream(&self, request: Request<Streaming<Encoded>>) -> Result<Response<AckStream>, Status> {
+    /// Serves one agent's stream: a Hello, then batches, each admitted by its size before its
+    /// bytes are held ([`encoded`]).
+    async fn stream(
+        &self,
+        metadata: MetadataMap,
+        peer: Option<Peer>,
+        mut inbound: Inbound,
+    ) -> Result<AckStream, Status> {
         // Without a token (or client certificate, where needed) nothing of the stream is read.
-        let peer = request.extensions().get::<Peer>().cloned();
         self.auth
-            .allow_grpc(request.metadata(), peer.as_ref(), crate::auth::Scope::Write, None)?;
+            .allow_grpc(&metadata, peer.as_ref(), crate::auth::Scope::Write, None)?;
         // A bound on streams: each holds a task, buffers and a share of the admission bound.
         let Ok(open_stream) = self.streams.clone().try_acquire_owned() else {
             metrics()
@@ -161,9 +157,25 @@ impl IngestService {
                 self.max_streams
             )));
         };
-        let metadata = request.metadata().clone();
-        let mut inbound = request.into_inner();
-        let first = inbound.message().await?.map(|m| m.decode());
+        let first = match inbound.head().await {
+            Ok(Some(head)) if head.len > validate::MAX_HELLO_BYTES => Err(ReadError::Unreadable(format!(
+                "it is {} bytes, more than the {} a Hello may have",
+                head.len,
+                validate::MAX_HELLO_BYTES
+            ))),
+            Ok(Some(head)) => inbound.rest(head).await.map(Some),
+            Ok(None) => Ok(None),
+            Err(e) => Err(e),
+        };
+        let first = match first {
+            Ok(first) => first.map(|m| m.decode()),
+            Err(ReadError::Stream(status)) => return Err(status),
+            Err(ReadError::Unreadable(why)) => {
+                return Err(Status::invalid_argument(format!(
+                    "the stream's first message cannot be read: {why}"
+                )))
+            }
+        };
         let hello = match first {
             Some(Ok(v1::IngestRequest {
                 message: Some(ingest_request::Message::Hello(h)),
@@ -210,7 +222,7 @@ impl IngestService {
             let mut open = true;
             loop {
                 tokio::select! {
-                    message = inbound.message(), if open && pending.len() < MAX_IN_FLIGHT => {
+                    head = inbound.head(), if open && pending.len() < MAX_IN_FLIGHT => {
                         let refuse = |why: String| {
                             metrics().ingest_rejected.get_or_create(&label("reason", "undecodable")).inc();
                             tracing::warn!(node = %sender.node, batch = read, %why, "refused a batch that cannot be decoded");
@@ -222,53 +234,84 @@ impl IngestService {
                             }
                             refusal
                         };
-                        let encoded = match message {
-                            Ok(Some(encoded)) => encoded,
+                        let ended = |status: Status| tracing::debug!(node = %sender.node, %status, "agent stream ended");
+                        let head = match head {
+                            Ok(Some(head)) => head,
                             Ok(None) => { open = false; continue; }
-                            Err(status) if undecodable(&status) => {
-                                let _ = tx.send(Err(refuse(status.message().to_string()))).await;
+                            Err(ReadError::Unreadable(why)) => {
+                                let _ = tx.send(Err(refuse(why))).await;
                                 return;
                             }
-                            Err(status) => {
-                                tracing::debug!(node = %sender.node, %status, "agent stream ended");
-                                return;
-                            }
+                            Err(ReadError::Stream(status)) => return ended(status),
                         };
-                        // Admitted here, before it is decoded and before the next message is
-                        // read: a waiting stream holds one encoded batch.
-                        let id = encoded.batch_id();
+                        // Admitted here, from the batch's first bytes, before the rest of it is
+                        // held and before the next message is read: a waiting stream holds
+                        // nothing of its batch.
+                        let id = head.batch_id().map(<[u8]>::to_vec);
+                        let retry = |id: Vec<u8>, why: String, after: u32| ack(id, v1::ack::Status::Retry, why, after);
                         // A node beyond its rate is told when to come back, before anything
                         // else is spent on the batch.
-                        if let Some(id) = id {
-                            if let Err(wait) = rates.take(&sender.node, std::time::Instant::now()) {
-                                metrics().ingest_rejected.get_or_create(&label("reason", "rate")).inc();
-                                let rate = rates.rate();
-                                let reply = ack(
-                                    id.to_vec(),
-                                    v1::ack::Status::Retry,
-                                    format!(
-                                        "node `{}` sends more than {} batches a second ({} at once): retry later",
-                                        sender.node, rate.per_second, rate.burst
-                                    ),
-                                    wait.as_millis().clamp(100, u128::from(MAX_RETRY_MILLIS)) as u32,
-                                );
-                                read += 1;
-                                pending.push_back(Box::pin(std::future::ready(reply)));
-                                continue;
-                            }
-                        }
-                        let held = in_flight.admit(encoded.0.len(), id.unwrap_or_default()).await;
-                        if let (Err(retry_after), Some(id)) = (&held, id) {
-                            let reply = ack(
-                                id.to_vec(),
-                                v1::ack::Status::Retry,
+                        let refused = match &id {
+                            Some(id) => match rates.take(&sender.node, std::time::Instant::now()) {
+                                Ok(()) => None,
+                                Err(wait) => {
+                                    metrics().ingest_rejected.get_or_create(&label("reason", "rate")).inc();
+                                    let rate = rates.rate();
+                                    Some(retry(
+                                        id.clone(),
+                                        format!(
+                                            "node `{}` sends more than {} batches a second ({} at once): retry later",
+                                            sender.node, rate.per_second, rate.burst
+                                        ),
+                                        wait.as_millis().clamp(100, u128::from(MAX_RETRY_MILLIS)) as u32,
+                                    ))
+                                }
+                            },
+                            None => None,
+                        };
+                        let held = match refused {
+                            Some(_) => Err(0),
+                            None => in_flight.admit(head.len, id.as_deref().unwrap_or_default()).await,
+                        };
+                        let refused = match (refused, &held, id) {
+                            (Some(reply), _, _) => Some(reply),
+                            (None, Err(retry_after), Some(id)) => Some(retry(
+                                id,
                                 "the server holds as many batches as it may: retry later".into(),
                                 *retry_after,
-                            );
+                            )),
+                            _ => None,
+                        };
+                        if let Some(reply) = refused {
+                            if let Err(ReadError::Stream(status)) = inbound.skip(head).await {
+                                return ended(status);
+                            }
                             read += 1;
                             pending.push_back(Box::pin(std::future::ready(reply)));
                             continue;
                         }
+                        // An admitted batch holds its share while it arrives: a client that
+                        // sends its head and then trickles (or stops) is cut off in time.
+                        let allowed = time_to_receive(head.len);
+                        let encoded = match tokio::time::timeout(allowed, inbound.rest(head)).await {
+                            Err(_) => {
+                                metrics().ingest_rejected.get_or_create(&label("reason", "slow")).inc();
+                                let _ = tx.send(Err(Status::deadline_exceeded(format!(
+                                    "batch {read} of this stream took more than {} s to arrive after its first bytes",
+                                    allowed.as_secs()
+                                )))).await;
+                                return;
+                            }
+                            Ok(read) => read,
+                        };
+                        let encoded = match encoded {
+                            Ok(encoded) => encoded,
+                            Err(ReadError::Unreadable(why)) => {
+                                let _ = tx.send(Err(refuse(why))).await;
+                                return;
+                            }
+                            Err(ReadError::Stream(status)) => return ended(status),
+                        };
                         let batch = match encoded.decode() {
                             Ok(v1::IngestRequest { message: Some(ingest_request::Message::Batch(b)) }) => b,
                             Ok(_) => {
@@ -301,7 +344,7 @@ impl IngestService {
                 }
             }
         });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        Ok(Box::pin(ReceiverStream::new(rx)))
     }
 }
 
@@ -312,6 +355,12 @@ struct Admission {
     /// The bound, in KiB.
     capacity_kib: usize,
     waiting: std::sync::atomic::AtomicUsize,
+}
+
+/// How long an admitted batch may take to arrive after its first bytes: 10 s, and a second per
+/// MiB (64 MiB, the largest, in 74 s; a 2 MB batch over a link of 1 MB/s needs 2 s).
+fn time_to_receive(bytes: usize) -> std::time::Duration {
+    std::time::Duration::from_secs(10 + (bytes as u64 >> 20))
 }
 
 /// How long an agent is asked to wait per batch waiting ahead of its own, and the bounds.

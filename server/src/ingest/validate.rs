@@ -7,6 +7,9 @@ use bimodal_proto::v1;
 
 use crate::selector::NODE_FACT_LABELS;
 
+/// Longest Hello, encoded: its node name, labels, version and facts are a few KiB; it is read
+/// before the stream is admitted anywhere, so it gets no more room than this.
+pub const MAX_HELLO_BYTES: usize = 1 << 20;
 /// Longest node name: a DNS name (Kubernetes node names are DNS subdomains).
 pub const MAX_NODE_BYTES: usize = 253;
 /// Most operator labels per node.

@@ -326,3 +326,75 @@ async fn batches_waiting_for_the_write_buffer_hold_their_share_of_the_bound() {
     assert!(ack.error.contains("holds as many batches as it may"), "{ack:?}");
     server.stop().await;
 }
+
+/// An admitted batch holds its share of the in-flight bound only while it arrives in time: a
+/// client that sends a batch's first bytes and stops is cut off (DEADLINE_EXCEEDED, 10 s for a
+/// batch under a MiB) and its share goes to the next batch, which is stored. (The server admits
+/// a batch from its first bytes so that a refused one is never held; without the deadline, one
+/// such client would hold its share for good.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_that_stops_arriving_loses_its_share() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = super::common::test_config("127.0.0.1:0".parse().unwrap(), dir.path());
+    let server = TestServer::with_config(
+        bimodal_server::Config {
+            max_in_flight_bytes: 1 << 20,
+            ..base
+        },
+        None,
+    )
+    .await;
+    // About 660 KiB encoded: two do not fit in the bound.
+    let large = |id: u8| {
+        let mut b = wire::batch([id; 16], false, "large", 1);
+        b.samples = vec![b.samples[0].clone(); 34_000];
+        b
+    };
+    let grpc_frame = |message: &[u8]| {
+        let mut frame = vec![0];
+        frame.extend_from_slice(&(message.len() as u32).to_be_bytes());
+        frame.extend_from_slice(message);
+        bytes::Bytes::from(frame)
+    };
+    // The staller: a Hello, then the first 4 KiB of a large batch, then nothing.
+    let tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    let mut client = client.ready().await.unwrap();
+    let request = http::Request::post(format!("http://{}/bimodal.v1.Ingest/Stream", server.addr))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let (response, mut send) = client.send_request(request, false).unwrap();
+    send.send_data(
+        grpc_frame(&prost::Message::encode_to_vec(&wire::hello("staller"))),
+        false,
+    )
+    .unwrap();
+    let stalled = grpc_frame(&prost::Message::encode_to_vec(&req(large(1))));
+    send.send_data(stalled.slice(..4096), false).unwrap();
+    let started = std::time::Instant::now();
+    let mut body = response.await.unwrap().into_body();
+    let trailers = tokio::time::timeout(Duration::from_secs(30), async {
+        let data = body.data().await;
+        assert!(data.is_none(), "no ack is due: {data:?}");
+        body.trailers().await.unwrap().expect("the stream ends with a status")
+    })
+    .await
+    .expect("the stalled stream is cut off");
+    let waited = started.elapsed();
+    assert_eq!(
+        trailers.get("grpc-status").map(|v| v.to_str().unwrap()),
+        Some("4"),
+        "{trailers:?}"
+    );
+    assert!(waited >= Duration::from_secs(9), "cut off after {waited:?}");
+    // Its share is free again: a batch that would not have fit beside it is stored.
+    let acks = exchange(&server, vec![wire::hello("after"), req(large(2))])
+        .await
+        .unwrap();
+    assert_eq!(Status::try_from(acks[0].status).unwrap(), Status::Stored, "{acks:?}");
+    drop(send);
+    server.stop().await;
+}

@@ -498,8 +498,9 @@ async fn a_half_written_batch_is_completed_without_duplicates() {
     ch.stop().await;
 }
 
-/// A message the server cannot decode ends the stream with INVALID_ARGUMENT and the trailer
-/// naming its position among the stream's batches, so the agent can drop it.
+/// A message the server cannot decode (invalid UTF-8, or longer than the server reads) ends
+/// the stream with INVALID_ARGUMENT and the trailer naming its position among the stream's
+/// batches, so the agent can drop it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_undecodable_batch_is_named_by_its_position() {
     let server = TestServer::start().await;
@@ -513,16 +514,21 @@ async fn an_undecodable_batch_is_named_by_its_position() {
         prost::Message::encode_to_vec(&req(good)),
         bad,
     ];
-    let status = raw::stream(&server.url(), messages).await;
-    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
-    assert_eq!(
-        status
-            .metadata()
-            .get("bimodal-batch-index")
-            .and_then(|v| v.to_str().ok()),
-        Some("1"),
-        "{status:?}"
-    );
+    let too_long = vec![0u8; bimodal_server::MAX_MESSAGE_BYTES + 1];
+    let messages_too_long = vec![messages[0].clone(), messages[1].clone(), too_long];
+    for (messages, why) in [(messages, "not utf-8"), (messages_too_long, "more than")] {
+        let status = raw::stream(&server.url(), messages).await;
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+        assert!(status.message().to_lowercase().contains(why), "{status:?}");
+        assert_eq!(
+            status
+                .metadata()
+                .get("bimodal-batch-index")
+                .and_then(|v| v.to_str().ok()),
+            Some("1"),
+            "{status:?}"
+        );
+    }
     server.stop().await;
 }
 
