@@ -125,12 +125,14 @@ struct SamplingArgs {
     /// Hardware events (cache misses, remote accesses) per sample.
     #[arg(long, env = "BIMODAL_HARDWARE_PERIOD", default_value_t = 10_000)]
     hardware_period: u64,
-    /// Distinct (thread, event, stack) keys the kernel holds per drain interval.
-    #[arg(long, env = "BIMODAL_MAP_SAMPLES", default_value_t = 16384)]
-    map_samples: u32,
-    /// Distinct stacks the kernel holds at once.
-    #[arg(long, env = "BIMODAL_MAP_STACKS", default_value_t = 16384)]
-    map_stacks: u32,
+    /// Distinct (thread, event, stack) keys the kernel holds per drain interval; default: one
+    /// per CPU sample of an interval (online CPUs × --cpu-frequency × interval), 16,384 to
+    /// 262,144. Samples that do not fit are counted as lost (`sample_map_full`).
+    #[arg(long, env = "BIMODAL_MAP_SAMPLES", value_parser = clap::value_parser!(u32).range(1..))]
+    map_samples: Option<u32>,
+    /// Distinct stacks the kernel holds at once; default: half the sample keys, 16,384 to 65,536.
+    #[arg(long, env = "BIMODAL_MAP_STACKS", value_parser = clap::value_parser!(u32).range(1..))]
+    map_stacks: Option<u32>,
     /// How user call chains are recovered: `auto` unwinds every process in the kernel from
     /// tables compiled from .eh_frame (frame pointers where no table covers the code).
     #[arg(long, env = "BIMODAL_UNWIND", value_enum, default_value_t = UnwindMode::Auto)]
@@ -181,14 +183,14 @@ impl SamplingArgs {
         }
     }
 
-    fn map_sizes(&self) -> MapSizes {
+    /// The kernel maps for this machine, drained every `interval`, with the flags given.
+    fn map_sizes(&self, interval: Duration) -> MapSizes {
+        let cpus = bimodal_agent::events::perf::online_cpus().map_or(1, |c| c.len());
+        let machine = MapSizes::for_machine(cpus, self.cpu_frequency, interval);
         MapSizes {
-            samples: self.map_samples,
-            stacks: self.map_stacks,
-            snapshot_ring: self.snapshot_ring_bytes.unwrap_or_else(|| {
-                let cpus = bimodal_agent::events::perf::online_cpus().map_or(1, |c| c.len());
-                MapSizes::snapshot_ring_for(cpus, self.cpu_frequency)
-            }),
+            samples: self.map_samples.unwrap_or(machine.samples),
+            stacks: self.map_stacks.unwrap_or(machine.stacks),
+            snapshot_ring: self.snapshot_ring_bytes.unwrap_or(machine.snapshot_ring),
             unwind_rows: self.unwind_rows,
         }
     }
@@ -386,7 +388,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 format: a.format,
                 output: a.output,
                 rates: a.sampling.rates(),
-                map_sizes: a.sampling.map_sizes(),
+                map_sizes: a.sampling.map_sizes(bimodal_agent::record::DRAIN_INTERVAL),
                 unwind: a.sampling.unwind,
                 data_objects: a.data_objects,
                 debug_dirs: a.sampling.debug_dirs,
@@ -476,7 +478,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 pid: a.sampling.pid,
                 interval: a.interval,
                 rates: a.sampling.rates(),
-                map_sizes: a.sampling.map_sizes(),
+                map_sizes: a.sampling.map_sizes(a.interval),
                 unwind: a.sampling.unwind,
                 symbolize: a.symbolize,
                 upload_max_bytes: a.upload_max_bytes,

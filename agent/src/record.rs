@@ -60,7 +60,7 @@ pub struct RecordSummary {
 
 /// How often `record` empties the kernel maps: often enough that short-lived processes are
 /// still there to be symbolized.
-const DRAIN_INTERVAL: Duration = Duration::from_secs(1);
+pub const DRAIN_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Samples `opts.event` for `opts.duration` and writes the profile to `opts.output`.
 pub fn record(opts: &RecordOptions) -> anyhow::Result<RecordSummary> {

@@ -127,7 +127,37 @@ pub const DEFAULT_UNWIND_ROWS: u32 = 1 << 20;
 /// unwinding thread may fall behind before samples fall back to frame pointers (counted).
 const SNAPSHOT_RING_SECONDS: f64 = 0.5;
 
+/// Bounds of the sample and stack maps sized from the machine: the floor is what a small node
+/// needs with room to spare; the ceilings cap kernel memory on the largest nodes (a sample key
+/// takes ~120 bytes in each of two buffers, a stack ~1 KiB in `stacks` and in `user_chains`).
+const MIN_MAP_SAMPLES: u32 = 16384;
+const MAX_MAP_SAMPLES: u32 = 262_144;
+const MIN_MAP_STACKS: u32 = 16384;
+const MAX_MAP_STACKS: u32 = 65536;
+
 impl MapSizes {
+    /// Sample keys and stacks for `cpus` CPUs sampled at `hz` and drained every `interval`.
+    /// Sample keys: one per CPU sample of an interval, the case where every sample has a thread
+    /// and stack of its own (each kind's samples beyond are few or share keys, and what does
+    /// not fit is counted as lost). Stacks: half as many, since samples share them (threads
+    /// running the same code, user chains unwound from tables are not kept in `stacks`). Both
+    /// powers of two, between the floors and ceilings above: 2 CPUs at 99 Hz every 10 s get the
+    /// floors (16,384), 96 CPUs 131,072 keys and 65,536 stacks, 200 CPUs the ceilings.
+    pub fn for_machine(cpus: usize, hz: u64, interval: std::time::Duration) -> MapSizes {
+        let samples = (cpus as f64 * hz as f64 * interval.as_secs_f64()).ceil() as u64;
+        let sized = |n: u64, min: u32, max: u32| {
+            n.clamp(u64::from(min), u64::from(max))
+                .next_power_of_two()
+                .min(u64::from(max)) as u32
+        };
+        MapSizes {
+            samples: sized(samples, MIN_MAP_SAMPLES, MAX_MAP_SAMPLES),
+            stacks: sized(samples / 2, MIN_MAP_STACKS, MAX_MAP_STACKS),
+            snapshot_ring: MapSizes::snapshot_ring_for(cpus, hz),
+            unwind_rows: DEFAULT_UNWIND_ROWS,
+        }
+    }
+
     /// The snapshot ring for `cpus` CPUs sampled at `hz`: [`SNAPSHOT_RING_SECONDS`] of copies,
     /// a power of two from 1 to 64 MiB. The kernel maps its pages into the agent twice (so a
     /// record can wrap), and all of them count in the agent's RSS.
@@ -1145,6 +1175,41 @@ mod tests {
             let bytes = MapSizes::snapshot_ring_for(cpus, hz);
             assert!(bytes.is_power_of_two());
             assert!(f64::from(bytes) >= cpus as f64 * hz as f64 * SNAPSHOT_RING_SECONDS * f64::from(copy));
+        }
+    }
+
+    /// A key per CPU sample of an interval and half as many stacks, powers of two between the
+    /// floors and the ceilings.
+    #[test]
+    fn sample_and_stack_maps_are_sized_from_the_machine() {
+        let ten = std::time::Duration::from_secs(10);
+        let small = MapSizes::for_machine(2, 99, ten);
+        assert_eq!((small.samples, small.stacks), (16384, 16384), "the floors");
+        assert_eq!(small.snapshot_ring, MapSizes::snapshot_ring_for(2, 99));
+        // 96 CPUs × 99 Hz × 10 s = 95,040 samples.
+        let large = MapSizes::for_machine(96, 99, ten);
+        assert_eq!((large.samples, large.stacks), (131_072, 65536));
+        let huge = MapSizes::for_machine(200, 999, ten);
+        assert_eq!(
+            (huge.samples, huge.stacks),
+            (MAX_MAP_SAMPLES, MAX_MAP_STACKS),
+            "the ceilings"
+        );
+        // `record` drains every second.
+        let record = MapSizes::for_machine(96, 99, std::time::Duration::from_secs(1));
+        assert_eq!((record.samples, record.stacks), (16384, 16384));
+        for (cpus, hz, secs) in [(4, 99, 10), (32, 99, 10), (48, 199, 5), (128, 99, 30)] {
+            let m = MapSizes::for_machine(cpus, hz, std::time::Duration::from_secs(secs));
+            assert!(m.samples.is_power_of_two() && m.stacks.is_power_of_two());
+            let wanted = cpus as u64 * hz * secs;
+            assert!(
+                u64::from(m.samples) >= wanted.min(u64::from(MAX_MAP_SAMPLES)),
+                "{cpus} {hz} {secs}"
+            );
+            assert!(
+                u64::from(m.stacks) >= (wanted / 2).min(u64::from(MAX_MAP_STACKS)),
+                "{cpus} {hz} {secs}"
+            );
         }
     }
 }
