@@ -142,6 +142,15 @@ impl Inbound {
         }
     }
 
+    /// A body of `chunks` sent as data frames, for tests and fuzzing.
+    pub fn from_chunks(chunks: Vec<Bytes>, max_message_bytes: usize) -> Inbound {
+        let frames = chunks.into_iter().map(|c| Ok::<_, Infallible>(Frame::data(c)));
+        Inbound::new(
+            http_body_util::StreamBody::new(futures_util::stream::iter(frames)),
+            max_message_bytes,
+        )
+    }
+
     /// The next data of the body into `chunk`; false at its end.
     async fn fill(&mut self) -> Result<bool, ReadError> {
         while self.chunk.is_empty() {
@@ -395,11 +404,7 @@ mod tests {
             wire.extend_from_slice(&(m.len() as u32).to_be_bytes());
             wire.extend_from_slice(m);
         }
-        let frames: Vec<Result<Frame<Bytes>, Infallible>> = wire
-            .chunks(frame)
-            .map(|c| Ok(Frame::data(Bytes::copy_from_slice(c))))
-            .collect();
-        Inbound::new(http_body_util::StreamBody::new(tokio_stream::iter(frames)), 1 << 20)
+        Inbound::from_chunks(wire.chunks(frame).map(Bytes::copy_from_slice).collect(), 1 << 20)
     }
 
     /// Messages come back whole whatever the frames cut them into, skipped ones are passed
@@ -433,9 +438,7 @@ mod tests {
         let mut compressed = body(&[b"x"], 10);
         compressed.chunk = Bytes::from_static(&[1, 0, 0, 0, 1, b'x']);
         assert!(matches!(compressed.head().await, Err(ReadError::Unreadable(why)) if why.contains("compress")));
-        let frames: Vec<Result<Frame<Bytes>, Infallible>> =
-            vec![Ok(Frame::data(Bytes::from_static(&[0, 0, 0, 0, 9, 1, 2])))];
-        let mut cut = Inbound::new(http_body_util::StreamBody::new(tokio_stream::iter(frames)), 100);
+        let mut cut = Inbound::from_chunks(vec![Bytes::from_static(&[0, 0, 0, 0, 9, 1, 2])], 100);
         assert!(matches!(message(&mut cut).await, Err(ReadError::Stream(_))));
     }
 }
