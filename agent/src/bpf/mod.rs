@@ -171,8 +171,8 @@ impl MapSizes {
 impl Default for MapSizes {
     fn default() -> Self {
         MapSizes {
-            samples: 16384,
-            stacks: 16384,
+            samples: MIN_MAP_SAMPLES,
+            stacks: MIN_MAP_STACKS,
             snapshot_ring: 8 << 20,
             unwind_rows: DEFAULT_UNWIND_ROWS,
         }

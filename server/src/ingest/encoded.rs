@@ -102,6 +102,13 @@ pub enum ReadError {
     Stream(Status),
 }
 
+impl ReadError {
+    /// The body ended inside a message.
+    fn cut_short() -> ReadError {
+        ReadError::Stream(Status::cancelled("the stream ended mid-message"))
+    }
+}
+
 /// The request messages of one stream, read from its HTTP/2 body.
 pub struct Inbound {
     body: UnsyncBoxBody<Bytes, Status>,
@@ -183,7 +190,7 @@ impl Inbound {
             if !self.fill().await? {
                 return match self.partial.is_empty() && self.header.is_none() {
                     true => Ok(None),
-                    false => Err(ReadError::Stream(Status::cancelled("the stream ended mid-message"))),
+                    false => Err(ReadError::cut_short()),
                 };
             }
         }
@@ -228,7 +235,7 @@ impl Inbound {
         message.put(head.prefix);
         while message.len() < head.len {
             if !self.fill().await? {
-                return Err(ReadError::Stream(Status::cancelled("the stream ended mid-message")));
+                return Err(ReadError::cut_short());
             }
             let n = self.chunk.len().min(head.len - message.len());
             message.put(self.chunk.split_to(n));
@@ -241,7 +248,7 @@ impl Inbound {
         let mut left = head.len - head.prefix.len();
         while left > 0 {
             if !self.fill().await? {
-                return Err(ReadError::Stream(Status::cancelled("the stream ended mid-message")));
+                return Err(ReadError::cut_short());
             }
             let n = self.chunk.len().min(left);
             self.chunk.advance(n);

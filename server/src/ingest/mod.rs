@@ -251,45 +251,45 @@ impl IngestService {
                         let retry = |id: Vec<u8>, why: String, after: u32| ack(id, v1::ack::Status::Retry, why, after);
                         // A node beyond its rate is told when to come back, before anything
                         // else is spent on the batch.
-                        let refused = match &id {
-                            Some(id) => match rates.take(&sender.node, std::time::Instant::now()) {
-                                Ok(()) => None,
-                                Err(wait) => {
-                                    metrics().ingest_rejected.get_or_create(&label("reason", "rate")).inc();
-                                    let rate = rates.rate();
-                                    Some(retry(
-                                        id.clone(),
-                                        format!(
-                                            "node `{}` sends more than {} batches a second ({} at once): retry later",
-                                            sender.node, rate.per_second, rate.burst
-                                        ),
-                                        wait.as_millis().clamp(100, u128::from(MAX_RETRY_MILLIS)) as u32,
-                                    ))
-                                }
-                            },
+                        let limited = match &id {
+                            Some(id) => rates.take(&sender.node, std::time::Instant::now()).err().map(|wait| {
+                                metrics().ingest_rejected.get_or_create(&label("reason", "rate")).inc();
+                                let rate = rates.rate();
+                                retry(
+                                    id.clone(),
+                                    format!(
+                                        "node `{}` sends more than {} batches a second ({} at once): retry later",
+                                        sender.node, rate.per_second, rate.burst
+                                    ),
+                                    wait.as_millis().clamp(100, u128::from(MAX_RETRY_MILLIS)) as u32,
+                                )
+                            }),
                             None => None,
                         };
-                        let held = match refused {
-                            Some(_) => Err(0),
-                            None => in_flight.admit(head.len, id.as_deref().unwrap_or_default()).await,
+                        // The share of the bound (or, without an id, the delay `store` answers
+                        // with), or the reply to a batch refused here.
+                        let admitted = match limited {
+                            Some(reply) => Err(reply),
+                            None => match (in_flight.admit(head.len, id.as_deref().unwrap_or_default()).await, id) {
+                                (Err(retry_after), Some(id)) => Err(retry(
+                                    id,
+                                    "the server holds as many batches as it may: retry later".into(),
+                                    retry_after,
+                                )),
+                                (held, _) => Ok(held),
+                            },
                         };
-                        let refused = match (refused, &held, id) {
-                            (Some(reply), _, _) => Some(reply),
-                            (None, Err(retry_after), Some(id)) => Some(retry(
-                                id,
-                                "the server holds as many batches as it may: retry later".into(),
-                                *retry_after,
-                            )),
-                            _ => None,
-                        };
-                        if let Some(reply) = refused {
-                            if let Err(ReadError::Stream(status)) = inbound.skip(head).await {
-                                return ended(status);
+                        let held = match admitted {
+                            Ok(held) => held,
+                            Err(reply) => {
+                                if let Err(ReadError::Stream(status)) = inbound.skip(head).await {
+                                    return ended(status);
+                                }
+                                read += 1;
+                                pending.push_back(Box::pin(std::future::ready(reply)));
+                                continue;
                             }
-                            read += 1;
-                            pending.push_back(Box::pin(std::future::ready(reply)));
-                            continue;
-                        }
+                        };
                         // An admitted batch holds its share while it arrives: a client that
                         // sends its head and then trickles (or stops) is cut off in time.
                         let allowed = time_to_receive(head.len);
