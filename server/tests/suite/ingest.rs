@@ -200,13 +200,17 @@ async fn a_node_beyond_its_batch_rate_is_told_when_to_come_back() {
 }
 
 /// Debug-info uploads are bounded before they are received: a file whose first bytes are not
-/// ELF's is refused at once (not after its stated gigabyte), and past
-/// `MAX_UPLOADS_AT_ONCE` uploads arriving together the next is told to retry later.
+/// ELF's is refused at once (not after its stated gigabyte), and with `MAX_UPLOADS_AT_ONCE`
+/// uploads being received the next is told to retry later.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uploads_are_refused_before_they_are_received() {
     use bimodal_server::debuginfo::service::MAX_UPLOADS_AT_ONCE;
     use tokio_stream::StreamExt;
-    let server = TestServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = super::common::test_config("127.0.0.1:0".parse().unwrap(), dir.path());
+    // An upload holds its place while it writes to a file of its own here.
+    let incoming = config.data_dir.join("incoming");
+    let server = TestServer::with_config(config, Some(dir)).await;
     let agent = bimodal_proto::client::ServerAddress::new(server.url(), None);
     let first = |data: &[u8]| v1::DebuginfoChunk {
         build_id: vec![7; 20],
@@ -229,26 +233,34 @@ async fn uploads_are_refused_before_they_are_received() {
     assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
     assert!(refused.message().contains("ELF"), "{refused:?}");
 
-    let mut receiving = Vec::new();
-    for _ in 0..MAX_UPLOADS_AT_ONCE {
-        receiving.push(open(b"\x7fELF\x02\x01\x01"));
-    }
-    // Each holds its place once its first chunk is read; wait until the next is turned away.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let busy = loop {
-        let next = open(b"\x7fELF\x02\x01\x01");
-        let waiting = next.abort_handle();
-        match tokio::time::timeout(Duration::from_secs(2), next).await {
-            Ok(answer) => break answer.unwrap().unwrap_err(),
-            // Taken in before the others held their places: its open stream is closed, or the
-            // server's shutdown would wait for it.
-            Err(_) => waiting.abort(),
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "a fifth upload was never turned away"
-        );
+    let receiving_now = || {
+        std::fs::read_dir(&incoming)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with(".incoming-")
+            })
+            .count()
     };
+    // One at a time, each until the server holds it: opened together, a later one could be
+    // turned away while an earlier one is still on its way.
+    let mut receiving = Vec::new();
+    for held in 1..=MAX_UPLOADS_AT_ONCE {
+        receiving.push(open(b"\x7fELF\x02\x01\x01"));
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while receiving_now() < held {
+            assert!(std::time::Instant::now() < deadline, "upload {held} was never taken in");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let busy = tokio::time::timeout(Duration::from_secs(30), open(b"\x7fELF\x02\x01\x01"))
+        .await
+        .expect("a fifth upload is answered at once")
+        .unwrap()
+        .unwrap_err();
     assert_eq!(busy.code(), tonic::Code::ResourceExhausted, "{busy:?}");
     for r in receiving {
         r.abort();
