@@ -34,7 +34,9 @@ pub struct Metrics {
     pub ingest_batches: Family<Label, Counter>,
     /// Samples of the batches stored.
     pub ingest_samples: Counter,
-    /// Batches refused for good, by `reason` (invalid_batch, undecodable, invalid_hello).
+    /// Batches and streams refused, by `reason`: for good (invalid_batch, undecodable,
+    /// invalid_hello) or until the client retries (rate, too_many_streams, slow: a batch or
+    /// Hello that stopped arriving).
     pub ingest_rejected: Family<Label, Counter>,
     /// Agents with an open stream.
     pub agents_connected: Gauge,
@@ -82,7 +84,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     );
     registry.register(
         "bimodal_ingest_rejected_batches",
-        "Batches refused for good (never resent), by reason",
+        "Batches and streams refused, by reason (invalid_batch, undecodable and invalid_hello for good)",
         m.ingest_rejected.clone(),
     );
     registry.register(

@@ -157,15 +157,27 @@ impl IngestService {
                 self.max_streams
             )));
         };
-        let first = match inbound.head().await {
-            Ok(Some(head)) if head.len > validate::MAX_HELLO_BYTES => Err(ReadError::Unreadable(format!(
-                "it is {} bytes, more than the {} a Hello may have",
-                head.len,
-                validate::MAX_HELLO_BYTES
-            ))),
-            Ok(Some(head)) => inbound.rest(head).await.map(Some),
-            Ok(None) => Ok(None),
-            Err(e) => Err(e),
+        // The Hello arrives in the time a batch of its largest size may take, or the stream and
+        // its slot are given up: a client that opens a stream and sends nothing (its HTTP/2
+        // stack answering pings) would hold a slot for as long as it liked.
+        let hello = async {
+            match inbound.head().await {
+                Ok(Some(head)) if head.len > validate::MAX_HELLO_BYTES => Err(ReadError::Unreadable(format!(
+                    "it is {} bytes, more than the {} a Hello may have",
+                    head.len,
+                    validate::MAX_HELLO_BYTES
+                ))),
+                Ok(Some(head)) => inbound.rest(head).await.map(Some),
+                Ok(None) => Ok(None),
+                Err(e) => Err(e),
+            }
+        };
+        let Ok(first) = tokio::time::timeout(time_to_receive(validate::MAX_HELLO_BYTES), hello).await else {
+            metrics().ingest_rejected.get_or_create(&label("reason", "slow")).inc();
+            return Err(Status::deadline_exceeded(format!(
+                "the stream's Hello did not arrive within {} s",
+                time_to_receive(validate::MAX_HELLO_BYTES).as_secs()
+            )));
         };
         let first = match first {
             Ok(first) => first.map(|m| m.decode()),

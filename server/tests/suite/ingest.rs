@@ -362,13 +362,103 @@ async fn a_batch_that_stops_arriving_loses_its_share() {
         b.samples = vec![b.samples[0].clone(); 34_000];
         b
     };
-    let grpc_frame = |message: &[u8]| {
-        let mut frame = vec![0];
-        frame.extend_from_slice(&(message.len() as u32).to_be_bytes());
-        frame.extend_from_slice(message);
-        bytes::Bytes::from(frame)
-    };
     // The staller: a Hello, then the first 4 KiB of a large batch, then nothing.
+    let (response, mut send) = raw_stream(&server).await;
+    send.send_data(
+        grpc_frame(&prost::Message::encode_to_vec(&wire::hello("staller"))),
+        false,
+    )
+    .unwrap();
+    let stalled = grpc_frame(&prost::Message::encode_to_vec(&req(large(1))));
+    send.send_data(stalled.slice(..4096), false).unwrap();
+    let started = std::time::Instant::now();
+    let status = tokio::time::timeout(Duration::from_secs(30), grpc_status(response))
+        .await
+        .expect("the stalled stream is cut off");
+    let waited = started.elapsed();
+    assert_eq!(status, "4", "DEADLINE_EXCEEDED");
+    assert!(waited >= Duration::from_secs(9), "cut off after {waited:?}");
+    // Its share is free again: a batch that would not have fit beside it is stored.
+    let acks = exchange(&server, vec![wire::hello("after"), req(large(2))])
+        .await
+        .unwrap();
+    assert_eq!(Status::try_from(acks[0].status).unwrap(), Status::Stored, "{acks:?}");
+    drop(send);
+    server.stop().await;
+}
+
+/// A stream holds one of the server's `--max-streams` places from its first bytes, so its Hello
+/// must arrive in time: a client that opens a stream and sends part of a Hello is cut off
+/// (DEADLINE_EXCEEDED, 11 s: a batch of a Hello's largest size) and its place goes to the next
+/// agent. (Its HTTP/2 stack answers the server's pings: without the deadline it held the place
+/// until it chose to leave.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hello_that_stops_arriving_loses_its_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = bimodal_server::Config {
+        max_streams: 1,
+        ..super::common::test_config("127.0.0.1:0".parse().unwrap(), dir.path())
+    };
+    let server = TestServer::with_config(config, Some(dir)).await;
+    let slow_before = slow_streams(&server).await;
+    let hello = grpc_frame(&prost::Message::encode_to_vec(&wire::hello("staller")));
+    // While the staller holds the place, another agent is told to retry.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let staller = loop {
+        let (response, mut send) = raw_stream(&server).await;
+        send.send_data(hello.slice(..hello.len() / 2), false).unwrap();
+        let started = std::time::Instant::now();
+        let staller = tokio::spawn(async move {
+            let status = grpc_status(response).await;
+            drop(send);
+            (status, started.elapsed())
+        });
+        match exchange(&server, vec![wire::hello("other"), req(batch(1, false))]).await {
+            Err(status) if status.code() == tonic::Code::ResourceExhausted => break staller,
+            // The other stream reached the server first: the staller is given up and opened
+            // again.
+            Ok(_) => {
+                staller.abort();
+                assert!(std::time::Instant::now() < deadline, "the staller never held a place");
+            }
+            Err(status) => panic!("{status:?}"),
+        }
+    };
+    let (status, waited) = tokio::time::timeout(Duration::from_secs(30), staller)
+        .await
+        .expect("the staller is cut off")
+        .unwrap();
+    assert_eq!(status, "4", "DEADLINE_EXCEEDED");
+    assert!(waited >= Duration::from_secs(10), "cut off after {waited:?}");
+    let acks = exchange(&server, vec![wire::hello("after"), req(batch(2, false))])
+        .await
+        .unwrap();
+    assert_eq!(Status::try_from(acks[0].status).unwrap(), Status::Stored, "{acks:?}");
+    // Counted (the metrics are the process's: other tests' streams count too).
+    assert!(slow_streams(&server).await > slow_before, "counted as slow");
+    server.stop().await;
+}
+
+/// Streams and batches refused because they stopped arriving, from the server's metrics.
+async fn slow_streams(server: &TestServer) -> u64 {
+    let (_, metrics) = server.get("/metrics").await;
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("bimodal_ingest_rejected_batches_total{reason=\"slow\"} "))
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// `message` in gRPC's framing: uncompressed, its length, itself.
+fn grpc_frame(message: &[u8]) -> bytes::Bytes {
+    let mut frame = vec![0];
+    frame.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    frame.extend_from_slice(message);
+    bytes::Bytes::from(frame)
+}
+
+/// An ingest stream opened by a bare HTTP/2 client, which sends what the test gives it, however
+/// little: the response to come and the request body's sender.
+async fn raw_stream(server: &TestServer) -> (h2::client::ResponseFuture, h2::SendStream<bytes::Bytes>) {
     let tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
     let (client, connection) = h2::client::handshake(tcp).await.unwrap();
     tokio::spawn(connection);
@@ -378,35 +468,19 @@ async fn a_batch_that_stops_arriving_loses_its_share() {
         .header("te", "trailers")
         .body(())
         .unwrap();
-    let (response, mut send) = client.send_request(request, false).unwrap();
-    send.send_data(
-        grpc_frame(&prost::Message::encode_to_vec(&wire::hello("staller"))),
-        false,
-    )
-    .unwrap();
-    let stalled = grpc_frame(&prost::Message::encode_to_vec(&req(large(1))));
-    send.send_data(stalled.slice(..4096), false).unwrap();
-    let started = std::time::Instant::now();
-    let mut body = response.await.unwrap().into_body();
-    let trailers = tokio::time::timeout(Duration::from_secs(30), async {
-        let data = body.data().await;
-        assert!(data.is_none(), "no ack is due: {data:?}");
-        body.trailers().await.unwrap().expect("the stream ends with a status")
-    })
-    .await
-    .expect("the stalled stream is cut off");
-    let waited = started.elapsed();
-    assert_eq!(
-        trailers.get("grpc-status").map(|v| v.to_str().unwrap()),
-        Some("4"),
-        "{trailers:?}"
-    );
-    assert!(waited >= Duration::from_secs(9), "cut off after {waited:?}");
-    // Its share is free again: a batch that would not have fit beside it is stored.
-    let acks = exchange(&server, vec![wire::hello("after"), req(large(2))])
-        .await
-        .unwrap();
-    assert_eq!(Status::try_from(acks[0].status).unwrap(), Status::Stored, "{acks:?}");
-    drop(send);
-    server.stop().await;
+    client.send_request(request, false).unwrap()
+}
+
+/// The gRPC status a stream ends with, from its trailers (or its headers, when it ended before
+/// any message was answered), once no ack came.
+async fn grpc_status(response: h2::client::ResponseFuture) -> String {
+    let response = response.await.unwrap();
+    if let Some(status) = response.headers().get("grpc-status") {
+        return status.to_str().unwrap().to_owned();
+    }
+    let mut body = response.into_body();
+    let data = body.data().await;
+    assert!(data.is_none(), "no ack is due: {data:?}");
+    let trailers = body.trailers().await.unwrap().expect("the stream ends with a status");
+    trailers["grpc-status"].to_str().unwrap().to_owned()
 }
