@@ -38,6 +38,12 @@ const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// (1,000 agents catching up: 256 MiB, not 1 GiB). At 50 ms round trips a stream still moves
 /// 5 MB/s, three agent batches a second.
 const STREAM_WINDOW: u32 = 256 << 10;
+/// The same for all streams of a connection together (hyper's default). Room for every
+/// stream's window was tried (50 MiB for 200 streams, so that streams waiting for admission
+/// could not hold back the others of their connection): with 10,000 nodes multiplexed onto 200
+/// connections, clients then sent batches the server went on to refuse, and the bench's run
+/// had twice the retries, 26% more server CPU per sample and 36% more peak memory (BENCHMARKS.md).
+/// A full connection window is backpressure that costs nothing.
 const CONNECTION_WINDOW: u32 = 1 << 20;
 /// Bytes that tell the protocol: the HTTP/2 preface is 24.
 const FIRST_BYTES: usize = 24;
