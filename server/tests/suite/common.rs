@@ -38,6 +38,14 @@ impl TestServer {
         Self::with_config(config, Some(dir)).await
     }
 
+    /// A server with its own managed ClickHouse whose settings are [`test_config`]'s as
+    /// `change` makes them.
+    pub async fn start_changed(change: impl FnOnce(Config) -> Config) -> TestServer {
+        let dir = tempfile::tempdir().unwrap();
+        let config = change(test_config("127.0.0.1:0".parse().unwrap(), dir.path()));
+        Self::with_config(config, Some(dir)).await
+    }
+
     /// A server with these settings; `dir` (holding its files) lives as long as it.
     pub async fn with_config(config: Config, dir: Option<tempfile::TempDir>) -> TestServer {
         log_if_asked();

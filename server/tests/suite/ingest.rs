@@ -98,12 +98,7 @@ async fn streams_must_start_with_hello() {
 /// with the bound (the agent retries later), and a stream that ends frees its place.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_beyond_the_bound_are_told_to_retry() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = bimodal_server::Config {
-        max_streams: 2,
-        ..super::common::test_config("127.0.0.1:0".parse().unwrap(), dir.path())
-    };
-    let server = TestServer::with_config(config, None).await;
+    let server = TestServer::start_changed(|c| bimodal_server::Config { max_streams: 2, ..c }).await;
     let agent = bimodal_proto::client::ServerAddress::new(server.url(), None);
     // Opens a stream that stays open (its sender kept), with its first ack read.
     let open = |node: &'static str, id: u8| {
@@ -155,15 +150,14 @@ async fn streams_beyond_the_bound_are_told_to_retry() {
 /// wait is stored.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_beyond_its_batch_rate_is_told_when_to_come_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = bimodal_server::Config {
+    let server = TestServer::start_changed(|c| bimodal_server::Config {
         node_batches: bimodal_server::ingest::rate::BatchRate {
             per_second: 0.5,
             burst: 3,
         },
-        ..super::common::test_config("127.0.0.1:0".parse().unwrap(), dir.path())
-    };
-    let server = TestServer::with_config(config, None).await;
+        ..c
+    })
+    .await;
     let mut flood = vec![wire::hello("flood-node")];
     flood.extend((1..=8u8).map(|i| req(wire::batch([i; 16], false, "hot", 1))));
     let acks = exchange(&server, flood).await.unwrap();
@@ -275,9 +269,7 @@ async fn uploads_are_refused_before_they_are_received() {
 /// were outside every bound: 100 agents catching up held 800 MB of them.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batches_waiting_for_the_write_buffer_hold_their_share_of_the_bound() {
-    let dir = tempfile::tempdir().unwrap();
-    let base = super::common::test_config("127.0.0.1:0".parse().unwrap(), dir.path());
-    let config = bimodal_server::Config {
+    let server = TestServer::start_changed(|c| bimodal_server::Config {
         max_in_flight_bytes: 1 << 20,
         writer: bimodal_server::storage::writer::WriterConfig {
             // One batch fills the buffer, and stays until the flush 10 s later.
@@ -285,11 +277,11 @@ async fn batches_waiting_for_the_write_buffer_hold_their_share_of_the_bound() {
             flush_rows: 1_000_000,
             flush_interval: Duration::from_secs(10),
             wait_for_room: Duration::from_secs(15),
-            ..base.writer.clone()
+            ..c.writer.clone()
         },
-        ..base
-    };
-    let server = TestServer::with_config(config, None).await;
+        ..c
+    })
+    .await;
     let agent = bimodal_proto::client::ServerAddress::new(server.url(), None);
     // A batch of about 660 KiB encoded: more than half of the bound.
     let large = |id: u8| {
@@ -346,15 +338,10 @@ async fn batches_waiting_for_the_write_buffer_hold_their_share_of_the_bound() {
 /// such client would hold its share for good.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_that_stops_arriving_loses_its_share() {
-    let dir = tempfile::tempdir().unwrap();
-    let base = super::common::test_config("127.0.0.1:0".parse().unwrap(), dir.path());
-    let server = TestServer::with_config(
-        bimodal_server::Config {
-            max_in_flight_bytes: 1 << 20,
-            ..base
-        },
-        None,
-    )
+    let server = TestServer::start_changed(|c| bimodal_server::Config {
+        max_in_flight_bytes: 1 << 20,
+        ..c
+    })
     .await;
     // About 660 KiB encoded: two do not fit in the bound.
     let large = |id: u8| {
@@ -394,12 +381,7 @@ async fn a_batch_that_stops_arriving_loses_its_share() {
 /// until it chose to leave.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hello_that_stops_arriving_loses_its_place() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = bimodal_server::Config {
-        max_streams: 1,
-        ..super::common::test_config("127.0.0.1:0".parse().unwrap(), dir.path())
-    };
-    let server = TestServer::with_config(config, Some(dir)).await;
+    let server = TestServer::start_changed(|c| bimodal_server::Config { max_streams: 1, ..c }).await;
     let slow_before = slow_streams(&server).await;
     let hello = grpc_frame(&prost::Message::encode_to_vec(&wire::hello("staller")));
     // While the staller holds the place, another agent is told to retry.
