@@ -157,9 +157,10 @@ impl IngestService {
                 self.max_streams
             )));
         };
-        // The Hello arrives in the time a batch of its largest size may take, or the stream and
-        // its slot are given up: a client that opens a stream and sends nothing (its HTTP/2
-        // stack answering pings) would hold a slot for as long as it liked.
+        // The Hello arrives in the time a message of a Hello's largest size may take (11 s from
+        // the stream's opening), or the stream and its place are given up: a client that opens
+        // a stream and sends nothing (its HTTP/2 stack answering pings) would hold a place for
+        // as long as it liked.
         let hello = async {
             match inbound.head().await {
                 Ok(Some(head)) if head.len > validate::MAX_HELLO_BYTES => Err(ReadError::Unreadable(format!(
@@ -370,7 +371,8 @@ struct Admission {
 }
 
 /// How long an admitted batch may take to arrive after its first bytes: 10 s, and a second per
-/// MiB (64 MiB, the largest, in 74 s; a 2 MB batch over a link of 1 MB/s needs 2 s).
+/// MiB (64 MiB, the largest, in 74 s; a 2 MB batch over a link of 1 MB/s needs 2 s). A stream's
+/// Hello has the time of its largest size, counted from the stream's opening.
 fn time_to_receive(bytes: usize) -> std::time::Duration {
     std::time::Duration::from_secs(10 + (bytes as u64 >> 20))
 }
