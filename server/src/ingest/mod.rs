@@ -173,13 +173,12 @@ impl IngestService {
                 Err(e) => Err(e),
             }
         };
-        let Ok(first) = tokio::time::timeout(time_to_receive(validate::MAX_HELLO_BYTES), hello).await else {
-            metrics().ingest_rejected.get_or_create(&label("reason", "slow")).inc();
-            return Err(Status::deadline_exceeded(format!(
-                "the stream's Hello did not arrive within {} s",
-                time_to_receive(validate::MAX_HELLO_BYTES).as_secs()
-            )));
-        };
+        let first = in_time(
+            validate::MAX_HELLO_BYTES,
+            |secs| format!("the stream's Hello did not arrive within {secs} s"),
+            hello,
+        )
+        .await?;
         let first = match first {
             Ok(first) => first.map(|m| m.decode()),
             Err(ReadError::Stream(status)) => return Err(status),
@@ -305,14 +304,10 @@ impl IngestService {
                         };
                         // An admitted batch holds its share while it arrives: a client that
                         // sends its head and then trickles (or stops) is cut off in time.
-                        let allowed = time_to_receive(head.len);
-                        let encoded = match tokio::time::timeout(allowed, inbound.rest(head)).await {
-                            Err(_) => {
-                                metrics().ingest_rejected.get_or_create(&label("reason", "slow")).inc();
-                                let _ = tx.send(Err(Status::deadline_exceeded(format!(
-                                    "batch {read} of this stream took more than {} s to arrive after its first bytes",
-                                    allowed.as_secs()
-                                )))).await;
+                        let late = |secs| format!("batch {read} of this stream took more than {secs} s to arrive after its first bytes");
+                        let encoded = match in_time(head.len, late, inbound.rest(head)).await {
+                            Err(late) => {
+                                let _ = tx.send(Err(late)).await;
                                 return;
                             }
                             Ok(read) => read,
@@ -375,6 +370,21 @@ struct Admission {
 /// Hello has the time of its largest size, counted from the stream's opening.
 fn time_to_receive(bytes: usize) -> std::time::Duration {
     std::time::Duration::from_secs(10 + (bytes as u64 >> 20))
+}
+
+/// What `read` gives if it completes within the time a message of `bytes` may take
+/// ([`time_to_receive`]); else DEADLINE_EXCEEDED, counted as `slow`, in the words `late` gives
+/// for that many seconds.
+async fn in_time<T>(
+    bytes: usize,
+    late: impl FnOnce(u64) -> String,
+    read: impl Future<Output = T>,
+) -> Result<T, Status> {
+    let allowed = time_to_receive(bytes);
+    tokio::time::timeout(allowed, read).await.map_err(|_| {
+        metrics().ingest_rejected.get_or_create(&label("reason", "slow")).inc();
+        Status::deadline_exceeded(late(allowed.as_secs()))
+    })
 }
 
 /// How long an agent is asked to wait per batch waiting ahead of its own, and the bounds.
