@@ -11,13 +11,16 @@
 //! chance, and one-band fleets of rare events; what `compare` runs on counts
 //! (`detect_counts`), beside `detect` on the same values.
 //!
+//! A third table: one-band fleets whose node-to-node noise has heavier tails than log-normal
+//! (Student's t in log space), where the extreme nodes of a tail must not be called a band.
+//!
 //! usage: cargo run --release -p bimodal-server --example bands_bench [TRIALS]
 
 use std::time::Instant;
 
 use bimodal_server::analysis::bands::{detect, detect_counts, BandConfig, Bands, Evidence, NullCache};
 use rand::SeedableRng;
-use rand_distr::{Distribution, Poisson, StandardNormal};
+use rand_distr::{Distribution, Poisson, StandardNormal, StudentT};
 
 fn main() {
     let trials: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(200);
@@ -96,6 +99,35 @@ fn main() {
         }
     }
     sparse(trials, &config, &mut null);
+    heavy(trials, &config, &mut null);
+}
+
+/// False bands in one-band fleets whose log values follow Student's t (scale 0.1) with `df`
+/// degrees of freedom: a few nodes far out on either side, as noisy neighbours make them.
+fn heavy(trials: usize, config: &BandConfig, null: &mut NullCache) {
+    const SIZES: [usize; 5] = [20, 50, 100, 300, 1000];
+    println!();
+    print!("| tails |");
+    for n in SIZES {
+        print!(" {n} nodes |");
+    }
+    println!();
+    println!("| --- |{}", " --- |".repeat(SIZES.len()));
+    for df in [3.0, 5.0, 10.0] {
+        print!("| Student's t, {df} degrees of freedom |");
+        let t = StudentT::new(df).expect("degrees of freedom above zero");
+        for n in SIZES {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(n as u64 + df as u64 * 100);
+            let false_bands = (0..trials)
+                .filter(|_| {
+                    let values: Vec<f64> = (0..n).map(|_| (0.1f64 * t.sample(&mut rng)).exp()).collect();
+                    matches!(detect(&values, config, null), Bands::Two(_))
+                })
+                .count();
+            print!(" {:.1}% |", 100.0 * false_bands as f64 / trials as f64);
+        }
+        println!();
+    }
 }
 
 /// Bands in counts that are zero on most nodes: each node ran `EXPOSURE` CPU-seconds; a share

@@ -278,6 +278,9 @@ export interface ApiCompare {
     threshold: number;
     separation: number | null;
     p_value: number;
+    /** The one-band fleets the split was tested against: "normal", or "student_t(DF)" when
+     * the fleet's own tails were heavier. */
+    null_tail: string;
     previous_window: {
       found: boolean;
       reason?: string | null;

@@ -21,7 +21,7 @@ import {
 import { chosenSplit, closestMetric, drawStrip } from './bandplot';
 import { byId as $, el, setUrl, showMessageIn } from './dom';
 import { FlameGraph, buildTree, compileMatcher, type Frame } from './flamegraph';
-import { formatFigure as figure, formatValue } from './format';
+import { formatNullTail as tailNote, formatP as pValue, formatFigure as figure, formatValue } from './format';
 import { renderNodeTable as fillNodeTable } from './nodetable';
 import { RANGE_LABELS, fillRangeSelect } from './range';
 import { questionFromControls, questionSeconds, readQuestion, sameQuestion, writeQuestion, type Question } from './question';
@@ -110,10 +110,6 @@ const graph = new FlameGraph(ui.diffGraph, ui.tooltip, (frame) => {
   graph.render();
 });
 
-function pValue(p: number): string {
-  return p < 0.0001 ? 'p < 0.0001' : `p = ${p.toPrecision(2)}`;
-}
-
 function showMessage(kind: 'info' | 'error', title: string, detail: string): void {
   showMessageIn(ui.message, kind, title, detail);
 }
@@ -200,7 +196,7 @@ function renderVerdict(a: ApiCompare): void {
   }
   const sep = b.separation === null ? 'fully separated' : `${figure(b.separation)} robust SDs apart`;
   ui.verdictDetail.textContent =
-    `${pValue(b.p_value)} against ${a.alpha_per_metric.toPrecision(2)} per metric (α = ${a.alpha} over ` +
+    `${pValue(b.p_value)}${tailNote(b.null_tail)} against ${a.alpha_per_metric.toPrecision(2)} per metric (α = ${a.alpha} over ` +
     `${a.metrics.length} metrics); the bands are ${sep}; threshold ${figure(b.threshold)} ${b.unit}.`;
   const prev = b.previous_window;
   const items: HTMLLIElement[] = [];

@@ -10,7 +10,7 @@ import './fleet.css';
 import type uPlot from 'uplot';
 import { ApiError, fetchCompare, fetchLabels, fetchNodesIn, type ApiCompare, type ApiMetric, type ApiNode } from './api';
 import { chosenSplit, closestMetric, drawStrip, metricSplit } from './bandplot';
-import { formatFigure as figure } from './format';
+import { formatNullTail as tailNote, formatP as pValue, formatFigure as figure } from './format';
 import { renderNodeTable } from './nodetable';
 import { RANGE_LABELS, fillRangeSelect, writeWindow } from './range';
 import { questionFromControls, questionSeconds, readQuestion, sameQuestion, writeQuestion, type Question } from './question';
@@ -75,11 +75,6 @@ let answer: ApiCompare | null = null;
 let nodeInfo = new Map<string, ApiNode>();
 let strip: uPlot | null = null;
 let inflight: AbortController | null = null;
-
-function pValue(p: number | undefined): string {
-  if (p === undefined) return '—';
-  return p < 0.0001 ? 'p < 0.0001' : `p = ${p.toPrecision(2)}`;
-}
 
 function showMessage(kind: 'info' | 'error', title: string, detail: string): void {
   showMessageIn(ui.message, kind, title, detail);
@@ -176,7 +171,7 @@ function renderVerdict(a: ApiCompare): void {
     : `${b.high.length} high and ${b.low.length} low of ${a.nodes.length} nodes`;
   ui.verdictDetail.textContent =
     `${sizes} by ${b.metric}: medians ${figure(b.low_median)} and ${figure(b.high_median)} ${b.unit}, ${sep}; ` +
-    `confidence: ${pValue(b.p_value)} against ${a.alpha_per_metric.toPrecision(2)} per metric ` +
+    `confidence: ${pValue(b.p_value)}${tailNote(b.null_tail)} against ${a.alpha_per_metric.toPrecision(2)} per metric ` +
     `(α = ${a.alpha} over ${a.metrics.length} metrics).`;
 }
 

@@ -91,3 +91,16 @@ export function formatTime(iso: string): string {
     second: '2-digit',
   });
 }
+
+/** A p-value as read in the UI; "—" where there is none. */
+export function formatP(p: number | undefined): string {
+  if (p === undefined) return '—';
+  return p < 0.0001 ? 'p < 0.0001' : `p = ${p.toPrecision(2)}`;
+}
+
+/** What a band's p-value was taken against, when that was not log-normal noise: the fleet's
+ * tails were heavier, and so were those of the one-band fleets it was tested against. */
+export function formatNullTail(tail: string | undefined): string {
+  const df = /^student_t\((.+)\)$/.exec(tail ?? '')?.[1];
+  return df === undefined ? '' : ` (against one-band fleets with tails as heavy as this fleet's: Student's t, ${df} degrees of freedom)`;
+}

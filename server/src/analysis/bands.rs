@@ -6,9 +6,12 @@
 //! between the two sides, and the best split is kept. Two tests decide whether it is a band:
 //!
 //! - **significance**: the best split's d is compared with the best split's d in fleets of the
-//!   same size drawn from one normal distribution (in log space: log-normal noise). Cohen's d does
-//!   not depend on the location or scale of the values, so one null distribution per fleet size
-//!   serves every metric; the p-value is the share of null fleets scoring at least as high.
+//!   same size drawn from one distribution (in log space): a normal one (log-normal noise), or,
+//!   when the fleet's tails are heavier than a normal fleet's would be, Student's t with tails
+//!   at least as heavy (see [`tail_weight`]), so that the tail of a fleet with a few noisy nodes
+//!   is not called a band. Cohen's d does not depend on the location or scale of the values, so
+//!   one null distribution per fleet size and tail serves every metric; the p-value is the
+//!   share of null fleets scoring at least as high.
 //! - **effect**: the bands' medians must lie at least [`BandConfig::min_separation`] robust
 //!   standard deviations (1.4826 × MAD within each band, pooled) apart, so that a large fleet's
 //!   tiny skew is not called a band, and differ by a factor of at least
@@ -18,8 +21,10 @@
 //! effect test robust to a few outliers; the minimum band size keeps one or two outliers from
 //! being a band on their own.
 
+use std::sync::Arc;
+
 use rand::SeedableRng;
-use rand_distr::{Distribution, StandardNormal};
+use rand_distr::{Distribution, StandardNormal, StudentT};
 
 /// How bands are searched for and accepted.
 #[derive(Clone, Debug)]
@@ -85,6 +90,8 @@ pub struct Split {
     pub d: f64,
     /// Share of one-band fleets of this size whose best split scores at least as high.
     pub p_value: f64,
+    /// Tails of those one-band fleets: Student's t degrees of freedom; `None` for normal.
+    pub null_tail: Option<f64>,
 }
 
 /// What band detection found in one metric.
@@ -165,7 +172,10 @@ pub fn detect_counts(
             false => v,
         })
         .collect();
-    match detect(&floored, config, null) {
+    // The low values of counts are shaped by Poisson noise and the floor, not by how nodes
+    // vary: a lower tail heavier than a normal one is expected, and no reason to test against
+    // heavier tails (the band's events are held to MIN_BAND_EVENTS instead).
+    match detect_in(&floored, config, null, false) {
         Bands::Two(mut split) => {
             let fewest = split
                 .high
@@ -199,6 +209,12 @@ pub fn detect_counts(
 /// Finds two bands in `values` (one per node; not finite values are left out by the caller).
 /// `null` holds the null distributions already drawn, per fleet size.
 pub fn detect(values: &[f64], config: &BandConfig, null: &mut NullCache) -> Bands {
+    detect_in(values, config, null, true)
+}
+
+/// [`detect`], testing against one-band fleets with the tails of the fleet (`match_tails`) or
+/// normal ones.
+fn detect_in(values: &[f64], config: &BandConfig, null: &mut NullCache, match_tails: bool) -> Bands {
     let n = values.len();
     if n < config.min_fleet() {
         return Bands::None {
@@ -236,7 +252,16 @@ pub fn detect(values: &[f64], config: &BandConfig, null: &mut NullCache) -> Band
         };
         return Bands::None { reason, best: None };
     };
-    let p_value = null.p_value(n, min_band, d, config);
+    // The tail away from the smaller band: the band cannot weigh in there.
+    let far: Vec<f64> = match n - k <= k {
+        true => sorted.clone(),
+        false => sorted.iter().rev().map(|x| -x).collect(),
+    };
+    let tail = match match_tails {
+        true => null.tail(n, tail_weight(&far), config),
+        false => 0,
+    };
+    let p_value = null.p_value(n, min_band, tail, d, config);
     let (lo, hi) = sorted.split_at(k);
     let (lo_med, hi_med) = (median(lo), median(hi));
     let spread = (0.5 * (robust_sd(lo).powi(2) + robust_sd(hi).powi(2))).sqrt();
@@ -258,6 +283,7 @@ pub fn detect(values: &[f64], config: &BandConfig, null: &mut NullCache) -> Band
         separation,
         d,
         p_value,
+        null_tail: TAILS[tail],
     };
     if p_value > config.alpha {
         return Bands::None {
@@ -362,31 +388,151 @@ fn robust_sd(sorted: &[f64]) -> f64 {
     1.4826 * median(&dev)
 }
 
-/// Best-split scores of one-band fleets, per (fleet size, smallest band, draws), drawn once.
-#[derive(Debug, Default)]
+/// Tails of the one-band fleets a split can be tested against, lightest first: Student's t
+/// degrees of freedom; `None` is the normal distribution.
+const TAILS: [Option<f64>; 8] = [
+    None,
+    Some(20.0),
+    Some(10.0),
+    Some(7.0),
+    Some(5.0),
+    Some(4.0),
+    Some(3.0),
+    Some(2.0),
+];
+
+/// One-band fleets drawn per fleet size and tail to learn how heavy their tails look.
+const TAIL_DRAWS: usize = 400;
+
+/// A fleet is tested against normal one-band fleets unless its tails weigh more than this share
+/// of theirs: log-normal fleets keep the power of the normal test.
+const NORMAL_TAILS: f64 = 0.98;
+
+/// A fleet with heavier tails is tested against the lightest tails of which this share of
+/// one-band fleets weighs more than it: tails heavier than its own in most fleets. The best d
+/// grows with the tails, so a heavier null costs power; a lighter one calls the tail a band.
+const HEAVIER_TAILS: f64 = 0.9;
+
+/// How heavy the lower tail of `sorted` (ascending) is: how far its lowest values lie below
+/// the median (their mean: three values, or 1% of them), in (median − 25th percentile)s.
+/// Zero when too many values tie to tell.
+fn tail_weight(sorted: &[f64]) -> f64 {
+    let med = quantile(sorted, 0.5);
+    let m = (sorted.len() / 100).max(3).min(sorted.len());
+    let lowest = sorted[..m].iter().sum::<f64>() / m as f64;
+    let weight = (med - lowest) / (med - quantile(sorted, 0.25));
+    if weight.is_finite() {
+        weight
+    } else {
+        0.0
+    }
+}
+
+/// The `p` quantile of `sorted`, interpolated between neighbours.
+fn quantile(sorted: &[f64], p: f64) -> f64 {
+    let at = p * (sorted.len() - 1) as f64;
+    let i = at.floor() as usize;
+    match sorted.get(i + 1) {
+        Some(next) => sorted[i] + at.fract() * (next - sorted[i]),
+        None => sorted[i],
+    }
+}
+
+/// Fills `fleet` with `n` values of one band with the tails of `tail`, ascending.
+fn one_band(rng: &mut rand_chacha::ChaCha8Rng, n: usize, tail: Option<f64>, fleet: &mut Vec<f64>) {
+    fleet.clear();
+    match tail.and_then(|df| StudentT::new(df).ok()) {
+        Some(t) => fleet.extend((0..n).map(|_| t.sample(rng))),
+        None => fleet.extend((0..n).map(|_| -> f64 { StandardNormal.sample(rng) })),
+    }
+    fleet.sort_by(f64::total_cmp);
+}
+
+/// Null distributions kept: best-split d's of one-band fleets per (fleet size, smallest band,
+/// draws, tail), up to 64 (each at most 80 KB with the 9,999 draws of ten metrics).
+const KEPT_SCORES: usize = 64;
+/// Tail weights of one-band fleets kept, per (fleet size, tail): 3 KB each.
+const KEPT_WEIGHTS: usize = 256;
+
+type Kept<K> = quick_cache::unsync::Cache<K, Arc<[f64]>>;
+
+/// One-band fleets, drawn on first use and kept (the least used are dropped beyond
+/// [`KEPT_SCORES`] and [`KEPT_WEIGHTS`]: a fleet whose size changes every window must not grow it).
 pub struct NullCache {
-    scores: std::collections::HashMap<(usize, usize, usize), Vec<f64>>,
+    scores: Kept<(usize, usize, usize, usize)>,
+    weights: Kept<(usize, usize)>,
+}
+
+impl Default for NullCache {
+    fn default() -> Self {
+        NullCache {
+            scores: Kept::new(KEPT_SCORES),
+            weights: Kept::new(KEPT_WEIGHTS),
+        }
+    }
+}
+
+impl std::fmt::Debug for NullCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NullCache")
+            .field("scores", &self.scores.len())
+            .field("weights", &self.weights.len())
+            .finish()
+    }
+}
+
+/// The values kept under `key`, or those `draw` makes (kept if the cache admits them), ascending.
+fn kept<K: Eq + std::hash::Hash + Clone>(cache: &mut Kept<K>, key: K, draw: impl FnOnce() -> Vec<f64>) -> Arc<[f64]> {
+    if let Some(values) = cache.get(&key) {
+        return values.clone();
+    }
+    let mut values = draw();
+    values.sort_by(f64::total_cmp);
+    let values: Arc<[f64]> = values.into();
+    cache.insert(key, values.clone());
+    values
 }
 
 impl NullCache {
-    /// Share of null fleets of `n` nodes scoring at least `t` (with the observed fleet counted).
-    fn p_value(&mut self, n: usize, min_band: usize, t: f64, config: &BandConfig) -> f64 {
-        let scores = self.scores.entry((n, min_band, config.null_draws)).or_insert_with(|| {
-            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(config.seed ^ (n as u64) << 20 ^ min_band as u64);
-            let mut fleet = vec![0.0; n];
-            let mut scores: Vec<f64> = (0..config.null_draws)
+    /// The index in [`TAILS`] of the tails a fleet of `n` nodes whose tails weigh `weight` is
+    /// tested against: normal unless more than [`NORMAL_TAILS`] of normal fleets weigh less,
+    /// else the lightest of which [`HEAVIER_TAILS`] weigh more.
+    fn tail(&mut self, n: usize, weight: f64, config: &BandConfig) -> usize {
+        for (t, &tail) in TAILS.iter().enumerate() {
+            let weights = kept(&mut self.weights, (n, t), || {
+                let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(config.seed ^ (n as u64) << 24 ^ t as u64);
+                let mut fleet = Vec::with_capacity(n);
+                (0..TAIL_DRAWS)
+                    .map(|_| {
+                        one_band(&mut rng, n, tail, &mut fleet);
+                        tail_weight(&fleet)
+                    })
+                    .collect()
+            });
+            let share = if t == 0 { NORMAL_TAILS } else { 1.0 - HEAVIER_TAILS };
+            if weight <= quantile(&weights, share) {
+                return t;
+            }
+        }
+        TAILS.len() - 1
+    }
+
+    /// Share of one-band fleets of `n` nodes with the tails of [`TAILS`]`[tail]` scoring at
+    /// least `d` (with the observed fleet counted).
+    fn p_value(&mut self, n: usize, min_band: usize, tail: usize, d: f64, config: &BandConfig) -> f64 {
+        let scores = kept(&mut self.scores, (n, min_band, config.null_draws, tail), || {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(
+                config.seed ^ (n as u64) << 20 ^ min_band as u64 ^ (tail as u64) << 40,
+            );
+            let mut fleet = Vec::with_capacity(n);
+            (0..config.null_draws)
                 .map(|_| {
-                    for x in fleet.iter_mut() {
-                        *x = StandardNormal.sample(&mut rng);
-                    }
-                    fleet.sort_by(f64::total_cmp);
+                    one_band(&mut rng, n, TAILS[tail], &mut fleet);
                     best_split(&fleet, min_band).map_or(0.0, |(_, d)| d)
                 })
-                .collect();
-            scores.sort_by(f64::total_cmp);
-            scores
+                .collect()
         });
-        let at_least = scores.len() - scores.partition_point(|&s| s < t);
+        let at_least = scores.len() - scores.partition_point(|&s| s < d);
         (at_least + 1) as f64 / (scores.len() + 1) as f64
     }
 }
@@ -436,6 +582,50 @@ mod tests {
             detect(&values, &BandConfig::default(), &mut null),
             Bands::None { .. }
         ));
+    }
+
+    fn heavy_fleet(seed: u64, n: usize, slow: usize, factor: f64, df: f64) -> Vec<f64> {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let t = StudentT::new(df).unwrap();
+        (0..n)
+            .map(|i| {
+                let base = if i < slow { factor } else { 1.0 };
+                base * (0.1 * t.sample(&mut rng)).exp()
+            })
+            .collect()
+    }
+
+    /// One band whose noise has heavy tails (Student's t, 3 degrees of freedom, in log space: a
+    /// few nodes far out on both sides): its extreme nodes are not a band. Tested against normal
+    /// one-band fleets, 16 of these 20 fleets had one.
+    #[test]
+    fn a_heavy_tail_is_not_a_band() {
+        let mut null = NullCache::default();
+        let config = BandConfig::default();
+        let found: Vec<u64> = (0..20)
+            .filter(|&seed| {
+                matches!(
+                    detect(&heavy_fleet(seed, 300, 0, 1.0, 3.0), &config, &mut null),
+                    Bands::Two(_)
+                )
+            })
+            .collect();
+        assert!(found.len() <= 2, "bands in fleets {found:?}");
+    }
+
+    /// The same heavy-tailed noise with a tenth of the nodes 3x slower: that tenth is the band.
+    #[test]
+    fn a_band_beside_heavy_tails_is_found() {
+        let mut null = NullCache::default();
+        let config = BandConfig::default();
+        for seed in 0..10 {
+            let got = detect(&heavy_fleet(seed, 300, 30, 3.0, 3.0), &config, &mut null);
+            let Bands::Two(split) = got else {
+                panic!("seed {seed}: no bands: {got:?}");
+            };
+            let slow = split.high.iter().filter(|&&i| i < 30).count();
+            assert!(slow >= 28 && split.high.len() <= 32, "seed {seed}: {split:?}");
+        }
     }
 
     /// Too few nodes, all equal, mostly zero: each says so.

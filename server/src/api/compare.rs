@@ -25,6 +25,15 @@ use crate::window::{data_tables, find_bands, function_tables, no_bands_verdict, 
 const DEFAULT_LIMIT: u32 = 50;
 const MAX_LIMIT: u32 = 1000;
 
+/// The one-band fleets a split was tested against: "normal" (log-normal node-to-node noise) or
+/// "student_t(DF)" when the fleet's own tails were heavier.
+fn null_tail(s: &Split) -> String {
+    match s.null_tail {
+        None => "normal".to_string(),
+        Some(df) => format!("student_t({df})"),
+    }
+}
+
 fn split_json(w: &Window, measured: &[usize], s: &Split) -> Value {
     let names = |idx: &[usize]| -> Vec<&str> { idx.iter().map(|&i| w.nodes[measured[i]].node.as_str()).collect() };
     json!({
@@ -36,6 +45,7 @@ fn split_json(w: &Window, measured: &[usize], s: &Split) -> Value {
         "separation": s.separation,
         "d": s.d,
         "p_value": s.p_value,
+        "null_tail": null_tail(s),
     })
 }
 
@@ -136,6 +146,7 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
         "threshold": split.threshold,
         "separation": split.separation,
         "p_value": split.p_value,
+        "null_tail": null_tail(split),
         "previous_window": changed,
     });
     let labels: Vec<_> = window.nodes.iter().map(|n| n.labels.clone()).collect();

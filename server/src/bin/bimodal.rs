@@ -454,10 +454,15 @@ fn compare_text(a: &Value) -> String {
             ));
         }
         line(format!(
-            "  separation {:.1} robust SDs, p = {:.4} (each metric held to {:.4})",
+            "  separation {:.1} robust SDs, p = {:.4} (each metric held to {:.4}){}",
             bands["separation"].as_f64().unwrap_or(0.0),
             bands["p_value"].as_f64().unwrap_or(1.0),
-            a["alpha_per_metric"].as_f64().unwrap_or(0.0)
+            a["alpha_per_metric"].as_f64().unwrap_or(0.0),
+            match bands["null_tail"].as_str() {
+                Some(tail) if tail != "normal" =>
+                    format!(", against one-band fleets with {tail} tails, as heavy as this fleet's"),
+                _ => String::new(),
+            }
         ));
         let previous = &bands["previous_window"];
         let changed = previous["changed"].as_array().cloned().unwrap_or_default();
