@@ -1,36 +1,27 @@
 //! The bimodal node agent: samples events with stacks through BPF, symbolizes them and either
 //! writes a local profile (`record`) or streams batches to the fleet server (`run`).
 //!
-//! The data path, by module: `events` (which perf event samples each kind) → `bpf` (programs
-//! and their maps) → `processes` (the mappings of each process sampled, read at its first
-//! sample) → `symbolize` (addresses to frames) → `batch` (wire batches) → `record` / `ship`;
-//! `probe` reports which source each event kind uses here.
-//!
-//! Node facts for the server: `topology` (what the node looks like), `counters` (how its NUMA and
-//! fault counters move), `placement` (on which nodes a process's memory and threads are);
-//! `collect` reads them, and the rest of a node's state, into every batch `ship` sends.
+//! Laid out by stage, in the order a sample travels:
+//! - [`host`]: reading the machine's files that many stages need (ELF images, debug files, paths
+//!   inside a process's root, /sys and /proc text, `/proc/cpuinfo`);
+//! - [`sample`]: which perf event or tracing hook samples each kind (`events`, `probe`), the BPF
+//!   programs and their maps (`bpf`), the unwind tables they walk (`unwind`), and the mappings of
+//!   each process sampled (`processes`);
+//! - [`symbolize`]: addresses to frames;
+//! - [`node`]: the node's state that goes with the samples: `topology`, `counters`,
+//!   `placement`, `identity`, `kubernetes`, `facts`, units of `work`; `collect` reads them every
+//!   interval;
+//! - [`ship`]: wire batches (`batch`), the stream to the server and its spool, and image uploads
+//!   (`upload`); [`record`] writes a local profile instead;
+//! - [`metrics`]: the agent's own `/metrics`.
 
-pub mod batch;
-pub mod bpf;
-pub mod collect;
-pub mod counters;
-pub mod debugfile;
-pub mod elf;
-pub mod events;
-pub mod facts;
-pub mod identity;
-pub mod kubernetes;
+pub mod host;
 pub mod metrics;
-pub mod placement;
-pub mod probe;
-pub mod processes;
+pub mod node;
 pub mod record;
+pub mod sample;
 pub mod ship;
 pub mod symbolize;
-pub mod topology;
-pub mod unwind;
-pub mod upload;
-pub mod work;
 
 #[cfg(test)]
 #[path = "../../testdata/fixtures/http.rs"]

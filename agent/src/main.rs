@@ -5,14 +5,15 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use bimodal_agent::bpf::{MapSizes, UnwindMode};
-use bimodal_agent::events::{EventKind, LiveProber, Machine, Rates};
-use bimodal_agent::kubernetes::ApiConfig;
-use bimodal_agent::placement::Placement;
+use bimodal_agent::node::facts;
+use bimodal_agent::node::kubernetes::ApiConfig;
+use bimodal_agent::node::placement::Placement;
+use bimodal_agent::node::topology::Topology;
 use bimodal_agent::record::{self, Format, RecordOptions};
+use bimodal_agent::sample::bpf::{MapSizes, UnwindMode};
+use bimodal_agent::sample::events::{EventKind, Machine, Rates};
+use bimodal_agent::sample::probe::{self, LiveProber};
 use bimodal_agent::ship::{self, RunOptions, Symbolize};
-use bimodal_agent::topology::Topology;
-use bimodal_agent::{facts, probe};
 use bimodal_proto::spool::SpoolOptions;
 use clap::{Args, Parser, Subcommand};
 
@@ -139,7 +140,7 @@ struct SamplingArgs {
     unwind: UnwindMode,
     /// Rows of unwind tables the kernel holds, for all images together (12 bytes each, kernel
     /// memory); images that do not fit walk frame pointers.
-    #[arg(long, env = "BIMODAL_UNWIND_ROWS", default_value_t = bimodal_agent::bpf::DEFAULT_UNWIND_ROWS, value_parser = clap::value_parser!(u32).range(1..=1 << 26))]
+    #[arg(long, env = "BIMODAL_UNWIND_ROWS", default_value_t = bimodal_agent::sample::bpf::DEFAULT_UNWIND_ROWS, value_parser = clap::value_parser!(u32).range(1..=1 << 26))]
     unwind_rows: u32,
     /// Bytes of the kernel ring carrying stack copies to unwind (a power of two); default: half a
     /// second of copies from every CPU at --cpu-frequency, 1 to 64 MiB. Its pages count twice in
@@ -149,7 +150,7 @@ struct SamplingArgs {
     /// Directories of separate debug files, searched by build id (`DIR/.build-id/xx/rest.debug`)
     /// and through an image's .gnu_debuglink, in the sampled process's mount namespace and on the
     /// host; repeat the flag, or separate them with `:` in the variable.
-    #[arg(long = "debug-dir", env = "BIMODAL_DEBUG_DIRS", value_delimiter = ':', default_values = bimodal_agent::debugfile::DEFAULT_DIRS)]
+    #[arg(long = "debug-dir", env = "BIMODAL_DEBUG_DIRS", value_delimiter = ':', default_values = bimodal_agent::host::debugfile::DEFAULT_DIRS)]
     debug_dirs: Vec<PathBuf>,
     /// Images (executables, libraries, and processes' views of them) kept parsed for naming and
     /// unwinding; past it the least recent are dropped, and parsed again when needed.
@@ -185,7 +186,7 @@ impl SamplingArgs {
 
     /// The kernel maps for this machine, drained every `interval`, with the flags given.
     fn map_sizes(&self, interval: Duration) -> MapSizes {
-        let cpus = bimodal_agent::events::perf::online_cpus().map_or(1, |c| c.len());
+        let cpus = bimodal_agent::sample::events::perf::online_cpus().map_or(1, |c| c.len());
         let machine = MapSizes::for_machine(cpus, self.cpu_frequency, interval);
         MapSizes {
             samples: self.map_samples.unwrap_or(machine.samples),
@@ -255,7 +256,7 @@ struct RunArgs {
     /// handler): the server then compares nodes by work per CPU-second. Counted in the
     /// sampled process only when --pid is given.
     #[arg(long, env = "BIMODAL_WORK_UPROBE")]
-    work_uprobe: Option<bimodal_agent::bpf::WorkUprobe>,
+    work_uprobe: Option<bimodal_agent::sample::bpf::WorkUprobe>,
     /// Stop after this long (e.g. 30s), sending what is left, and say what was sampled: for
     /// trials and benchmarks. Default: run until SIGTERM or SIGINT.
     #[arg(long, env = "BIMODAL_DURATION", value_parser = humantime::parse_duration)]
@@ -271,7 +272,7 @@ struct RunArgs {
     /// Or a counter on a local Prometheus endpoint whose increase is this node's units of work,
     /// URL#NAME (e.g. http://127.0.0.1:9100/metrics#http_requests_total, summed over series).
     #[arg(long, env = "BIMODAL_WORK_METRIC", conflicts_with = "work_uprobe")]
-    work_metric: Option<bimodal_agent::work::WorkMetric>,
+    work_metric: Option<bimodal_agent::node::work::WorkMetric>,
     /// Where user frames are named: `server` sends (build id, offset) and uploads each image
     /// with symbols once; `local` names them here.
     #[arg(long, env = "BIMODAL_SYMBOLIZE", value_enum, default_value_t = Symbolize::Server)]

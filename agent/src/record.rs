@@ -7,9 +7,10 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::Context;
 use bimodal_profile::Profile;
 
-use crate::batch::{self, Interval};
-use crate::bpf::{MapSizes, Sampler, SamplerOptions, UnwindMode};
-use crate::events::{self, EventKind, LiveProber, Machine, Rates};
+use crate::sample::bpf::{MapSizes, Sampler, SamplerOptions, UnwindMode};
+use crate::sample::events::{self, EventKind, Machine, Rates};
+use crate::sample::probe::LiveProber;
+use crate::ship::batch::{self, Interval};
 use crate::symbolize::Frames;
 
 /// Output format of `record`.
@@ -55,7 +56,7 @@ pub struct RecordSummary {
     pub unwound_in_kernel: u64,
     pub unwound_truncated: u64,
     /// What the unwind tables held at the end.
-    pub tables: crate::bpf::TableStats,
+    pub tables: crate::sample::bpf::TableStats,
 }
 
 /// How often `record` empties the kernel maps: often enough that short-lived processes are

@@ -10,9 +10,10 @@ use blazesym::symbolize::source::{Kernel, Process, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use blazesym::Pid;
 
-use crate::placement::MappingClass;
-use crate::processes::{in_process, ProcessMaps};
-use crate::{debugfile, elf};
+use crate::host::files::in_process;
+use crate::host::{debugfile, elf};
+use crate::node::placement::MappingClass;
+use crate::sample::processes::ProcessMaps;
 
 /// One symbolizer per agent: blazesym caches parsed ELF files and kallsyms across calls, up to
 /// a bound ([`Frames::with_cached_images`]).
@@ -95,7 +96,7 @@ impl Frames {
         self
     }
 
-    /// Mappings read by the sampler at each process's first sample ([`crate::bpf::Sampler::processes`])
+    /// Mappings read by the sampler at each process's first sample ([`crate::sample::bpf::Sampler::processes`])
     /// instead of only at drains.
     pub fn with_processes(mut self, processes: ProcessMaps) -> Frames {
         self.processes = processes;
@@ -513,7 +514,7 @@ impl Frames {
     /// Attributes data addresses of process `tgid` to their data objects, one per address.
     pub fn data_objects(&self, tgid: u32, addresses: &[u64]) -> Vec<DataObject> {
         let root = Path::new("/");
-        let Ok(mappings) = crate::placement::read_mappings(root, tgid) else {
+        let Ok(mappings) = crate::node::placement::read_mappings(root, tgid) else {
             return addresses
                 .iter()
                 .map(|_| DataObject {

@@ -2,7 +2,7 @@
 //! measure what ingest and queries cost at fleet scale before a fleet pays for it.
 //!
 //! Each simulated node is one `bimodal.v1.Ingest/Stream` stream driven like the agent drives
-//! its own (Hello, batches kept until acked, retry and reconnect as agent/src/ship.rs does).
+//! its own (Hello, batches kept until acked, retry and reconnect as agent/src/ship/mod.rs does).
 //! Batches are drawn from real profiles (`bimodal-agent record` output, testdata/loadgen/): the
 //! same stack shapes, depths, names and per-interval figures, with node-to-node differences.
 //! Real time (`--duration`) sends one batch per node per interval; backfill (`--backfill`)

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bimodal_agent::events::EventKind;
+use bimodal_agent::sample::events::EventKind;
 use bimodal_agent::ship;
 use bimodal_server::alerts::{rules, AlertConfig};
 use serde_json::Value;

@@ -4,8 +4,8 @@ use std::net::SocketAddr;
 
 use std::time::Duration;
 
-use bimodal_agent::bpf::{MapSizes, UnwindMode};
-use bimodal_agent::events::{EventKind, Rates};
+use bimodal_agent::sample::bpf::{MapSizes, UnwindMode};
+use bimodal_agent::sample::events::{EventKind, Rates};
 use bimodal_agent::ship::{RunOptions, Symbolize};
 use bimodal_server::storage::writer::WriterConfig;
 use bimodal_server::{Config, Server};
@@ -201,7 +201,7 @@ pub fn agent_options(server_url: String, node: &str, pid: u32, events: Vec<Event
         unwind: UnwindMode::Auto,
         symbolize: Symbolize::Server,
         upload_max_bytes: 1 << 30,
-        debug_dirs: bimodal_agent::debugfile::default_dirs(),
+        debug_dirs: bimodal_agent::host::debugfile::default_dirs(),
         cached_images: bimodal_agent::symbolize::DEFAULT_CACHED_IMAGES,
         spool: bimodal_proto::spool::SpoolOptions::memory(64 << 20),
         placement_every: 0,

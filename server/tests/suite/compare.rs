@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use bimodal_agent::events::EventKind;
+use bimodal_agent::sample::events::EventKind;
 use bimodal_agent::ship::{self, RunOptions};
 use bimodal_proto::v1;
 use serde_json::Value;
@@ -56,12 +56,12 @@ async fn a_fleet_of_agents_is_split_into_its_slow_band_and_explained() {
                 labels: [("instance_type".to_owned(), instance_type.to_owned())].into(),
                 // A paced server uses a few hundredths of a CPU: more CPU samples give its CPU
                 // profile enough samples over the test's 20 s.
-                rates: bimodal_agent::events::Rates {
+                rates: bimodal_agent::sample::events::Rates {
                     cpu_frequency_hz: 499,
                     ..Default::default()
                 },
                 // Each request is a unit of work.
-                work_uprobe: Some(bimodal_agent::bpf::WorkUprobe {
+                work_uprobe: Some(bimodal_agent::sample::bpf::WorkUprobe {
                     binary: fixture::workload().to_owned(),
                     symbol: "handle_request".into(),
                 }),

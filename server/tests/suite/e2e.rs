@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use bimodal_agent::events::EventKind;
+use bimodal_agent::sample::events::EventKind;
 use bimodal_agent::ship::{self, RunOptions};
 
 use super::common::{agent_options, selector, TestServer};

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use bimodal_agent::events::EventKind;
-use bimodal_agent::kubernetes::ApiConfig;
+use bimodal_agent::node::kubernetes::ApiConfig;
+use bimodal_agent::sample::events::EventKind;
 use bimodal_agent::ship::{self, RunOptions};
 
 use super::common::{agent_options, selector, TestServer};

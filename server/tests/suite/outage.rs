@@ -4,7 +4,7 @@
 use bimodal_proto::client::ServerAddress;
 use std::time::{Duration, Instant};
 
-use bimodal_agent::events::EventKind;
+use bimodal_agent::sample::events::EventKind;
 use bimodal_agent::ship;
 
 use super::common::{agent_options, selector, TestServer};

@@ -7,7 +7,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use bimodal_agent::events::EventKind;
+use bimodal_agent::sample::events::EventKind;
 use bimodal_agent::ship;
 use bimodal_proto::v1::{self, debuginfo_client::DebuginfoClient};
 

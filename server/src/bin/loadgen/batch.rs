@@ -1,4 +1,4 @@
-//! One node's batch for one interval, as the agent builds it (agent/src/batch.rs): samples drawn
+//! One node's batch for one interval, as the agent builds it (agent/src/ship/batch.rs): samples drawn
 //! over the profiles' stacks by weight and spread over the node's threads; frames interned per
 //! process (a user address means something only in its process), kernel frames shared; stacks
 //! interned per process the same way; data samples for page faults; the processes, event
@@ -553,7 +553,7 @@ fn data_samples(buf: &mut Vec<u8>, rng: &mut Rng, node: &Node, p: &Profile, row:
 }
 
 /// The node counters' increase over the interval, consistent with the samples drawn: the names
-/// the agent sends (agent/src/facts.rs and its counting events).
+/// the agent sends (agent/src/node/facts.rs and its counting events).
 fn counters(
     rng: &mut Rng,
     node: &Node,

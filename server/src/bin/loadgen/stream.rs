@@ -1,4 +1,4 @@
-//! One simulated agent's stream, driven as agent/src/ship.rs drives it: a Hello, then batches,
+//! One simulated agent's stream, driven as agent/src/ship/mod.rs drives it: a Hello, then batches,
 //! each kept until acked. STORED and DUPLICATE end a batch; REJECTED drops it (and is counted:
 //! the run fails); RETRY means not stored: nothing is sent for `retry_after_millis`, then the
 //! batch goes again. A broken stream is reopened with backoff (reset when the stream had got

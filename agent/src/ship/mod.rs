@@ -2,7 +2,11 @@
 //!
 //! The batches go out through [`bimodal_proto::stream`] (a bounded spool until the server
 //! acknowledges each, resends after a broken stream, the server's retry delays honoured), or to
-//! files with `--output-dir` for `import` to send later.
+//! files with `--output-dir` for `import` to send later. Each interval's samples become a wire
+//! batch in `batch`; the images they were taken in are uploaded by `upload`.
+
+pub mod batch;
+pub mod upload;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -15,15 +19,16 @@ use bimodal_proto::stream::{ship, write_out};
 use bimodal_proto::v1;
 use tokio::sync::{mpsc, watch};
 
-use crate::batch::{self, Interval};
-use crate::bpf::{MapSizes, Sampler, SamplerOptions, UnwindMode, WorkUprobe};
-use crate::collect::{self, Collectors};
-use crate::events::{self, EventKind, LiveProber, Machine, Rates};
-use crate::kubernetes::{ApiConfig, PodResolver};
+use crate::node::collect::{self, Collectors};
+use crate::node::facts;
+use crate::node::kubernetes::{ApiConfig, PodResolver};
+use crate::node::topology::Topology;
+use crate::node::work::WorkMetric;
+use crate::sample::bpf::{MapSizes, Sampler, SamplerOptions, UnwindMode, WorkUprobe};
+use crate::sample::events::{self, EventKind, Machine, Rates};
+use crate::sample::probe::{self, LiveProber};
 use crate::symbolize::Frames;
-use crate::topology::Topology;
-use crate::work::WorkMetric;
-use crate::{facts, probe, upload};
+use batch::Interval;
 
 /// Settings of `bimodal-agent run`.
 #[derive(Clone, Debug)]

@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, OpenObject, RingBuffer, RingBufferBuilder};
 
-use crate::events::{perf, Attach, EventKind, EventSource};
-use crate::placement;
-use crate::processes::ProcessMaps;
-use crate::unwind::{Snapshot, UnwindStats, Unwinder};
+use crate::node::placement;
+use crate::sample::events::{perf, Attach, EventKind, EventSource};
+use crate::sample::processes::ProcessMaps;
+use crate::sample::unwind::{Snapshot, UnwindStats, Unwinder};
 
 mod profile {
     #![allow(

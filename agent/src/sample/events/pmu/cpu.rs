@@ -2,6 +2,7 @@
 //! implementer/part.
 
 use super::*;
+use crate::host::cpuinfo::{self, first_block, parse_number};
 
 /// Arm `CPU implementer` code of Arm Ltd. (Neoverse cores, also inside Ampere Altra).
 pub const ARM_IMPLEMENTER_ARM: u32 = 0x41;
@@ -161,7 +162,7 @@ impl Error for CpuInfoError {
 
 impl CpuId {
     /// Where the kernel describes the CPUs.
-    pub const PROC_CPUINFO: &'static str = "/proc/cpuinfo";
+    pub const PROC_CPUINFO: &'static str = cpuinfo::PROC_CPUINFO;
 
     /// Reads and parses [`CpuId::PROC_CPUINFO`].
     ///
@@ -276,31 +277,5 @@ impl fmt::Display for CpuId {
             write!(f, " ({})", self.model_name)?;
         }
         Ok(())
-    }
-}
-
-/// The `key : value` pairs of the first processor block (up to the first blank line).
-fn first_block(cpuinfo: &str) -> Vec<(&str, &str)> {
-    let mut fields = Vec::new();
-    for line in cpuinfo.lines() {
-        if line.trim().is_empty() {
-            if fields.is_empty() {
-                continue;
-            }
-            break;
-        }
-        if let Some((key, value)) = line.split_once(':') {
-            fields.push((key.trim(), value.trim()));
-        }
-    }
-    fields
-}
-
-/// Parses cpuinfo numbers: x86 prints decimal, Arm prints `0x`-prefixed hex.
-fn parse_number(text: &str) -> Option<u32> {
-    let text = text.trim();
-    match text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
-        Some(hex) => u32::from_str_radix(hex, 16).ok(),
-        None => text.parse().ok(),
     }
 }

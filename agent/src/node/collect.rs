@@ -9,13 +9,13 @@ use std::path::PathBuf;
 
 use bimodal_proto::v1;
 
-use crate::bpf::Sampler;
-use crate::counters::{self, CounterDelta, NodeCounters};
-use crate::events::counting::CountingEvents;
-use crate::facts;
-use crate::placement::{self, Placement};
-use crate::topology::Topology;
-use crate::work::{WorkMetric, WorkScraper};
+use crate::node::counters::{self, CounterDelta, NodeCounters};
+use crate::node::facts;
+use crate::node::placement::{self, Placement};
+use crate::node::topology::Topology;
+use crate::node::work::{WorkMetric, WorkScraper};
+use crate::sample::bpf::Sampler;
+use crate::sample::events::counting::CountingEvents;
 
 /// One kind of node state, read at the end of every interval into that interval's batch.
 pub trait Collector: Send {

@@ -17,7 +17,7 @@ use gimli::{
 };
 use object::{Object, ObjectSection};
 
-use crate::elf;
+use crate::host::elf;
 
 /// How to find the caller's frame (`enum unwind_rule`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

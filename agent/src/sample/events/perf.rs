@@ -55,7 +55,7 @@ pub fn online_cpus() -> Result<Vec<u32>, OpenError> {
         path: path.into(),
         source,
     })?;
-    crate::topology::parse_cpu_list(&text).ok_or_else(|| OpenError::OnlineCpus {
+    crate::host::files::parse_cpu_list(&text).ok_or_else(|| OpenError::OnlineCpus {
         path: path.into(),
         source: io::Error::new(io::ErrorKind::InvalidData, format!("bad list {text:?}")),
     })

@@ -15,8 +15,8 @@ use std::time::Instant;
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
 use super::profile::types::{process_state, unwind_mapping, unwind_process, unwind_row, unwind_rule};
-use crate::placement::Mapping;
-use crate::unwind::{self, table};
+use crate::node::placement::Mapping;
+use crate::sample::unwind::{self, table};
 
 /// An image by the (device, inode) of its file; the vDSO as ("[vdso]", 0).
 type ImageKey = (String, u64);
@@ -26,7 +26,7 @@ type ImageKey = (String, u64);
 struct Loaded {
     /// Where its rows are; empty when it has none (no `.eh_frame`, unreadable, refused).
     rows: Range<u32>,
-    segments: Vec<crate::elf::Segment>,
+    segments: Vec<crate::host::elf::Segment>,
     /// Processes whose entry references it.
     users: u32,
     used: Instant,
@@ -252,7 +252,7 @@ impl TableLoader {
             users: 0,
             used: Instant::now(),
         };
-        let path = crate::processes::in_process(tgid, m.path.as_deref().unwrap_or_default());
+        let path = crate::host::files::in_process(tgid, m.path.as_deref().unwrap_or_default());
         let mapped;
         let bytes: &[u8] = if key.0 == "[vdso]" {
             match unwind::vdso_bytes() {
@@ -409,7 +409,7 @@ mod tests {
     use libbpf_rs::MapType;
 
     use super::*;
-    use crate::placement::read_mappings;
+    use crate::node::placement::read_mappings;
 
     fn loader(capacity: u32) -> TableLoader {
         let opts = bpf_map_create_opts {

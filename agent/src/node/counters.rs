@@ -13,7 +13,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::topology::read_required;
+use crate::host::files::read_required;
 
 /// The `/proc/vmstat` counters a snapshot keeps. Adding one is adding a line.
 pub const VMSTAT_COUNTERS: &[&str] = &[
@@ -52,7 +52,7 @@ pub const USER_HZ: u64 = 100;
 const NANOS_PER_TICK: u64 = 1_000_000_000 / USER_HZ;
 
 /// Reading counters fails on one file.
-pub type CounterError = crate::topology::FileError;
+pub type CounterError = crate::host::files::FileError;
 
 /// Counters by name; `None` for a counter the kernel does not have.
 pub type Counters = BTreeMap<String, Option<u64>>;
@@ -411,7 +411,7 @@ fn cpu_times(ticks: &[u64]) -> Option<CpuTimes> {
 
 /// Node ids from `nodeN` directory names; none when the directory is missing (no NUMA).
 fn node_ids(dir: &Path) -> Result<Vec<u32>, CounterError> {
-    crate::topology::numbered_dir_entries(dir, "node").map_err(|source| CounterError::Read {
+    crate::host::files::numbered_dir_entries(dir, "node").map_err(|source| CounterError::Read {
         path: dir.to_path_buf(),
         source,
     })

@@ -1,11 +1,41 @@
 //! `bimodal-agent probe`: which source samples each event kind on this machine, and why every
-//! better candidate was rejected.
+//! better candidate was rejected. [`LiveProber`] tries each candidate for real: it opens perf
+//! events and loads BPF programs, so it lives above both `events` (which only ranks candidates)
+//! and `bpf`.
 
 use std::fmt::Write;
 
 use serde::Serialize;
 
-use crate::events::{self, Machine, Prober, Rates, Rejected, Resolution};
+use crate::sample::bpf;
+use crate::sample::events::{self, Attach, Machine, PerfEvent, Prober, Rates, Rejected, Resolution};
+
+/// Opens perf events and loads BPF programs on this machine; each tracing source is tried once.
+#[derive(Debug, Default)]
+pub struct LiveProber {
+    tried: std::sync::Mutex<Vec<(Attach, Result<(), String>)>>,
+}
+
+impl Prober for LiveProber {
+    fn open_perf(&self, event: &PerfEvent, description: &str) -> Result<(), String> {
+        events::perf::open_sampling_event(event, description, 0)
+            .map(drop)
+            .map_err(|e| match e {
+                events::perf::OpenError::Open { meaning, source, .. } => format!("{meaning} ({source})"),
+                other => other.to_string(),
+            })
+    }
+
+    fn load_tracing(&self, attach: &Attach) -> Result<(), String> {
+        let mut tried = self.tried.lock().expect("not poisoned");
+        if let Some((_, r)) = tried.iter().find(|(a, _)| a == attach) {
+            return r.clone();
+        }
+        let r = bpf::try_attach(attach);
+        tried.push((attach.clone(), r.clone()));
+        r
+    }
+}
 
 /// The chosen source of one event kind.
 #[derive(Clone, Debug, Serialize)]

@@ -7,10 +7,10 @@ use std::time::SystemTime;
 
 use bimodal_proto::v1;
 
-use crate::bpf::Drained;
-use crate::events::EventSource;
-use crate::identity;
-use crate::kubernetes::PodResolver;
+use crate::node::identity;
+use crate::node::kubernetes::PodResolver;
+use crate::sample::bpf::Drained;
+use crate::sample::events::EventSource;
 use crate::symbolize::{DataObject, Frames, Ip};
 
 /// The interval a drain covered.

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use bimodal_proto::v1::{self, DebuginfoKind};
 
-use crate::debugfile;
+use crate::host::debugfile;
 use tokio::sync::mpsc;
 
 /// An image some frames of a batch point into.
@@ -75,7 +75,7 @@ pub struct Opened {
 /// host, carrying `build_id` and symbols. Its headers are read through a mapping, so memory does
 /// not grow with the image's size.
 pub fn open_image(image: &ImageRef, max_bytes: u64) -> Result<Opened, Outcome> {
-    let in_process = crate::processes::in_process(image.pid, &image.path);
+    let in_process = crate::host::files::in_process(image.pid, &image.path);
     let path = [in_process.as_path(), Path::new(&image.path)]
         .into_iter()
         .find(|p| p.is_file())

@@ -5,10 +5,10 @@ use std::path::Path;
 
 use bimodal_proto::v1;
 
-use crate::counters::CounterDelta;
-use crate::placement::Placement;
-use crate::probe::ProbeReport;
-use crate::topology::{NumaBalancing, Topology};
+use crate::node::counters::CounterDelta;
+use crate::node::placement::Placement;
+use crate::node::topology::{NumaBalancing, Topology};
+use crate::sample::probe::ProbeReport;
 
 /// What the node is, with the source chosen for each event kind.
 pub fn node_facts(t: &Topology, probe: &ProbeReport) -> v1::NodeFacts {

@@ -163,33 +163,6 @@ pub trait Prober {
     fn load_tracing(&self, attach: &Attach) -> Result<(), String>;
 }
 
-/// Opens perf events and loads BPF programs on this machine; each tracing source is tried once.
-#[derive(Debug, Default)]
-pub struct LiveProber {
-    tried: std::sync::Mutex<Vec<(Attach, Result<(), String>)>>,
-}
-
-impl Prober for LiveProber {
-    fn open_perf(&self, event: &PerfEvent, description: &str) -> Result<(), String> {
-        perf::open_sampling_event(event, description, 0)
-            .map(drop)
-            .map_err(|e| match e {
-                perf::OpenError::Open { meaning, source, .. } => format!("{meaning} ({source})"),
-                other => other.to_string(),
-            })
-    }
-
-    fn load_tracing(&self, attach: &Attach) -> Result<(), String> {
-        let mut tried = self.tried.lock().expect("not poisoned");
-        if let Some((_, r)) = tried.iter().find(|(a, _)| a == attach) {
-            return r.clone();
-        }
-        let r = crate::bpf::try_attach(attach);
-        tried.push((attach.clone(), r.clone()));
-        r
-    }
-}
-
 fn software(config: u32, period: u64, sample_addr: bool) -> PerfEvent {
     PerfEvent {
         perf_type: sys::PERF_TYPE_SOFTWARE,

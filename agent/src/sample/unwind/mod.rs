@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
 
-use crate::elf;
-use crate::placement::{self, Mapping};
-use crate::processes::ProcessMaps;
+use crate::host::elf;
+use crate::node::placement::{self, Mapping};
+use crate::sample::processes::ProcessMaps;
 use object::{Object, ObjectSection};
 
 pub mod table;
@@ -335,7 +335,7 @@ impl Unwinder {
                 Some(path) if path.starts_with('/') && mapping.inode != 0 => self
                     .images
                     .get_or_insert(key, || {
-                        let file = crate::processes::in_process(tgid, path);
+                        let file = crate::host::files::in_process(tgid, path);
                         map_file(&file).and_then(Image::parse).ok().map(Arc::new)
                     })
                     .as_deref(),

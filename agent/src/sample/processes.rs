@@ -2,7 +2,7 @@
 //! samples handled after it exited are still unwound and named.
 //!
 //! Mappings are read at a process's first sample, told by the BPF programs (`new_processes`,
-//! see [`crate::bpf::Sampler`]), and again at a drain when older than [`REMEMBER_FOR`]. A process
+//! see [`crate::sample::bpf::Sampler`]), and again at a drain when older than [`REMEMBER_FOR`]. A process
 //! that lives less than one drain interval is read within milliseconds of its first sample,
 //! instead of never.
 
@@ -11,16 +11,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::placement::{self, Mapping};
-
-/// A file as the process `tgid` sees it: through its root, in its own mount namespace (in a
-/// container the agent's files at the same path are other files).
-pub fn in_process(tgid: u32, path: &str) -> std::path::PathBuf {
-    Path::new("/proc")
-        .join(tgid.to_string())
-        .join("root")
-        .join(path.trim_start_matches('/'))
-}
+use crate::node::placement::{self, Mapping};
 
 /// Remembered mappings are read again after this long (libraries loaded since, a reused pid).
 pub const REMEMBER_FOR: Duration = Duration::from_secs(30);

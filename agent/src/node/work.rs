@@ -1,7 +1,7 @@
 //! Units of work scraped from a local Prometheus endpoint (`--work-metric URL#NAME`): the
 //! increase of a counter the workload already exports (requests served, queries run), summed
 //! over its series, per batch interval. The other source of work is a uprobe on a function
-//! (`--work-uprobe`, in [`crate::bpf`]); both are sent as the counter
+//! (`--work-uprobe`, in [`crate::sample::bpf`]); both are sent as the counter
 //! [`bimodal_proto::WORK_COUNTER`].
 
 use std::str::FromStr;

@@ -9,30 +9,14 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-/// A failure to read or understand one procfs or sysfs file (of the topology, or a counter).
-#[derive(Debug, thiserror::Error)]
-pub enum FileError {
-    /// A file or directory exists (or must exist) but reading it failed.
-    #[error("failed to read `{}`: {source}", path.display())]
-    Read {
-        /// The file or directory, including the root prefix.
-        path: PathBuf,
-        /// The underlying I/O error.
-        source: io::Error,
-    },
-    /// A file was read but its content is not in the format the kernel documents.
-    #[error("failed to parse `{}`: {reason}", path.display())]
-    Parse {
-        /// The file, including the root prefix.
-        path: PathBuf,
-        /// What was wrong with the content.
-        reason: String,
-    },
-}
+use crate::host::cpuinfo;
+use crate::host::files::{
+    numbered_dir_entries, parse_cpu_list, read_optional, read_optional_id, read_optional_u64, read_required, FileError,
+};
 
 /// Reading the topology fails on one file.
 pub type TopologyError = FileError;
@@ -198,7 +182,7 @@ impl Topology {
         let hostname = read_required(&root.join("proc/sys/kernel/hostname"))?
             .trim()
             .to_string();
-        let cpu_model = match read_optional(&root.join("proc/cpuinfo"))? {
+        let cpu_model = match read_optional(&root.join(cpuinfo::PROC_CPUINFO.trim_start_matches('/')))? {
             Some(text) => parse_cpuinfo(&text),
             None => CpuModel::default(),
         };
@@ -299,81 +283,11 @@ impl Topology {
     }
 }
 
-/// Parses the kernel's CPU (or node) list format, e.g. `0-3,8,10-11`; an empty list (a CPU-less
-/// node's `cpulist`) is valid. Returns `None` on malformed input. The result is sorted and has
-/// no duplicates.
-pub fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
-    let mut cpus = Vec::new();
-    let text = text.trim();
-    if text.is_empty() {
-        return Some(cpus);
-    }
-    for part in text.split(',') {
-        let part = part.trim();
-        match part.split_once('-') {
-            Some((first, last)) => {
-                let (first, last): (u32, u32) = (first.parse().ok()?, last.parse().ok()?);
-                if first > last {
-                    return None;
-                }
-                cpus.extend(first..=last);
-            }
-            None => cpus.push(part.parse().ok()?),
-        }
-    }
-    cpus.sort_unstable();
-    cpus.dedup();
-    Some(cpus)
-}
-
 fn parse_cpu_list_at(path: &Path, text: &str) -> Result<Vec<u32>, TopologyError> {
     parse_cpu_list(text).ok_or_else(|| TopologyError::Parse {
         path: path.to_path_buf(),
         reason: format!("not a CPU list: {:?}", text.trim()),
     })
-}
-
-/// Reads a file the kernel always has.
-pub(crate) fn read_required(path: &Path) -> Result<String, TopologyError> {
-    fs::read_to_string(path).map_err(|source| TopologyError::Read {
-        path: path.to_path_buf(),
-        source,
-    })
-}
-
-/// Reads a file that a kernel may legitimately lack: not-found is `None`, not an error.
-fn read_optional(path: &Path) -> Result<Option<String>, TopologyError> {
-    match fs::read_to_string(path) {
-        Ok(text) => Ok(Some(text)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(TopologyError::Read {
-            path: path.to_path_buf(),
-            source,
-        }),
-    }
-}
-
-fn read_optional_u64(path: &Path) -> Result<Option<u64>, TopologyError> {
-    let Some(text) = read_optional(path)? else {
-        return Ok(None);
-    };
-    text.trim().parse().map(Some).map_err(|_| TopologyError::Parse {
-        path: path.to_path_buf(),
-        reason: format!("not a number: {:?}", text.trim()),
-    })
-}
-
-/// Reads an id that the kernel writes as -1 when unknown (package ids on some arm64 machines,
-/// `numa_node` of devices on machines without NUMA affinity information).
-fn read_optional_id(path: &Path) -> Result<Option<u32>, TopologyError> {
-    let Some(text) = read_optional(path)? else {
-        return Ok(None);
-    };
-    let value: i64 = text.trim().parse().map_err(|_| TopologyError::Parse {
-        path: path.to_path_buf(),
-        reason: format!("not a number: {:?}", text.trim()),
-    })?;
-    Ok(u32::try_from(value).ok())
 }
 
 /// Directory entries named `<prefix><number>`, as numbers, ascending; a missing directory
@@ -385,56 +299,19 @@ fn numbered_entries(dir: &Path, prefix: &str) -> Result<Vec<u32>, TopologyError>
     })
 }
 
-/// Directory entries named `<prefix><number>` (`node0`, `cpu12`, `index3`), as numbers,
-/// ascending; a missing directory gives none (a kernel without NUMA has no `node` directory).
-pub(crate) fn numbered_dir_entries(dir: &Path, prefix: &str) -> io::Result<Vec<u32>> {
-    let entries = match fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
-    let mut ids = Vec::new();
-    for entry in entries {
-        let name = entry?.file_name();
-        if let Some(id) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(prefix))
-            .and_then(|n| n.parse().ok())
-        {
-            ids.push(id);
-        }
-    }
-    ids.sort_unstable();
-    Ok(ids)
-}
-
 fn parse_cpuinfo(text: &str) -> CpuModel {
     let mut model = CpuModel::default();
-    // Only the first processor block: heterogeneous (big.LITTLE, P/E-core) machines differ per
-    // CPU, but the first one is what the server needs to recognise the machine type.
-    for line in text.lines().take_while(|l| !l.trim().is_empty()) {
-        let Some((key, value)) = line.split_once(':') else {
-            continue;
-        };
-        let value = value.trim();
-        match key.trim() {
+    for (key, value) in cpuinfo::first_block(text) {
+        match key {
             "vendor_id" | "CPU implementer" => model.vendor = Some(value.to_string()),
             "model name" => model.model_name = Some(value.to_string()),
-            "cpu family" | "CPU architecture" => model.family = parse_int(value),
-            "model" | "CPU part" => model.model = parse_int(value),
-            "stepping" | "CPU variant" => model.stepping = parse_int(value),
+            "cpu family" | "CPU architecture" => model.family = cpuinfo::parse_number(value),
+            "model" | "CPU part" => model.model = cpuinfo::parse_number(value),
+            "stepping" | "CPU variant" => model.stepping = cpuinfo::parse_number(value),
             _ => {}
         }
     }
     model
-}
-
-/// Decimal or `0x` hexadecimal (arm64 prints its part numbers in hex).
-fn parse_int(text: &str) -> Option<u32> {
-    match text.strip_prefix("0x") {
-        Some(hex) => u32::from_str_radix(hex, 16).ok(),
-        None => text.parse().ok(),
-    }
 }
 
 /// The value of `key` in a meminfo-style file (`MemTotal:  123 kB`, or per node
