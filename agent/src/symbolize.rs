@@ -11,8 +11,8 @@ use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use blazesym::Pid;
 
 use crate::host::files::in_process;
+use crate::host::maps::MappingClass;
 use crate::host::{debugfile, elf};
-use crate::node::placement::MappingClass;
 use crate::sample::processes::ProcessMaps;
 
 /// One symbolizer per agent: blazesym caches parsed ELF files and kallsyms across calls, up to
@@ -514,7 +514,7 @@ impl Frames {
     /// Attributes data addresses of process `tgid` to their data objects, one per address.
     pub fn data_objects(&self, tgid: u32, addresses: &[u64]) -> Vec<DataObject> {
         let root = Path::new("/");
-        let Ok(mappings) = crate::node::placement::read_mappings(root, tgid) else {
+        let Ok(mappings) = crate::host::maps::read_mappings(root, tgid) else {
             return addresses
                 .iter()
                 .map(|_| DataObject {

@@ -6,3 +6,4 @@ pub mod cpuinfo;
 pub mod debugfile;
 pub mod elf;
 pub mod files;
+pub mod maps;

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::node::placement::{self, Mapping};
+use crate::host::maps::{self, Mapping};
 
 /// Remembered mappings are read again after this long (libraries loaded since, a reused pid).
 pub const REMEMBER_FOR: Duration = Duration::from_secs(30);
@@ -44,7 +44,7 @@ impl ProcessMaps {
     /// after an exec), and returns its executable mappings as read (the vDSO's too, which is
     /// not remembered); `None` when there are none to read (the process is gone or a zombie).
     pub fn read_now(&self, tgid: u32) -> Option<Vec<Mapping>> {
-        let Ok(all) = placement::read_mappings(Path::new("/"), tgid) else {
+        let Ok(all) = maps::read_mappings(Path::new("/"), tgid) else {
             return None;
         };
         let executable: Vec<Mapping> = all.iter().filter(|m| m.is_executable()).cloned().collect();

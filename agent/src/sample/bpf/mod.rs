@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, OpenObject, RingBuffer, RingBufferBuilder};
 
-use crate::node::placement;
+use crate::host::maps;
 use crate::sample::events::{perf, Attach, EventKind, EventSource};
 use crate::sample::processes::ProcessMaps;
 use crate::sample::unwind::{Snapshot, UnwindStats, Unwinder};
@@ -368,7 +368,7 @@ fn watch_processes(
     stop: Arc<AtomicBool>,
 ) {
     let tables = loader.map(|(mut loader, stats)| {
-        let (tx, rx) = std::sync::mpsc::channel::<(u32, u64, Vec<placement::Mapping>)>();
+        let (tx, rx) = std::sync::mpsc::channel::<(u32, u64, Vec<maps::Mapping>)>();
         std::thread::Builder::new()
             .name("bimodal-tables".into())
             .spawn(move || {

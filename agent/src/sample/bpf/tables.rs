@@ -15,7 +15,7 @@ use std::time::Instant;
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
 use super::profile::types::{process_state, unwind_mapping, unwind_process, unwind_row, unwind_rule};
-use crate::node::placement::Mapping;
+use crate::host::maps::Mapping;
 use crate::sample::unwind::{self, table};
 
 /// An image by the (device, inode) of its file; the vDSO as ("[vdso]", 0).
@@ -409,7 +409,7 @@ mod tests {
     use libbpf_rs::MapType;
 
     use super::*;
-    use crate::node::placement::read_mappings;
+    use crate::host::maps::read_mappings;
 
     fn loader(capacity: u32) -> TableLoader {
         let opts = bpf_map_create_opts {

@@ -17,7 +17,7 @@ use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
 
 use crate::host::elf;
-use crate::node::placement::{self, Mapping};
+use crate::host::maps::{self, Mapping};
 use crate::sample::processes::ProcessMaps;
 use object::{Object, ObjectSection};
 
@@ -154,7 +154,7 @@ pub(crate) fn map_image(path: &Path, inode: u64) -> Result<impl Deref<Target = [
 
 /// Executable mappings of process `pid`, as `maps` lists them.
 fn executable_mappings(pid: u32) -> Vec<Mapping> {
-    placement::read_mappings(Path::new("/"), pid)
+    maps::read_mappings(Path::new("/"), pid)
         .map(|all| all.into_iter().filter(Mapping::is_executable).collect())
         .unwrap_or_default()
 }
