@@ -210,6 +210,19 @@ def columns(sql, table):
         f"SELECT name FROM system.columns WHERE database = currentDatabase() AND table = '{table}'")]
 
 
+def rejected_batches(fleet):
+    """The server's refusals during ingest by reason (its /metrics): `slow` counts streams cut
+    off because a Hello or an admitted batch stopped arriving in time."""
+    _, body = http(fleet.url + "/metrics", timeout=60)
+    counts = {}
+    for line in body.decode().splitlines():
+        if line.startswith("bimodal_ingest_rejected_batches_total{"):
+            labels, value = line.rsplit(" ", 1)
+            reason = labels.split('reason="', 1)[1].split('"', 1)[0]
+            counts[reason] = counts.get(reason, 0) + float(value)
+    return counts
+
+
 def percentile(values, p):
     values = sorted(values)
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
@@ -251,7 +264,7 @@ def run_fleet(nodes, runs, out):
             server_cpu=s1 - s0, clickhouse_cpu=c1 - c0, clickhouse_cpu_merges=c2 - c0,
             ack_p50=report["ack_latency_p50_ms"], ack_p95=report["ack_latency_p95_ms"],
             server_rss=peak_rss_mib(fleet.proc.pid), loadgen_rss=report["peak_rss_bytes"] / 2**20,
-            retried=report["batches_retried"])
+            retried=report["batches_retried"], rejected=rejected_batches(fleet))
         optimize(fleet)
         tables = disk(fleet)
         result["bytes"] = sum(int(t["b"]) for t in tables)
@@ -395,6 +408,10 @@ def markdown(results, chdb_result):
             f"{r['samples'] / r['wall']:,.0f} ({r['rows'] / r['wall']:,.0f}) | {r['server_cpu']:.1f} s | "
             f"**{r['samples'] / r['server_cpu']:,.0f}** | {r['clickhouse_cpu']:.1f} s ({r['clickhouse_cpu_merges']:.1f} s) | "
             f"{r['samples'] / r['clickhouse_cpu_merges']:,.0f} | {r['ack_p50'] / 1000:.1f} / {r['ack_p95'] / 1000:.1f} s | {r['server_rss']:.0f} MiB |")
+    lines += ["", "| fleet | batches retried (loadgen) | refused by the server, by reason |", "| --- | --- | --- |"]
+    for r in results:
+        refused = ", ".join(f"{k} {v:,.0f}" for k, v in sorted(r.get("rejected", {}).items())) or "none"
+        lines.append(f"| {r['nodes']:,} nodes | {r['retried']:,} | {refused} |")
     lines += ["", "| fleet | bytes on disk, all tables | per sample | per wire sample row | largest tables |",
               "| --- | --- | --- | --- | --- |"]
     for r in results:
