@@ -38,6 +38,8 @@ pub struct Metrics {
     /// invalid_hello) or until the client retries (rate, too_many_streams, slow: a batch or
     /// Hello that stopped arriving).
     pub ingest_rejected: Family<Label, Counter>,
+    /// Debug-info checks and uploads refused, by `reason` (not_elf, build_id_mismatch, ...).
+    pub debuginfo_rejected: Family<Label, Counter>,
     /// Agents with an open stream.
     pub agents_connected: Gauge,
     /// HTTP API requests by `route`, in seconds.
@@ -62,6 +64,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         ingest_batches: Family::default(),
         ingest_samples: Counter::default(),
         ingest_rejected: Family::default(),
+        debuginfo_rejected: Family::default(),
         agents_connected: Gauge::default(),
         http_request_seconds: Family::new_with_constructor(latency_histogram),
         clickhouse_errors: Family::default(),
@@ -86,6 +89,11 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "bimodal_ingest_rejected_batches",
         "Batches and streams refused, by reason (invalid_batch, undecodable and invalid_hello for good)",
         m.ingest_rejected.clone(),
+    );
+    registry.register(
+        "bimodal_debuginfo_rejected_uploads",
+        "Debug-info checks and uploads refused, by reason",
+        m.debuginfo_rejected.clone(),
     );
     registry.register(
         "bimodal_agents_connected",

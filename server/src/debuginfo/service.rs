@@ -17,6 +17,8 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::names::Names;
 use super::symtab;
+use crate::ingest::validate;
+use crate::metrics::{label, metrics};
 use crate::serve::Peer;
 use crate::storage::{StorageError, Store};
 
@@ -37,6 +39,8 @@ pub enum UploadError {
     Truncated { declared: u64, received: u64 },
     #[error("the file is larger than the {0} bytes this server accepts")]
     TooLarge(u64),
+    #[error("the file name: {0}")]
+    FileName(crate::ingest::validate::Invalid),
     #[error("build id {build_id} already has a different {kind} stored; the symbols of a build id are never replaced")]
     Conflict { build_id: String, kind: &'static str },
     #[error("reading the file's symbols failed: {0}")]
@@ -47,14 +51,45 @@ pub enum UploadError {
     Storage(#[from] StorageError),
 }
 
+impl UploadError {
+    /// The `reason` label of `bimodal_debuginfo_rejected_uploads_total`.
+    fn reason(&self) -> &'static str {
+        match self {
+            UploadError::NotElf(_) => "not_elf",
+            UploadError::BuildIdMismatch { .. } => "build_id_mismatch",
+            UploadError::NoBuildId => "no_build_id",
+            UploadError::NoSymbols => "no_symbols",
+            UploadError::BadBuildId(_) => "bad_build_id",
+            UploadError::Truncated { .. } => "size_mismatch",
+            UploadError::TooLarge(_) => "too_large",
+            UploadError::FileName(_) => "bad_file_name",
+            UploadError::Conflict { .. } => "conflict",
+            UploadError::Symbols(_) => "unreadable_symbols",
+            UploadError::Io(_) => "io",
+            UploadError::Storage(_) => "storage",
+        }
+    }
+}
+
+/// Counts a refusal of a check or an upload under `reason`.
+fn refused(reason: &'static str, status: Status) -> Status {
+    metrics()
+        .debuginfo_rejected
+        .get_or_create(&label("reason", reason))
+        .inc();
+    status
+}
+
 impl From<UploadError> for Status {
     fn from(e: UploadError) -> Status {
-        match e {
+        let reason = e.reason();
+        let status = match e {
             UploadError::Conflict { .. } => Status::already_exists(e.to_string()),
             UploadError::Storage(_) => Status::unavailable(e.to_string()),
             UploadError::Io(_) => Status::internal(e.to_string()),
             _ => Status::invalid_argument(e.to_string()),
-        }
+        };
+        refused(reason, status)
     }
 }
 
@@ -216,21 +251,30 @@ impl Debuginfo for DebuginfoService {
     ) -> Result<Response<v1::DebuginfoStatus>, Status> {
         self.allow_write(&request)?;
         let mut chunks = request.into_inner();
-        let first = chunks
-            .next()
-            .await
-            .ok_or_else(|| Status::invalid_argument("an upload needs at least one message"))??;
+        let first = chunks.next().await.ok_or_else(|| {
+            refused(
+                "empty",
+                Status::invalid_argument("an upload needs at least one message"),
+            )
+        })??;
         let kind = DebuginfoKind::try_from(first.kind).unwrap_or(DebuginfoKind::Unspecified);
         if kind == DebuginfoKind::Unspecified {
-            return Err(Status::invalid_argument("the first message must give the kind"));
+            return Err(refused(
+                "no_kind",
+                Status::invalid_argument("the first message must give the kind"),
+            ));
         }
         if first.size > self.max_bytes {
             return Err(UploadError::TooLarge(self.max_bytes).into());
         }
+        validate::file_name(&first.file_name).map_err(UploadError::FileName)?;
         let Ok(_receiving) = self.uploads.clone().try_acquire_owned() else {
-            return Err(Status::resource_exhausted(format!(
-                "the server receives {MAX_UPLOADS_AT_ONCE} uploads at once; retry later"
-            )));
+            return Err(refused(
+                "too_many_uploads",
+                Status::resource_exhausted(format!(
+                    "the server receives {MAX_UPLOADS_AT_ONCE} uploads at once; retry later"
+                )),
+            ));
         };
         let incoming = self.incoming.join(format!(".incoming-{}", uuid::Uuid::new_v4()));
         let result = async {
@@ -242,10 +286,13 @@ impl Debuginfo for DebuginfoService {
             let mut write = |data: &[u8], received: &mut u64| -> Result<(), Status> {
                 *received += data.len() as u64;
                 if *received > first.size {
-                    return Err(Status::invalid_argument(format!(
-                        "the upload carried more than the {} bytes it stated",
-                        first.size
-                    )));
+                    return Err(refused(
+                        "size_mismatch",
+                        Status::invalid_argument(format!(
+                            "the upload carried more than the {} bytes it stated",
+                            first.size
+                        )),
+                    ));
                 }
                 if head.len() < ELF_MAGIC.len() {
                     let take = (ELF_MAGIC.len() - head.len()).min(data.len());
@@ -257,9 +304,25 @@ impl Debuginfo for DebuginfoService {
                 file.write_all(data).map_err(|e| Status::internal(e.to_string()))
             };
             write(&first.data, &mut received)?;
-            while let Some(chunk) = chunks.next().await {
-                write(&chunk?.data, &mut received)?;
-            }
+            // Its place is held while it arrives, so it must arrive in the time its size may
+            // take (as an ingest message must): a client cannot hold a place by stopping.
+            let allowed = crate::ingest::time_to_receive(usize::try_from(first.size).unwrap_or(usize::MAX));
+            let rest = async {
+                while let Some(chunk) = chunks.next().await {
+                    write(&chunk?.data, &mut received)?;
+                }
+                Ok::<(), Status>(())
+            };
+            tokio::time::timeout(allowed, rest).await.map_err(|_| {
+                refused(
+                    "slow",
+                    Status::deadline_exceeded(format!(
+                        "the upload of {} bytes did not arrive within {} s",
+                        first.size,
+                        allowed.as_secs()
+                    )),
+                )
+            })??;
             if received != first.size {
                 return Err(UploadError::Truncated {
                     declared: first.size,

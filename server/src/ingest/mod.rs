@@ -179,13 +179,20 @@ impl IngestService {
             hello,
         )
         .await?;
+        let invalid_hello = |status: Status| {
+            metrics()
+                .ingest_rejected
+                .get_or_create(&label("reason", "invalid_hello"))
+                .inc();
+            status
+        };
         let first = match first {
             Ok(first) => first.map(|m| m.decode()),
             Err(ReadError::Stream(status)) => return Err(status),
             Err(ReadError::Unreadable(why)) => {
-                return Err(Status::invalid_argument(format!(
+                return Err(invalid_hello(Status::invalid_argument(format!(
                     "the stream's first message cannot be read: {why}"
-                )))
+                ))))
             }
         };
         let hello = match first {
@@ -193,21 +200,15 @@ impl IngestService {
                 message: Some(ingest_request::Message::Hello(h)),
             })) => h,
             _ => {
-                return Err(Status::invalid_argument(
+                return Err(invalid_hello(Status::invalid_argument(
                     "the first message of a stream must be a Hello",
-                ))
+                )))
             }
         };
         // The token (and certificate) may write as this node.
         self.auth
             .allow_grpc(&metadata, peer.as_ref(), crate::auth::Scope::Write, Some(&hello.node))?;
-        let labels = validate::hello(&hello).map_err(|e| {
-            metrics()
-                .ingest_rejected
-                .get_or_create(&label("reason", "invalid_hello"))
-                .inc();
-            Status::invalid_argument(e.to_string())
-        })?;
+        let labels = validate::hello(&hello).map_err(|e| invalid_hello(Status::invalid_argument(e.to_string())))?;
         let sender = Arc::new(Sender {
             node: hello.node.as_str().into(),
             labels,
@@ -323,6 +324,7 @@ impl IngestService {
                         let batch = match encoded.decode() {
                             Ok(v1::IngestRequest { message: Some(ingest_request::Message::Batch(b)) }) => b,
                             Ok(_) => {
+                                metrics().ingest_rejected.get_or_create(&label("reason", "invalid_batch")).inc();
                                 let _ = tx.send(Err(Status::invalid_argument("only the first message may be a Hello"))).await;
                                 return;
                             }
@@ -368,7 +370,7 @@ struct Admission {
 /// How long an admitted batch may take to arrive after its first bytes: 10 s, and a second per
 /// MiB (64 MiB, the largest, in 74 s; a 2 MB batch over a link of 1 MB/s needs 2 s). A stream's
 /// Hello has the time of its largest size, counted from the stream's opening.
-fn time_to_receive(bytes: usize) -> std::time::Duration {
+pub(crate) fn time_to_receive(bytes: usize) -> std::time::Duration {
     std::time::Duration::from_secs(10 + (bytes as u64 >> 20))
 }
 

@@ -46,6 +46,8 @@ pub enum Invalid {
     NodeTooLong(usize),
     #[error("{what} contains a control character or space, which a {what} may not")]
     BadCharacter { what: &'static str },
+    #[error("{what} contains a control character")]
+    Unprintable { what: &'static str },
     #[error("Hello carries {0} labels; at most {MAX_LABELS}")]
     TooManyLabels(usize),
     #[error("label name `{0}` is not [a-zA-Z_][a-zA-Z0-9_]* of at most {MAX_LABEL_NAME_BYTES} bytes")]
@@ -120,6 +122,16 @@ pub fn hello(h: &v1::Hello) -> Result<Vec<(String, String)>, Invalid> {
         return Err(Invalid::LabelValue("agent_version".into()));
     }
     Ok(labels)
+}
+
+/// Checks the name an upload gives its file (it is stored and logged): at most
+/// [`MAX_STRING_BYTES`], no control characters.
+pub fn file_name(name: &str) -> Result<(), Invalid> {
+    short("file name", name)?;
+    if !printable(name) {
+        return Err(Invalid::Unprintable { what: "file name" });
+    }
+    Ok(())
 }
 
 fn at_most(what: &'static str, count: usize, max: usize) -> Result<(), Invalid> {

@@ -83,15 +83,32 @@ async fn remote_bss_placement_is_a_finding() {
     server.stop().await;
 }
 
-/// A stream that does not start with a hello is refused as an invalid argument.
+/// A stream that does not start with a hello is refused as an invalid argument, and counted.
+/// (The count is the test process's: it must have risen, by this stream or another test's.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_must_start_with_hello() {
     let server = TestServer::start().await;
+    let before = refusals(&server, "bimodal_ingest_rejected_batches_total", "invalid_hello").await;
     let err = exchange(&server, vec![req(batch(9, false)), req(batch(10, false))])
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    let after = refusals(&server, "bimodal_ingest_rejected_batches_total", "invalid_hello").await;
+    assert!(
+        after > before,
+        "a stream without a Hello is not counted: {before} -> {after}"
+    );
     server.stop().await;
+}
+
+/// The value of counter `name` with `reason`, from the server's /metrics (0 when absent).
+async fn refusals(server: &TestServer, name: &str, reason: &str) -> f64 {
+    let (_, metrics) = server.get("/metrics").await;
+    let prefix = format!("{name}{{reason=\"{reason}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map_or(0.0, |v| v.trim().parse().unwrap())
 }
 
 /// A server serves `--max-streams` agent streams at once: one more is told RESOURCE_EXHAUSTED
@@ -226,6 +243,29 @@ async fn uploads_are_refused_before_they_are_received() {
         .unwrap_err();
     assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
     assert!(refused.message().contains("ELF"), "{refused:?}");
+    const REFUSED: &str = "bimodal_debuginfo_rejected_uploads_total";
+    assert!(
+        refusals(&server, REFUSED, "not_elf").await >= 1.0,
+        "the refusal is counted"
+    );
+    // The file name is stored and logged: a line break in it is refused before the file is.
+    let named = v1::DebuginfoChunk {
+        file_name: "libc.so.6\nINFO forged log line".into(),
+        ..first(b"\x7fELF")
+    };
+    let refused = agent
+        .debuginfo()
+        .await
+        .unwrap()
+        .upload(tokio_stream::iter([named]))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    assert!(refused.message().contains("file name"), "{refused:?}");
+    assert!(
+        refusals(&server, REFUSED, "bad_file_name").await >= 1.0,
+        "the refusal is counted"
+    );
 
     let receiving_now = || {
         std::fs::read_dir(&incoming)
@@ -256,9 +296,43 @@ async fn uploads_are_refused_before_they_are_received() {
         .unwrap()
         .unwrap_err();
     assert_eq!(busy.code(), tonic::Code::ResourceExhausted, "{busy:?}");
+    assert!(
+        refusals(&server, REFUSED, "too_many_uploads").await >= 1.0,
+        "the refusal is counted"
+    );
     for r in receiving {
         r.abort();
     }
+    server.stop().await;
+}
+
+/// An upload that stops arriving loses its place: it is cut off with DEADLINE_EXCEEDED once
+/// its stated size has had its time (10 s + 1 s per MiB), and counted as `slow`. (A client held
+/// one of `MAX_UPLOADS_AT_ONCE` places for as long as it liked.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_that_stops_arriving_loses_its_place() {
+    use tokio_stream::StreamExt;
+    let server = TestServer::start().await;
+    let agent = bimodal_proto::client::ServerAddress::new(server.url(), None);
+    let head = v1::DebuginfoChunk {
+        build_id: vec![9; 20],
+        kind: v1::DebuginfoKind::Executable as i32,
+        file_name: "stalled".into(),
+        size: 4096,
+        data: b"\x7fELF\x02\x01\x01".to_vec(),
+    };
+    let started = std::time::Instant::now();
+    let chunks = tokio_stream::iter([head]).chain(tokio_stream::pending());
+    let cut = tokio::time::timeout(Duration::from_secs(60), agent.debuginfo().await.unwrap().upload(chunks))
+        .await
+        .expect("the stalled upload is cut off")
+        .unwrap_err();
+    assert_eq!(cut.code(), tonic::Code::DeadlineExceeded, "{cut:?}");
+    assert!(started.elapsed() >= Duration::from_secs(10), "{:?}", started.elapsed());
+    assert!(
+        refusals(&server, "bimodal_debuginfo_rejected_uploads_total", "slow").await >= 1.0,
+        "the refusal is counted"
+    );
     server.stop().await;
 }
 
