@@ -21,6 +21,12 @@ use crate::v1;
 /// Largest batch a server decodes (its gRPC message limit): a larger one could never be stored.
 pub const MAX_BATCH_BYTES: usize = 64 << 20;
 
+/// The bytes of the message a batch of `len` encoded bytes travels in (`IngestRequest`: a tag
+/// and a length before it): what the server's limit counts.
+pub fn wire_len(len: usize) -> usize {
+    1 + prost::encoding::encoded_len_varint(len as u64) + len
+}
+
 /// Where unacknowledged batches are kept, and how many bytes of them at most.
 #[derive(Clone, Debug)]
 pub struct SpoolOptions {
@@ -157,7 +163,7 @@ impl Spool {
     /// Keeps `b` until it is acknowledged, dropping the oldest batches if there is no room.
     pub(crate) fn push(&mut self, b: v1::Batch) {
         let len = b.encoded_len();
-        if len > MAX_BATCH_BYTES {
+        if wire_len(len) > MAX_BATCH_BYTES {
             self.count(Dropped::Refused);
             tracing::error!(
                 samples = b.samples.len(),
@@ -361,6 +367,20 @@ mod tests {
                 .collect(),
             ..Default::default()
         }
+    }
+
+    /// What the server's limit counts is the message a batch travels in: a batch a few bytes
+    /// under the limit can still be over it on the wire, and would be resent forever.
+    #[test]
+    fn the_limit_counts_the_message_a_batch_travels_in() {
+        for samples in [0, 1, 50, 5_000] {
+            let b = batch(1, samples);
+            let sent = v1::IngestRequest {
+                message: Some(v1::ingest_request::Message::Batch(b.clone())),
+            };
+            assert_eq!(wire_len(b.encoded_len()), sent.encoded_len(), "{samples} samples");
+        }
+        assert!(wire_len(MAX_BATCH_BYTES - 4) > MAX_BATCH_BYTES);
     }
 
     fn ids(s: &Spool) -> Vec<u8> {
