@@ -366,6 +366,22 @@ async fn ping(addr: &str) -> bool {
     matches!(read, Ok(Ok(_))) && String::from_utf8_lossy(&buf).contains("Ok.")
 }
 
+/// The first wait before restarting ClickHouse, and the longest.
+const FIRST_RESTART: Duration = Duration::from_millis(500);
+const LONGEST_RESTART: Duration = Duration::from_secs(30);
+/// A ClickHouse that ran this long was healthy: its next restart waits the first wait again.
+const HEALTHY_RUN: Duration = Duration::from_secs(60);
+
+/// How long to wait before restarting a ClickHouse that exited after running for `ran`, when
+/// the previous restart waited `previous`: twice as long each time it fails again soon, up to
+/// [`LONGEST_RESTART`]; [`FIRST_RESTART`] again once it had run for [`HEALTHY_RUN`].
+fn restart_delay(previous: Option<Duration>, ran: Duration) -> Duration {
+    match previous {
+        Some(previous) if ran < HEALTHY_RUN => (previous * 2).min(LONGEST_RESTART),
+        _ => FIRST_RESTART,
+    }
+}
+
 async fn supervise(
     mut child: Child,
     binary: PathBuf,
@@ -374,17 +390,20 @@ async fn supervise(
     pid: Arc<AtomicU32>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut backoff = Duration::from_millis(500);
+    let mut delay = None;
+    let mut started = std::time::Instant::now();
     loop {
         tokio::select! {
             status = child.wait() => {
                 pid.store(0, Ordering::Relaxed);
-                tracing::error!(?status, retry_in = ?backoff, "managed clickhouse-server exited; restarting it");
+                let wait = restart_delay(delay, started.elapsed());
+                delay = Some(wait);
+                tracing::error!(?status, retry_in = ?wait, "managed clickhouse-server exited; restarting it");
                 tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
+                    _ = tokio::time::sleep(wait) => {}
                     _ = stop.changed() => return,
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(30));
+                started = std::time::Instant::now();
                 match spawn(&binary, &config, &dir) {
                     Ok(c) => {
                         pid.store(c.id().unwrap_or(0), Ordering::Relaxed);
@@ -420,6 +439,21 @@ async fn terminate(child: &mut Child) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Restarts wait longer while ClickHouse keeps exiting at once, and the first wait again
+    /// after it ran healthily for a while (the delay used to stay at 30 s for good).
+    #[test]
+    fn restart_delays_grow_and_reset() {
+        let soon = Duration::from_secs(1);
+        let mut delays = vec![restart_delay(None, soon)];
+        for _ in 0..8 {
+            delays.push(restart_delay(delays.last().copied(), soon));
+        }
+        assert_eq!(delays[0], FIRST_RESTART);
+        assert_eq!(delays[1], 2 * FIRST_RESTART);
+        assert_eq!(*delays.last().unwrap(), LONGEST_RESTART);
+        assert_eq!(restart_delay(Some(LONGEST_RESTART), HEALTHY_RUN), FIRST_RESTART);
+    }
 
     #[test]
     fn a_process_listening_ports_are_its_own_listening_sockets_only() {
