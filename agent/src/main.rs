@@ -200,19 +200,22 @@ impl SamplingArgs {
 #[derive(Args, Debug)]
 struct RecordArgs {
     /// Event kind to sample.
-    #[arg(long, value_parser = parse_event, default_value = "cpu")]
+    #[arg(long, env = "BIMODAL_RECORD_EVENT", value_parser = parse_event, default_value = "cpu")]
     event: EventKind,
-    /// How long to sample, e.g. 5s, 2m.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
+    /// How long to sample, e.g. 5s, 2m: at most, with --until-samples.
+    #[arg(long, env = "BIMODAL_RECORD_DURATION", value_parser = humantime::parse_duration, default_value = "5s")]
     duration: Duration,
-    #[arg(long, value_enum, default_value_t = Format::Folded)]
+    /// Stop as soon as this many samples are recorded (checked at every drain).
+    #[arg(long, env = "BIMODAL_UNTIL_SAMPLES", value_parser = clap::value_parser!(u64).range(1..))]
+    until_samples: Option<u64>,
+    #[arg(long, env = "BIMODAL_RECORD_FORMAT", value_enum, default_value_t = Format::Folded)]
     format: Format,
     /// File to write.
-    #[arg(long, short)]
+    #[arg(long, short, env = "BIMODAL_RECORD_OUTPUT")]
     output: PathBuf,
     /// Profile the data the samples touched: each stack is topped by its data object
     /// (`[bss] table`, `[heap]`). Needs an event source with data addresses (page_fault here).
-    #[arg(long)]
+    #[arg(long, env = "BIMODAL_DATA_OBJECTS")]
     data_objects: bool,
     #[command(flatten)]
     sampling: SamplingArgs,
@@ -385,6 +388,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let opts = RecordOptions {
                 event: a.event,
                 duration: a.duration,
+                until_samples: a.until_samples,
                 pid: a.sampling.pid,
                 format: a.format,
                 output: a.output,

@@ -26,7 +26,11 @@ pub enum Format {
 #[derive(Clone, Debug)]
 pub struct RecordOptions {
     pub event: EventKind,
+    /// How long to sample at most.
     pub duration: Duration,
+    /// Stop as soon as this many samples are recorded (a test waits for the events it checks,
+    /// not for a fixed window); `None`: sample for the whole `duration`.
+    pub until_samples: Option<u64>,
     pub pid: Option<u32>,
     pub format: Format,
     pub output: PathBuf,
@@ -63,7 +67,8 @@ pub struct RecordSummary {
 /// still there to be symbolized.
 pub const DRAIN_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Samples `opts.event` for `opts.duration` and writes the profile to `opts.output`.
+/// Samples `opts.event` for `opts.duration` (or until `opts.until_samples`) and writes the
+/// profile to `opts.output`.
 pub fn record(opts: &RecordOptions) -> anyhow::Result<RecordSummary> {
     let source = events::resolve(opts.event, &opts.rates, &Machine::read(), &LiveProber::default()).into_source()?;
     if opts.data_objects && !source.data_address {
@@ -118,7 +123,7 @@ pub fn record(opts: &RecordOptions) -> anyhow::Result<RecordSummary> {
         } else {
             profile.add_batch(&b, opts.event);
         }
-        if last {
+        if last || opts.until_samples.is_some_and(|n| summary.samples >= n) {
             break;
         }
     }
@@ -131,7 +136,7 @@ pub fn record(opts: &RecordOptions) -> anyhow::Result<RecordSummary> {
         .duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)
         .unwrap_or(0);
-    profile.duration_nanos = opts.duration.as_nanos() as i64;
+    profile.duration_nanos = started.elapsed().unwrap_or(opts.duration).as_nanos() as i64;
     let bytes = match opts.format {
         Format::Folded => profile.to_folded().into_bytes(),
         Format::Pprof => profile.to_pprof(),

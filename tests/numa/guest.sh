@@ -22,11 +22,12 @@ pid_of() {
 "$F" 14 --bind --linger 5 >/out/scan.log 2>&1 &
 fixture=$!
 pid=$(pid_of /out/scan.log)
-# Both over the same 6 s, from the start of the scan: NUMA balancing scans less often as a task
-# runs on, so a later, shorter window saw too few hint faults on a slow (cold, loaded) guest.
-"$A" record --event numa_hint_fault --duration 6s --pid "$pid" -o /out/hint.folded 2>/out/hint.err &
+# Both from the start of the scan until they have the samples check.py wants (a fixed window saw
+# too few hint faults on a slow, cold guest: NUMA balancing scans less often as a task runs on),
+# at most while the scan lasts.
+"$A" record --event numa_hint_fault --duration 13s --until-samples 300 --pid "$pid" -o /out/hint.folded 2>/out/hint.err &
 hint=$!
-"$A" record --event remote_access --duration 6s --pid "$pid" -o /out/remote.folded 2>/out/remote.err
+"$A" record --event remote_access --duration 13s --until-samples 300 --pid "$pid" -o /out/remote.folded 2>/out/remote.err
 wait $hint
 "$A" placement --pid "$pid" --json >/out/scan.placement.json 2>/out/scan.placement.err
 wait $fixture

@@ -41,6 +41,20 @@ fn share(folded: &BTreeMap<String, u64>, chain: &str) -> f64 {
     hit as f64 / total as f64
 }
 
+/// `--until-samples` ends a recording once it has that many samples, long before its
+/// `--duration`: tests (the NUMA guest's) wait for the events they check, not for a window.
+#[test]
+fn a_recording_ends_once_it_has_the_samples_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = fixture::start("fault", 60);
+    let started = std::time::Instant::now();
+    let folded = record_folded("page_fault", running.pid(), 50, dir.path(), &["--until-samples", "200"]);
+    let took = started.elapsed();
+    assert!(took < std::time::Duration::from_secs(40), "it sampled its whole 50 s: {took:?}");
+    let total: u64 = folded.values().sum();
+    assert!(total >= 200, "it ended with {total} samples, before the 200 asked for");
+}
+
 /// Page faults of a process that touches fresh pages land in `touch_fresh_pages`, under its
 /// callers `fault_loop` and `main`, rooted at the process name.
 #[test]
