@@ -50,7 +50,10 @@ fn a_recording_ends_once_it_has_the_samples_asked_for() {
     let started = std::time::Instant::now();
     let folded = record_folded("page_fault", running.pid(), 50, dir.path(), &["--until-samples", "200"]);
     let took = started.elapsed();
-    assert!(took < std::time::Duration::from_secs(40), "it sampled its whole 50 s: {took:?}");
+    assert!(
+        took < std::time::Duration::from_secs(40),
+        "it sampled its whole 50 s: {took:?}"
+    );
     let total: u64 = folded.values().sum();
     assert!(total >= 200, "it ended with {total} samples, before the 200 asked for");
 }
