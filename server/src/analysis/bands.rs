@@ -252,13 +252,9 @@ fn detect_in(values: &[f64], config: &BandConfig, null: &mut NullCache, match_ta
         };
         return Bands::None { reason, best: None };
     };
-    // The tail away from the smaller band: the band cannot weigh in there.
-    let far: Vec<f64> = match n - k <= k {
-        true => sorted.clone(),
-        false => sorted.iter().rev().map(|x| -x).collect(),
-    };
+    // Weighed on the tail away from the smaller band: the band cannot weigh in there.
     let tail = match match_tails {
-        true => null.tail(n, tail_weight(&far), config),
+        true => null.tail(n, tail_weight(&sorted, n - k > k), config),
         false => 0,
     };
     let p_value = null.p_value(n, min_band, tail, d, config);
@@ -413,14 +409,17 @@ const NORMAL_TAILS: f64 = 0.98;
 /// grows with the tails, so a heavier null costs power; a lighter one calls the tail a band.
 const HEAVIER_TAILS: f64 = 0.9;
 
-/// How heavy the lower tail of `sorted` (ascending) is: how far its lowest values lie below
-/// the median (their mean: three values, or 1% of them), in (median − 25th percentile)s.
-/// Zero when too many values tie to tell.
-fn tail_weight(sorted: &[f64]) -> f64 {
+/// How heavy the lower tail of `sorted` (ascending) is, or its `upper` tail: how far its most
+/// extreme values lie from the median (their mean: three values, or 1% of them), in distances
+/// from the median to the nearer quartile. Zero when too many values tie to tell.
+fn tail_weight(sorted: &[f64], upper: bool) -> f64 {
     let med = quantile(sorted, 0.5);
     let m = (sorted.len() / 100).max(3).min(sorted.len());
-    let lowest = sorted[..m].iter().sum::<f64>() / m as f64;
-    let weight = (med - lowest) / (med - quantile(sorted, 0.25));
+    let mean = |values: &[f64]| values.iter().sum::<f64>() / m as f64;
+    let weight = match upper {
+        false => (med - mean(&sorted[..m])) / (med - quantile(sorted, 0.25)),
+        true => (mean(&sorted[sorted.len() - m..]) - med) / (quantile(sorted, 0.75) - med),
+    };
     if weight.is_finite() {
         weight
     } else {
@@ -505,7 +504,7 @@ impl NullCache {
                 (0..TAIL_DRAWS)
                     .map(|_| {
                         one_band(&mut rng, n, tail, &mut fleet);
-                        tail_weight(&fleet)
+                        tail_weight(&fleet, false)
                     })
                     .collect()
             });
