@@ -127,3 +127,12 @@ pub fn in_process(tgid: u32, path: &str) -> PathBuf {
         .join("root")
         .join(path.trim_start_matches('/'))
 }
+
+/// Writes `content` at `root/relative`, creating parent directories: a fake procfs or sysfs for
+/// the readers' tests.
+#[cfg(test)]
+pub(crate) fn put(root: &Path, relative: &str, content: &str) {
+    let path = root.join(relative);
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(path, content).unwrap();
+}

@@ -421,11 +421,7 @@ fn node_ids(dir: &Path) -> Result<Vec<u32>, CounterError> {
 mod tests {
     use super::*;
 
-    fn put(root: &Path, relative: &str, content: &str) {
-        let path = root.join(relative);
-        fs::create_dir_all(path.parent().unwrap()).unwrap();
-        fs::write(path, content).unwrap();
-    }
+    use crate::host::files::put;
 
     const VMSTAT_NUMA: &str = "nr_free_pages 123\nnuma_hit 1000\nnuma_miss 10\nnuma_foreign 10\n\
         numa_interleave 5\nnuma_local 990\nnuma_other 20\nnuma_pte_updates 300\nnuma_huge_pte_updates 0\n\

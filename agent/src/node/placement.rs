@@ -363,11 +363,7 @@ fn split_stat(line: &str) -> Option<(&str, Vec<&str>)> {
 mod tests {
     use super::*;
 
-    fn put(root: &Path, relative: &str, content: &str) {
-        let path = root.join(relative);
-        fs::create_dir_all(path.parent().unwrap()).unwrap();
-        fs::write(path, content).unwrap();
-    }
+    use crate::host::files::put;
 
     /// A stat line with `comm`, CPU time and the CPU it last ran on.
     fn task_stat(tid: u32, comm: &str, utime: u64, stime: u64, cpu: u32) -> String {

@@ -440,12 +440,7 @@ fn read_nics(root: &Path) -> Result<Vec<Nic>, TopologyError> {
 mod tests {
     use super::*;
 
-    /// Writes `content` at `root/relative`, creating parent directories.
-    fn put(root: &Path, relative: &str, content: &str) {
-        let path = root.join(relative);
-        fs::create_dir_all(path.parent().unwrap()).unwrap();
-        fs::write(path, content).unwrap();
-    }
+    use crate::host::files::put;
 
     const CPUINFO_X86: &str = "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 85\n\
         model name\t: Intel(R) Xeon(R) Gold 6230 CPU @ 2.10GHz\nstepping\t: 7\ncpu MHz\t\t: 2100.000\n\n\
