@@ -95,7 +95,7 @@ fn ack(batch_id: Vec<u8>, status: v1::ack::Status, error: String, retry_after_mi
         v1::ack::Status::Duplicate => "duplicate",
         v1::ack::Status::Retry => "retry",
         v1::ack::Status::Rejected => {
-            m.ingest_rejected.get_or_create(&label("reason", "invalid_batch")).inc();
+            count_refused("invalid_batch");
             "rejected"
         }
         v1::ack::Status::Unspecified => "unspecified",
@@ -148,10 +148,7 @@ impl IngestService {
             .allow_grpc(&metadata, peer.as_ref(), crate::auth::Scope::Write, None)?;
         // A bound on streams: each holds a task, buffers and a share of the admission bound.
         let Ok(open_stream) = self.streams.clone().try_acquire_owned() else {
-            metrics()
-                .ingest_rejected
-                .get_or_create(&label("reason", "too_many_streams"))
-                .inc();
+            count_refused("too_many_streams");
             return Err(Status::resource_exhausted(format!(
                 "the server serves {} agent streams at most; retry later",
                 self.max_streams
@@ -180,10 +177,7 @@ impl IngestService {
         )
         .await?;
         let invalid_hello = |status: Status| {
-            metrics()
-                .ingest_rejected
-                .get_or_create(&label("reason", "invalid_hello"))
-                .inc();
+            count_refused("invalid_hello");
             status
         };
         let first = match first {
@@ -237,7 +231,7 @@ impl IngestService {
                 tokio::select! {
                     head = inbound.head(), if open && pending.len() < MAX_IN_FLIGHT => {
                         let refuse = |why: String| {
-                            metrics().ingest_rejected.get_or_create(&label("reason", "undecodable")).inc();
+                            count_refused("undecodable");
                             tracing::warn!(node = %sender.node, batch = read, %why, "refused a batch that cannot be decoded");
                             let mut refusal = Status::invalid_argument(format!(
                                 "batch {read} of this stream cannot be decoded ({why}); resending it will not help"
@@ -266,7 +260,7 @@ impl IngestService {
                         // else is spent on the batch.
                         let limited = match &id {
                             Some(id) => rates.take(&sender.node, std::time::Instant::now()).err().map(|wait| {
-                                metrics().ingest_rejected.get_or_create(&label("reason", "rate")).inc();
+                                count_refused("rate");
                                 let rate = rates.rate();
                                 retry(
                                     id.clone(),
@@ -324,7 +318,7 @@ impl IngestService {
                         let batch = match encoded.decode() {
                             Ok(v1::IngestRequest { message: Some(ingest_request::Message::Batch(b)) }) => b,
                             Ok(_) => {
-                                metrics().ingest_rejected.get_or_create(&label("reason", "invalid_batch")).inc();
+                                count_refused("invalid_batch");
                                 let _ = tx.send(Err(Status::invalid_argument("only the first message may be a Hello"))).await;
                                 return;
                             }
@@ -374,6 +368,11 @@ pub(crate) fn time_to_receive(bytes: usize) -> std::time::Duration {
     std::time::Duration::from_secs(10 + (bytes as u64 >> 20))
 }
 
+/// Counts a batch or stream refused, under `reason` (`bimodal_ingest_rejected_batches_total`).
+fn count_refused(reason: &'static str) {
+    metrics().ingest_rejected.get_or_create(&label("reason", reason)).inc();
+}
+
 /// What `read` gives if it completes within the time a message of `bytes` may take
 /// ([`time_to_receive`]); else DEADLINE_EXCEEDED, counted as `slow`, in the words `late` gives
 /// for that many seconds.
@@ -384,7 +383,7 @@ async fn in_time<T>(
 ) -> Result<T, Status> {
     let allowed = time_to_receive(bytes);
     tokio::time::timeout(allowed, read).await.map_err(|_| {
-        metrics().ingest_rejected.get_or_create(&label("reason", "slow")).inc();
+        count_refused("slow");
         Status::deadline_exceeded(late(allowed.as_secs()))
     })
 }
