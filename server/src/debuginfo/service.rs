@@ -3,7 +3,9 @@
 //! temporary file (bounded in size, never held in memory), checked (ELF, the build id it claims,
 //! symbols), read into a function table and stored in ClickHouse for every server. A build id's
 //! stored file is never replaced by different content: the same file again is accepted, another
-//! one is refused.
+//! one is refused, also when both arrive at once at two servers (the decision is taken under the
+//! build id's [lease](crate::storage::lease)). A separate debug file names frames in place of
+//! its executable's table, so it must name every function the stored executable names alike.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -43,6 +45,11 @@ pub enum UploadError {
     FileName(crate::ingest::validate::Invalid),
     #[error("build id {build_id} already has a different {kind} stored; the symbols of a build id are never replaced")]
     Conflict { build_id: String, kind: &'static str },
+    #[error("build id {build_id}: the debug file contradicts the executable stored for it: {found}")]
+    Disagrees {
+        build_id: String,
+        found: symtab::Disagreement,
+    },
     #[error("reading the file's symbols failed: {0}")]
     Symbols(#[from] symtab::SymtabError),
     #[error("storing the file failed: {0}")]
@@ -52,9 +59,11 @@ pub enum UploadError {
 }
 
 impl UploadError {
-    /// The `reason` label of `bimodal_debuginfo_rejected_uploads_total`.
-    fn reason(&self) -> &'static str {
-        match self {
+    /// The `reason` label of `bimodal_debuginfo_rejected_uploads_total`, None for the server's
+    /// own failures (ClickHouse's are counted in `bimodal_clickhouse_errors_total`).
+    fn reason(&self) -> Option<&'static str> {
+        Some(match self {
+            UploadError::Io(_) | UploadError::Storage(_) => return None,
             UploadError::NotElf(_) => "not_elf",
             UploadError::BuildIdMismatch { .. } => "build_id_mismatch",
             UploadError::NoBuildId => "no_build_id",
@@ -64,10 +73,9 @@ impl UploadError {
             UploadError::TooLarge(_) => "too_large",
             UploadError::FileName(_) => "bad_file_name",
             UploadError::Conflict { .. } => "conflict",
+            UploadError::Disagrees { .. } => "disagrees_with_executable",
             UploadError::Symbols(_) => "unreadable_symbols",
-            UploadError::Io(_) => "io",
-            UploadError::Storage(_) => "storage",
-        }
+        })
     }
 }
 
@@ -82,14 +90,19 @@ fn refused(reason: &'static str, status: Status) -> Status {
 
 impl From<UploadError> for Status {
     fn from(e: UploadError) -> Status {
-        let reason = e.reason();
         let status = match e {
             UploadError::Conflict { .. } => Status::already_exists(e.to_string()),
             UploadError::Storage(_) => Status::unavailable(e.to_string()),
             UploadError::Io(_) => Status::internal(e.to_string()),
             _ => Status::invalid_argument(e.to_string()),
         };
-        refused(reason, status)
+        match e.reason() {
+            Some(reason) => refused(reason, status),
+            None => {
+                tracing::warn!(error = %e, "an upload failed on the server's side");
+                status
+            }
+        }
     }
 }
 
@@ -187,22 +200,71 @@ impl DebuginfoService {
         };
         let id = hex(build_id);
         let kind_code = kind as u8;
-        let stored = self.store.debuginfo_files(std::slice::from_ref(&id)).await?;
-        if let Some(existing) = stored.get(&id).and_then(|f| f.iter().find(|f| f.kind == kind_code)) {
-            if existing.sha256 == sha256 {
-                return Ok(());
-            }
-            return Err(UploadError::Conflict {
-                build_id: id,
-                kind: kind_name(kind),
-            });
+        // Most uploads settle here: the same file again, or another one refused.
+        if self.stored_already(&id, kind, sha256).await? {
+            return Ok(());
         }
-        self.store
-            .store_debuginfo(&id, kind_code, sha256, size, file_name, &table)
-            .await?;
+        // Deciding and storing under the build id's lease, so that of two uploads racing, the
+        // second sees what the first stored.
+        let lease = self.store.debuginfo_lease(&id).await?;
+        let stored = async {
+            if self.stored_already(&id, kind, sha256).await? {
+                return Ok(false);
+            }
+            if kind == DebuginfoKind::Debuginfo {
+                self.check_against_executable(&id, path).await?;
+            }
+            self.store
+                .store_debuginfo(&id, kind_code, sha256, size, file_name, &table)
+                .await?;
+            Ok::<bool, UploadError>(true)
+        }
+        .await;
+        lease.release().await;
+        if !stored? {
+            return Ok(());
+        }
         self.names.invalidate(&id);
         tracing::info!(build_id = %id, kind = kind_name(kind), file = %file_name, bytes = size, functions = table.functions.len(), "debug info stored");
         Ok(())
+    }
+}
+
+impl DebuginfoService {
+    /// Whether this very file is stored for `id` already; an error if another one of its kind is.
+    async fn stored_already(&self, id: &str, kind: DebuginfoKind, sha256: [u8; 32]) -> Result<bool, UploadError> {
+        let stored = self.store.debuginfo_files(&[id.to_owned()]).await?;
+        match stored.get(id).and_then(|f| f.iter().find(|f| f.kind == kind as u8)) {
+            None => Ok(false),
+            Some(existing) if existing.sha256 == sha256 => Ok(true),
+            Some(_) => Err(UploadError::Conflict {
+                build_id: id.to_owned(),
+                kind: kind_name(kind),
+            }),
+        }
+    }
+
+    /// A debug file takes over naming from the executable stored for its build id (if any), so
+    /// it must name everything the executable names the same way: otherwise anyone allowed to
+    /// upload could rename the frames of a library every node runs.
+    async fn check_against_executable(&self, id: &str, path: &Path) -> Result<(), UploadError> {
+        let stored = self.store.debuginfo_files(&[id.to_owned()]).await?;
+        let executable = DebuginfoKind::Executable as u8;
+        if !stored.get(id).is_some_and(|f| f.iter().any(|f| f.kind == executable)) {
+            return Ok(());
+        }
+        let table = self.store.debuginfo_table(id, executable).await?;
+        let path = path.to_owned();
+        let found = tokio::task::spawn_blocking(move || symtab::disagreement(&path, &table))
+            .await
+            .map_err(|e| UploadError::Io(std::io::Error::other(e.to_string())))??;
+        match found {
+            None => Ok(()),
+            Some(found) => Err(UploadError::Disagrees {
+                build_id: id.to_owned(),
+                found,
+            }),
+        }
     }
 }
 

@@ -158,6 +158,124 @@ impl SymbolTable {
     }
 }
 
+/// Where a separate debug file names a function of its executable otherwise.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Disagreement {
+    /// The ELF address of the executable's function.
+    pub address: u64,
+    /// The executable's name for it.
+    pub executable: String,
+    /// Every name the debug file gives the address (none: it names nothing there).
+    pub debug_file: Vec<String>,
+}
+
+impl std::fmt::Display for Disagreement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the executable names 0x{:x} `{}`, ", self.address, self.executable)?;
+        match self.debug_file.as_slice() {
+            [] => write!(f, "the debug file names nothing there"),
+            names => write!(f, "the debug file only `{}`", names.join("`, `")),
+        }
+    }
+}
+
+/// Checks that the separate debug file at `path` agrees with `executable`, the table of the
+/// image it claims to describe: every function the image names must carry the same name in the
+/// debug file, as one of the symbols covering its address (a debug file's `.symtab` holds every
+/// alias of a function, as `memcpy` and `__memcpy_avx_unaligned_erms`, and the image's table
+/// picked one of them, so any alias agrees). Version suffixes (`@@GLIBC_2.14`) are not part of
+/// a name. The first function it names otherwise is returned.
+///
+/// This is what can be checked without the image's code: names the image does not carry (its
+/// local functions, when it is stripped) are the debug file's word.
+pub fn disagreement(path: &Path, executable: &SymbolTable) -> Result<Option<Disagreement>, SymtabError> {
+    let file = std::fs::File::open(path).map_err(|source| SymtabError::Open {
+        path: path.to_owned(),
+        source,
+    })?;
+    // SAFETY: as in `read`: a private copy, bounds-checked reads.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|source| SymtabError::Map {
+        path: path.to_owned(),
+        source,
+    })?;
+    let data: &[u8] = &map;
+    let symbols = match FileKind::parse(data) {
+        Ok(FileKind::Elf32) => defined_symbols::<elf::FileHeader32<Endianness>>(data),
+        Ok(FileKind::Elf64) => defined_symbols::<elf::FileHeader64<Endianness>>(data),
+        _ => return Err(SymtabError::NotElf { path: path.to_owned() }),
+    }
+    .map_err(|source| SymtabError::Elf {
+        path: path.to_owned(),
+        source,
+    })?;
+    // A symbol names its own address, and what its size spans.
+    let covers = |address: u64, size: u64, at: u64| address == at || (address < at && at - address < size);
+    let mut by_name: std::collections::HashMap<&str, Vec<(u64, u64)>> = std::collections::HashMap::new();
+    for (address, size, name) in &symbols {
+        by_name.entry(name).or_default().push((*address, *size));
+    }
+    for function in &executable.functions {
+        let name = unversioned(&function.name);
+        let agrees = by_name.get(name).is_some_and(|spans| {
+            spans
+                .iter()
+                .any(|&(address, size)| covers(address, size, function.address))
+        });
+        if !agrees {
+            let mut names: Vec<String> = symbols
+                .iter()
+                .filter(|&&(address, size, _)| covers(address, size, function.address))
+                .map(|(_, _, name)| name.clone())
+                .collect();
+            names.sort();
+            names.dedup();
+            names.truncate(8);
+            return Ok(Some(Disagreement {
+                address: function.address,
+                executable: function.name.clone(),
+                debug_file: names,
+            }));
+        }
+    }
+    Ok(None)
+}
+
+/// A name without its symbol version (`memcpy@@GLIBC_2.14` is `memcpy`).
+fn unversioned(name: &str) -> &str {
+    name.split_once('@').map_or(name, |(name, _)| name)
+}
+
+/// Every defined symbol of `.symtab` and `.dynsym` that can name code: (address, size,
+/// demangled name without version).
+fn defined_symbols<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> object::read::Result<Vec<(u64, u64, String)>> {
+    let header = Elf::parse(data)?;
+    let endian = header.endian()?;
+    let sections = header.sections(endian, data)?;
+    let mut out = Vec::new();
+    for kind in [elf::SHT_SYMTAB, elf::SHT_DYNSYM] {
+        let table = sections.symbols(endian, data, kind)?;
+        for symbol in table.symbols() {
+            let code_like = matches!(
+                symbol.st_type(),
+                elf::STT_NOTYPE | elf::STT_OBJECT | elf::STT_FUNC | elf::STT_GNU_IFUNC
+            );
+            if !code_like || symbol.st_shndx(endian) == elf::SHN_UNDEF {
+                continue;
+            }
+            let Some(name) = symbol
+                .name(endian, table.strings())
+                .ok()
+                .and_then(|n| std::str::from_utf8(n).ok())
+            else {
+                continue;
+            };
+            let name = demangle(unversioned(name));
+            out.push((symbol.st_value(endian).into(), symbol.st_size(endian).into(), name));
+        }
+    }
+    Ok(out)
+}
+
 /// The table of a mapped ELF file of either class and byte order.
 fn read_elf<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> object::read::Result<SymbolTable> {
     let header = Elf::parse(data)?;
@@ -639,6 +757,78 @@ int main(int argc, char **) {
             "not exported, not named"
         );
         assert_agrees_with_blazesym(&stripped, 10_000);
+    }
+
+    #[test]
+    fn a_debug_file_must_name_the_exports_of_its_library_as_the_library_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let library = compile(
+            dir.path(),
+            "cc",
+            "libwork.so",
+            LIBRARY,
+            &["-O1", "-g", "-shared", "-fPIC"],
+        );
+        let debug_file = dir.path().join("libwork.debug");
+        run(Command::new("objcopy")
+            .arg("--only-keep-debug")
+            .arg(&library)
+            .arg(&debug_file));
+        let stripped = dir.path().join("libwork-stripped.so");
+        run(Command::new("strip")
+            .arg("--strip-all")
+            .arg("-o")
+            .arg(&stripped)
+            .arg(&library));
+        let exports = read(&stripped).unwrap();
+        assert!(exports.functions.iter().any(|f| f.name == "lib_work"));
+        assert_eq!(disagreement(&debug_file, &exports).unwrap(), None);
+
+        // The same build id with an export renamed: refused, naming both sides.
+        let forged = dir.path().join("forged.debug");
+        run(Command::new("objcopy")
+            .arg("--redefine-sym=lib_work=not_lib_work")
+            .arg(&debug_file)
+            .arg(&forged));
+        let found = disagreement(&forged, &exports)
+            .unwrap()
+            .expect("a renamed export disagrees");
+        assert_eq!(found.executable, "lib_work");
+        assert_eq!(found.debug_file, vec!["not_lib_work".to_owned()]);
+        assert_eq!(found.address, address_of(&nm(&stripped, true), "lib_work").0);
+
+        // A function the stripped library does not name is the debug file's word.
+        let renamed_local = dir.path().join("local.debug");
+        run(Command::new("objcopy")
+            .arg("--redefine-sym=lib_hidden=other_name")
+            .arg(&debug_file)
+            .arg(&renamed_local));
+        assert_eq!(disagreement(&renamed_local, &exports).unwrap(), None);
+    }
+
+    #[test]
+    fn the_installed_debug_file_of_libc_agrees_with_libc() {
+        let Some(libc) = libc() else {
+            eprintln!("no glibc here: nothing to compare");
+            return;
+        };
+        let build_id = blazesym::helper::read_elf_build_id(&libc)
+            .unwrap()
+            .map(|id| bimodal_profile::hex(&id))
+            .expect("libc has a build id");
+        let debug_file = Path::new("/usr/lib/debug/.build-id")
+            .join(&build_id[..2])
+            .join(format!("{}.debug", &build_id[2..]));
+        assert!(
+            debug_file.exists(),
+            "{} is missing: install libc6-dbg (tools/setup.sh does)",
+            debug_file.display()
+        );
+        let exports = read(libc).unwrap();
+        // libc's exports carry many aliases (memcpy, __memcpy_chk's neighbours, versioned
+        // names): every one must be found among the debug file's symbols.
+        assert!(exports.functions.len() > 1000, "{}", exports.functions.len());
+        assert_eq!(disagreement(&debug_file, &exports).unwrap(), None);
     }
 
     #[test]

@@ -2,9 +2,14 @@
 //! build id (`debuginfo`) and the functions they name (`debuginfo_symbols`).
 
 use std::collections::HashMap;
+use std::time::Duration;
 
+use super::lease::Lease;
 use super::{now_secs, queries, StorageError, Store};
 use crate::debuginfo::symtab::{Function, Segment, SymbolTable};
+
+/// How long a server that stopped while storing a file holds back other uploads of its build id.
+const DEBUGINFO_LEASE: Duration = Duration::from_secs(60);
 
 /// A stored file of a build id.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -118,6 +123,14 @@ impl Store {
                 .collect(),
             segments,
         ))
+    }
+
+    /// Held while a server decides whether to store a file for `build_id` (hex) and stores it:
+    /// ClickHouse has no compare-and-set, so without it two uploads of different content that
+    /// arrive at two servers (or two streams of one) at once could both find nothing stored and
+    /// both insert, mixing their symbols. Taking it costs a little over a second.
+    pub async fn debuginfo_lease(&self, build_id: &str) -> Result<Lease, StorageError> {
+        Lease::acquire(self.writer_client(), &format!("debuginfo:{build_id}"), DEBUGINFO_LEASE).await
     }
 
     /// Stores a file's function table: the symbols first, the file's row last, so a file that

@@ -302,6 +302,131 @@ async fn two_servers_on_one_clickhouse_store_each_batch_once_and_answer_alike() 
     ch.stop().await;
 }
 
+/// A shared library with exports, built with `build_id`: (stripped library, its debug file,
+/// the debug file with the export `lib_work` renamed, the debug file with the local function
+/// `lib_hidden` renamed).
+fn library_with_debug_files(dir: &Path, build_id: &str) -> [std::path::PathBuf; 4] {
+    let run = |cmd: &mut std::process::Command| {
+        let out = cmd.output().expect("cc and binutils");
+        assert!(
+            out.status.success(),
+            "{cmd:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let source = dir.join("work.c");
+    std::fs::write(
+        &source,
+        "static __attribute__((noipa)) int lib_hidden(int x) { return x * 7; }\n\
+         __attribute__((noipa)) int lib_work(int x) { return lib_hidden(x) + 1; }\n",
+    )
+    .unwrap();
+    let library = dir.join(format!("libwork-{build_id}.so"));
+    run(std::process::Command::new("cc")
+        .args(["-O1", "-g", "-shared", "-fPIC", "-o"])
+        .arg(&library)
+        .arg(&source)
+        .arg(format!("-Wl,--build-id=0x{build_id}")));
+    let path = |name: &str| dir.join(format!("{build_id}-{name}"));
+    let [stripped, debug, renamed_export, renamed_local] =
+        ["stripped.so", "real.debug", "export.debug", "local.debug"].map(path);
+    run(std::process::Command::new("strip")
+        .arg("--strip-all")
+        .arg("-o")
+        .arg(&stripped)
+        .arg(&library));
+    run(std::process::Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(&library)
+        .arg(&debug));
+    for (from, to, out) in [
+        ("lib_work", "evil_work", &renamed_export),
+        ("lib_hidden", "other_name", &renamed_local),
+    ] {
+        run(std::process::Command::new("objcopy")
+            .arg(format!("--redefine-sym={from}={to}"))
+            .arg(&debug)
+            .arg(out));
+    }
+    [stripped, debug, renamed_export, renamed_local]
+}
+
+/// A debug file takes over naming from its build id's executable, so it must agree with it: one
+/// that renames an export is refused. Two different debug files for one build id uploaded to two
+/// servers at once: one is stored whole, the other refused, never a mix of the two, in every
+/// round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_debug_file_must_agree_with_its_executable_and_racing_uploads_store_one_file() {
+    let ch = SharedClickHouse::start().await;
+    let (a, b) = tokio::join!(
+        TestServer::with_config(ch.server_config("a"), None),
+        TestServer::with_config(ch.server_config("b"), None)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    for round in 0..3 {
+        let build_id = format!("{round:02}{}", "5a".repeat(19));
+        let [stripped, debug, renamed_export, renamed_local] = library_with_debug_files(dir.path(), &build_id);
+        let stored = upload_file(&a, &stripped);
+        assert!(stored.status.success(), "{}", String::from_utf8_lossy(&stored.stderr));
+
+        let forged = upload_file(&b, &renamed_export);
+        assert!(!forged.status.success(), "a debug file renaming an export is stored");
+        let stderr = String::from_utf8_lossy(&forged.stderr);
+        assert!(
+            stderr.contains("contradicts") && stderr.contains("`lib_work`") && stderr.contains("`evil_work`"),
+            "{stderr}"
+        );
+
+        // Both agree with the library; they differ in a name the library does not carry.
+        let (to_a, to_b) = std::thread::scope(|s| {
+            let to_a = s.spawn(|| upload_file(&a, &debug));
+            let to_b = s.spawn(|| upload_file(&b, &renamed_local));
+            (to_a.join().unwrap(), to_b.join().unwrap())
+        });
+        let won = [&to_a, &to_b].iter().filter(|o| o.status.success()).count();
+        assert_eq!(
+            won,
+            1,
+            "round {round}: {} / {}",
+            String::from_utf8_lossy(&to_a.stderr),
+            String::from_utf8_lossy(&to_b.stderr)
+        );
+        let lost = if to_a.status.success() { &to_b } else { &to_a };
+        let stderr = String::from_utf8_lossy(&lost.stderr);
+        assert!(stderr.contains("never replaced"), "{stderr}");
+
+        let count = |sql: String| {
+            let ch = &ch;
+            async move { ch.count(&sql).await }
+        };
+        let files = count(format!(
+            "SELECT count() AS n FROM debuginfo WHERE build_id = '{build_id}' AND kind = 2"
+        ))
+        .await;
+        assert_eq!(files, 1, "round {round}");
+        let names = |name: &'static str| {
+            count(format!(
+                "SELECT count() AS n FROM debuginfo_symbols WHERE build_id = '{build_id}' AND kind = 2 AND name = '{name}'"
+            ))
+        };
+        let (hidden, other) = (names("lib_hidden").await, names("other_name").await);
+        let expected = if to_a.status.success() { (1, 0) } else { (0, 1) };
+        assert_eq!(
+            (hidden, other),
+            expected,
+            "round {round}: the stored symbols are the winner's only"
+        );
+    }
+    let (_, metrics) = b.get("/metrics").await;
+    assert!(
+        metrics.contains(r#"bimodal_debuginfo_rejected_uploads_total{reason="disagrees_with_executable"}"#),
+        "{metrics}"
+    );
+    a.stop().await;
+    b.stop().await;
+    ch.stop().await;
+}
+
 fn upload_file(server: &TestServer, file: &Path) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_bimodal-server"))
         .args(["debuginfo", "upload"])
