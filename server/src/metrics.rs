@@ -1,7 +1,7 @@
 //! The server's own figures, served on `GET /metrics` for Prometheus: ingest (batches by
 //! outcome, samples, rejections by reason), API latency per route, ClickHouse errors, rule
-//! evaluations and alert deliveries, and the process's CPU and memory. One registry per process:
-//! servers started in one process (tests) add up.
+//! evaluations and alert deliveries, refused requests and connections, and the process's CPU and
+//! memory. One registry per process: servers started in one process (tests) add up.
 
 use std::sync::LazyLock;
 
@@ -56,6 +56,13 @@ pub struct Metrics {
     pub alert_notifications: Family<Labels2, Counter>,
     /// Requests refused for their token, by `reason` (missing, unknown, scope, node).
     pub auth_refused: Family<Label, Counter>,
+    /// Connections closed before any request was served, by `reason`: tls_handshake (failed),
+    /// tls_timeout (not done in 10 s), silent (no first bytes in 10 s), slow_headers (an
+    /// HTTP/1.1 request head not complete in 10 s).
+    pub connections_refused: Family<Label, Counter>,
+    /// API requests refused before they ran, by `reason`: rate (the reader is beyond
+    /// `--api-request-rate`).
+    pub api_refused: Family<Label, Counter>,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
@@ -73,6 +80,8 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         alerts: Family::default(),
         alert_notifications: Family::default(),
         auth_refused: Family::default(),
+        connections_refused: Family::default(),
+        api_refused: Family::default(),
         registry: Registry::default(),
     };
     registry.register(
@@ -134,6 +143,16 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "bimodal_auth_refused",
         "Requests refused for their token, by reason",
         m.auth_refused.clone(),
+    );
+    registry.register(
+        "bimodal_connections_refused",
+        "Connections closed before any request was served, by reason",
+        m.connections_refused.clone(),
+    );
+    registry.register(
+        "bimodal_api_refused_requests",
+        "API requests refused before they ran, by reason",
+        m.api_refused.clone(),
     );
     registry.register_collector(Box::new(bimodal_proto::self_metrics::ProcessCollector));
     Metrics { registry, ..m }

@@ -5,6 +5,8 @@
 //! Deadlines: a client has [`FIRST_BYTES_TIMEOUT`] to send the start of its first request (the
 //! HTTP/2 preface, or an HTTP/1.1 request line), an HTTP/1.1 request head must be complete within
 //! [`HEADER_READ_TIMEOUT`], and an HTTP/2 connection that stops answering pings is closed.
+//! Connections cut off before a request, and failed TLS handshakes, are counted in
+//! `bimodal_connections_refused_total{reason}`.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -156,6 +158,11 @@ pub async fn serve(mut incoming: Incoming, app: Router, shutdown: impl Future<Ou
         let connection = graceful.watch(builder.serve_connection_with_upgrades(io, service).into_owned());
         tokio::spawn(async move {
             if let Err(e) = connection.await {
+                // A server-side hyper timeout is only the HTTP/1.1 header read's (an HTTP/2
+                // connection that stops answering pings is another error).
+                if e.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_timeout) {
+                    count_refused_connection("slow_headers");
+                }
                 tracing::debug!(%addr, error = %e, "connection ended");
             }
         });
@@ -166,13 +173,24 @@ pub async fn serve(mut incoming: Incoming, app: Router, shutdown: impl Future<Ou
     }
 }
 
+/// Counts a connection closed before any request was served, under `reason`
+/// (`bimodal_connections_refused_total`): tls_handshake, tls_timeout, silent, slow_headers.
+pub(crate) fn count_refused_connection(reason: &'static str) {
+    crate::metrics::metrics()
+        .connections_refused
+        .get_or_create(&crate::metrics::label("reason", reason))
+        .inc();
+}
+
 /// A stream whose first [`FIRST_BYTES`] must arrive before a deadline: a client that connects
-/// and sends nothing (or too little to tell its protocol) is cut off instead of holding a
-/// connection and its task forever.
+/// and sends nothing (or too little to tell its protocol) is cut off, and counted as `silent`,
+/// instead of holding a connection and its task forever.
 struct FirstBytes<T> {
     inner: T,
     deadline: Option<Pin<Box<Sleep>>>,
     missing: usize,
+    /// The deadline passed: every read fails (and the cut-off was counted once).
+    cut_off: bool,
 }
 
 impl<T> FirstBytes<T> {
@@ -181,14 +199,19 @@ impl<T> FirstBytes<T> {
             inner,
             deadline: Some(Box::pin(tokio::time::sleep(within))),
             missing: FIRST_BYTES,
+            cut_off: false,
         }
     }
 }
 
 impl<T: AsyncRead + Unpin> AsyncRead for FirstBytes<T> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let silent = || std::io::Error::new(std::io::ErrorKind::TimedOut, "the client sent no request in time");
         let before = buf.filled().len();
         let this = &mut *self;
+        if this.cut_off {
+            return Poll::Ready(Err(silent()));
+        }
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
                 let read = buf.filled().len() - before;
@@ -202,10 +225,9 @@ impl<T: AsyncRead + Unpin> AsyncRead for FirstBytes<T> {
             Poll::Pending => {
                 let expired = this.deadline.as_mut().is_some_and(|d| d.as_mut().poll(cx).is_ready());
                 if expired {
-                    Poll::Ready(Err(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        "the client sent no request in time",
-                    )))
+                    this.cut_off = true;
+                    count_refused_connection("silent");
+                    Poll::Ready(Err(silent()))
                 } else {
                     Poll::Pending
                 }
@@ -247,12 +269,26 @@ mod tests {
 
     #[tokio::test]
     async fn a_silent_client_is_cut_off_and_a_talking_one_is_not() {
+        let silent = || {
+            crate::metrics::metrics()
+                .connections_refused
+                .get_or_create(&crate::metrics::label("reason", "silent"))
+                .get()
+        };
         let within = Duration::from_millis(200);
         let (client, server) = tokio::io::duplex(64);
         let mut stream = FirstBytes::new(server, within);
         let mut buf = [0u8; 64];
+        let before = silent();
         let err = stream.read(&mut buf).await.unwrap_err();
         assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
+        // Every later read fails too. (Other tests of the process may count as well: the count
+        // must have risen.)
+        assert_eq!(
+            stream.read(&mut buf).await.unwrap_err().kind(),
+            std::io::ErrorKind::TimedOut
+        );
+        assert!(silent() > before, "the cut-off is not counted");
         drop(client);
 
         let (mut client, server) = tokio::io::duplex(64);

@@ -283,8 +283,17 @@ impl TlsListener {
                         Ok(Ok(tls)) => {
                             let _ = ready.send((tls, peer)).await;
                         }
-                        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                        // Counted whatever the cause: a client that does not speak TLS, trusts
+                        // another CA, presents a certificate of another CA, or closes before a
+                        // handshake (a TCP health check).
+                        Ok(Err(e)) => {
+                            crate::serve::count_refused_connection("tls_handshake");
+                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                        }
+                        Err(_) => {
+                            crate::serve::count_refused_connection("tls_timeout");
+                            tracing::debug!(%peer, "TLS handshake timed out");
+                        }
                     }
                 });
                 if tx.is_closed() {

@@ -1,6 +1,8 @@
 //! Tokens and TLS against a real server: who may write as which node, who may read the API,
-//! refusals with clear statuses, a token file edited while the server runs, a server that will
-//! not listen beyond loopback without tokens, and agents and the CLI over TLS.
+//! refusals with clear statuses, a token file edited while the server runs (tokens added and
+//! revoked), a server that will not listen beyond loopback without tokens, agents and the CLI
+//! over TLS, a certificate renewed while the server runs, and connections refused before any
+//! request, counted.
 
 use std::time::{Duration, Instant};
 
@@ -144,6 +146,65 @@ async fn tokens_decide_who_writes_as_which_node_and_who_reads() {
     server.stop().await;
 }
 
+/// Tokens taken out of the file while the server runs are refused within seconds (a stream
+/// UNAUTHENTICATED, an API call 401), and tokens put in by the same edit are honoured: a leaked
+/// token is revoked without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_taken_out_of_the_file_are_refused_and_put_in_honoured() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old_agent, old_agent_entry) = new_token("old-agents", &[Scope::Write], None);
+    let (old_reader, old_reader_entry) = new_token("old-dashboards", &[Scope::Read], None);
+    let (new_agent, new_agent_entry) = new_token("new-agents", &[Scope::Write], None);
+    let (new_reader, new_reader_entry) = new_token("new-dashboards", &[Scope::Read], None);
+    let tokens = dir.path().join("tokens.yaml");
+    std::fs::write(&tokens, format!("tokens:\n{old_agent_entry}{old_reader_entry}")).unwrap();
+    let config = Config {
+        token_file: Some(tokens.clone()),
+        ..test_config("127.0.0.1:0".parse().unwrap(), &dir.path().join("server"))
+    };
+    let server = TestServer::with_config(config, None).await;
+    let url = server.url();
+    let one = |id: u8| vec![hello("revoked-1"), req(batch([id; 16], false, "hot", 3))];
+    let stored = bimodal_proto::v1::ack::Status::Stored as i32;
+
+    // Before the edit: the old tokens are known, the new ones not.
+    let acks = exchange_as(url.clone(), Some(&old_agent), one(1)).await.unwrap();
+    assert_eq!(acks[0].status, stored, "{acks:?}");
+    let e = exchange_as(url.clone(), Some(&new_agent), one(2)).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
+    assert_eq!(get_as(&server, "/api/v1/nodes", Some(&old_reader)).await.0, 200);
+    assert_eq!(get_as(&server, "/api/v1/nodes", Some(&new_reader)).await.0, 401);
+
+    // The old tokens out, the new ones in, in one write. (After a second: a distinct
+    // modification time on file systems that keep whole seconds.)
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    std::fs::write(&tokens, format!("tokens:\n{new_agent_entry}{new_reader_entry}")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body, _) = get_as(&server, "/api/v1/nodes", Some(&old_reader)).await;
+        if status != 200 {
+            assert_eq!(status, 401, "{body}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the removed token is still honoured");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // The old tokens are refused, for reads and writes, with the reason; the new ones honoured.
+    let (status, body, challenge) = get_as(&server, "/api/v1/nodes", Some(&old_reader)).await;
+    assert_eq!((status, challenge.as_deref()), (401, Some("Bearer")), "{body}");
+    assert!(body.contains("not known"), "{body}");
+    assert_eq!(get_as(&server, "/metrics", Some(&old_reader)).await.0, 401);
+    let e = exchange_as(url.clone(), Some(&old_agent), one(3)).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
+    assert!(e.message().contains("not known"), "{e:?}");
+    let (status, body, _) = get_as(&server, "/api/v1/nodes", Some(&new_reader)).await;
+    assert_eq!(status, 200, "{body}");
+    let acks = exchange_as(url.clone(), Some(&new_agent), one(4)).await.unwrap();
+    assert_eq!(acks[0].status, stored, "{acks:?}");
+    server.stop().await;
+}
+
 /// Without tokens the server listens on loopback only, unless told otherwise; a token file with
 /// mistakes is refused at start with each mistake's line.
 #[tokio::test]
@@ -194,9 +255,11 @@ fn certificates(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBu
 /// TLS on the one port: an agent trusting the server's CA writes over gRPC+TLS with its token;
 /// one trusting only the system's roots refuses the server's certificate, plain text gets
 /// nowhere; `bimodal` reads the API over HTTPS with the CA file and refuses the server without it.
+/// Failed handshakes (garbage bytes) and a client that never starts one are counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agents_and_readers_reach_the_server_over_tls() {
     use bimodal_proto::client::{ServerAddress, Token};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let dir = tempfile::tempdir().unwrap();
     let (ca, cert, key) = certificates(dir.path());
     let (agent, agent_entry) = new_token("agents", &[Scope::Write], None);
@@ -214,6 +277,9 @@ async fn agents_and_readers_reach_the_server_over_tls() {
     };
     let server = TestServer::with_config(config, None).await;
     let port = server.addr.port();
+    // A client that never starts its handshake, cut off after 10 s, while the rest goes on.
+    let timeouts = connections_refused("tls_timeout");
+    let mut silent = tokio::net::TcpStream::connect(server.addr).await.unwrap();
     // An address, not a name: no resolver between the test and the server.
     let https = format!("https://127.0.0.1:{port}");
     let one = |id: u8| vec![hello("tls-1"), req(batch([id; 16], false, "hot", 3))];
@@ -230,6 +296,15 @@ async fn agents_and_readers_reach_the_server_over_tls() {
     assert!(format!("{e:#}").to_lowercase().contains("certificate"), "{e:#}");
     let plain = ServerAddress::new(format!("http://127.0.0.1:{port}"), Some(Token::Value(agent.clone())));
     assert!(super::wire::exchange_at(&plain, one(3)).await.is_err());
+    // Bytes that are not TLS: the handshake fails at once, and is counted.
+    let failures = connections_refused("tls_handshake");
+    let mut garbage = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    garbage.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), garbage.read_to_end(&mut rest))
+        .await
+        .expect("a client that does not speak TLS is let go at once");
+    connections_refused_rises("tls_handshake", failures).await;
 
     // The CLI over HTTPS, trusting the CA file; without it the system's roots do not know the CA.
     let cli = |ca_file: Option<&std::path::Path>| {
@@ -250,6 +325,106 @@ async fn agents_and_readers_reach_the_server_over_tls() {
         String::from_utf8_lossy(&out.stderr).contains("cannot reach the server"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+
+    let bound = Duration::from_secs(40);
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(bound, silent.read_to_end(&mut rest)).await;
+    assert!(
+        read.is_ok(),
+        "a client without a handshake is still connected after {bound:?}"
+    );
+    connections_refused_rises("tls_timeout", timeouts).await;
+    server.stop().await;
+}
+
+/// The certificate (DER) a TLS handshake with `addr` is served, by a client trusting the CAs of
+/// `cas` (PEM files) only; an error when the handshake fails (the server's certificate is not
+/// of those CAs).
+async fn served_certificate(addr: std::net::SocketAddr, cas: &[&std::path::Path]) -> std::io::Result<Vec<u8>> {
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in cas {
+        for cert in rustls_pki_types::CertificateDer::pem_file_iter(ca).unwrap() {
+            roots.add(cert.unwrap()).unwrap();
+        }
+    }
+    let config =
+        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+    let tls = connector.connect(name, tcp).await?;
+    let served = tls.get_ref().1.peer_certificates().expect("a server certificate")[0].to_vec();
+    Ok(served)
+}
+
+/// The first certificate (DER) of a PEM file.
+fn certificate_der(pem: &std::path::Path) -> Vec<u8> {
+    use rustls_pki_types::pem::PemObject;
+    rustls_pki_types::CertificateDer::from_pem_file(pem).unwrap().to_vec()
+}
+
+/// A renewed certificate written over the served one's files takes effect without a restart:
+/// new connections are served it (a client trusting only the new CA gets through, one trusting
+/// only the old CA no longer does) and agents write over it. Until then, and while the new
+/// certificate and key do not yet match (written one after the other), the old one is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewed_certificate_is_served_without_a_restart() {
+    use bimodal_proto::client::ServerAddress;
+    let dir = tempfile::tempdir().unwrap();
+    let (old_ca, cert, key) = certificates(dir.path());
+    let renewed = dir.path().join("renewed");
+    std::fs::create_dir(&renewed).unwrap();
+    let (new_ca, new_cert, new_key) = certificates(&renewed);
+    let config = Config {
+        tls: Some(bimodal_server::tls::TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: None,
+        }),
+        ..test_config("127.0.0.1:0".parse().unwrap(), &dir.path().join("server"))
+    };
+    let server = TestServer::with_config(config, None).await;
+    let (old, new) = (certificate_der(&cert), certificate_der(&new_cert));
+    let both = [old_ca.as_path(), new_ca.as_path()];
+    assert_eq!(served_certificate(server.addr, &both).await.unwrap(), old);
+    assert!(served_certificate(server.addr, &[&new_ca]).await.is_err());
+
+    // The renewal, over the files in place: the certificate, then its key. (After a second: a
+    // distinct modification time on file systems that keep whole seconds.)
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    std::fs::copy(&new_cert, &cert).unwrap();
+    std::fs::copy(&new_key, &key).unwrap();
+    // The files are looked at every 10 s.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let served = served_certificate(server.addr, &both)
+            .await
+            .expect("the old certificate or the new one is served");
+        if served == new {
+            break;
+        }
+        assert_eq!(served, old, "neither the old certificate nor the new one");
+        assert!(Instant::now() < deadline, "the renewed certificate was never served");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let e = served_certificate(server.addr, &[&old_ca]).await.unwrap_err();
+    assert!(e.to_string().to_lowercase().contains("certificate"), "{e}");
+    assert_eq!(served_certificate(server.addr, &[&new_ca]).await.unwrap(), new);
+    let agent = ServerAddress::new(format!("https://127.0.0.1:{}", server.addr.port()), None)
+        .with_ca_file(Some(new_ca.clone()));
+    let acks = super::wire::exchange_at(&agent, vec![hello("renewed-1"), req(batch([1; 16], false, "hot", 3))])
+        .await
+        .unwrap();
+    assert_eq!(
+        acks[0].status,
+        bimodal_proto::v1::ack::Status::Stored as i32,
+        "{acks:?}"
     );
     server.stop().await;
 }
@@ -370,12 +545,41 @@ async fn client_certificates_bind_agents_to_their_node() {
     server.stop().await;
 }
 
+/// `bimodal_connections_refused_total{reason}` as `/metrics` serves it: the process's, which
+/// every server of the test binary adds to (0 before the first).
+fn connections_refused(reason: &str) -> f64 {
+    let prefix = format!("bimodal_connections_refused_total{{reason=\"{reason}\"}} ");
+    bimodal_server::metrics::text()
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map_or(0.0, |v| v.trim().parse().unwrap())
+}
+
+/// Waits until [`connections_refused`] of `reason` is above `before` (a connection is counted
+/// just after it is closed), 10 s at most.
+async fn connections_refused_rises(reason: &str, before: f64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while connections_refused(reason) <= before {
+        if Instant::now() >= deadline {
+            let text = bimodal_server::metrics::text();
+            let counted: Vec<&str> = text
+                .lines()
+                .filter(|l| l.starts_with("bimodal_connections_refused"))
+                .collect();
+            panic!("no connection refused as {reason} was counted: {counted:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// A client that connects and says nothing, and one that starts a request head and never ends
-/// it, are disconnected by the server instead of holding their connections forever.
+/// it, are disconnected by the server instead of holding their connections forever, and each
+/// is counted by its reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_and_slow_clients_are_cut_off() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let server = TestServer::start().await;
+    let before = [connections_refused("silent"), connections_refused("slow_headers")];
     let silent = tokio::net::TcpStream::connect(server.addr).await.unwrap();
     let mut slow = tokio::net::TcpStream::connect(server.addr).await.unwrap();
     slow.write_all(b"GET /api/v1/nodes HTTP/1.1\r\nHost: x\r\n")
@@ -388,6 +592,8 @@ async fn silent_and_slow_clients_are_cut_off() {
         let read = tokio::time::timeout(bound, stream.read_to_end(&mut rest)).await;
         assert!(read.is_ok(), "the {name} client is still connected after {bound:?}");
     }
+    connections_refused_rises("silent", before[0]).await;
+    connections_refused_rises("slow_headers", before[1]).await;
     // The server still serves others.
     assert_eq!(server.get("/healthz").await.0, 200);
     server.stop().await;
