@@ -10,6 +10,7 @@ pub mod auth;
 pub mod debuginfo;
 pub mod ingest;
 pub mod metrics;
+pub mod rate;
 pub mod selector;
 pub mod serve;
 pub mod storage;
@@ -69,7 +70,9 @@ pub struct Config {
     /// ([`ingest::DEFAULT_MAX_IN_FLIGHT_BYTES`]); more are told to retry later.
     pub max_in_flight_bytes: u64,
     /// How fast each node may send batches; faster ones are told to retry later.
-    pub node_batches: ingest::rate::BatchRate,
+    pub node_batches: rate::Rate,
+    /// How fast each reader (token, or address without tokens) may send API requests.
+    pub api_requests: rate::Rate,
 }
 
 /// A bound, running server (before it serves).
@@ -86,7 +89,8 @@ pub struct Server {
     tls: Option<tls::Acceptor>,
     max_streams: usize,
     max_in_flight_bytes: u64,
-    node_batches: ingest::rate::BatchRate,
+    node_batches: rate::Rate,
+    api_requests: rate::Rate,
 }
 
 impl Server {
@@ -164,6 +168,7 @@ impl Server {
             max_streams: config.max_streams.max(1),
             max_in_flight_bytes: config.max_in_flight_bytes,
             node_batches: config.node_batches,
+            api_requests: config.api_requests,
         })
     }
 
@@ -199,6 +204,7 @@ impl Server {
             bands_null,
             alerting,
             auth: self.auth,
+            requests: Arc::new(rate::Buckets::new(self.api_requests)),
         })
         .route_service(
             &path(<ingest::encoded::EncodedIngestServer as NamedService>::NAME),

@@ -104,11 +104,19 @@ struct Cli {
     /// Batches a second each node may send on average (an agent sends one per interval, faster
     /// while it empties its spool); beyond it, and beyond --node-batch-burst at once, batches are
     /// answered "retry later".
-    #[arg(long, env = "BIMODAL_NODE_BATCH_RATE", default_value_t = 5.0, value_parser = positive_rate)]
+    #[arg(long, env = "BIMODAL_NODE_BATCH_RATE", default_value_t = bimodal_server::rate::Rate::NODE_BATCHES.per_second, value_parser = positive_rate)]
     node_batch_rate: f64,
     /// Batches a node may send at once before its rate applies.
-    #[arg(long, env = "BIMODAL_NODE_BATCH_BURST", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "BIMODAL_NODE_BATCH_BURST", default_value_t = bimodal_server::rate::Rate::NODE_BATCHES.burst, value_parser = clap::value_parser!(u32).range(1..))]
     node_batch_burst: u32,
+    /// API requests a second each reader may send on average (each token; each client address
+    /// without --token-file); beyond it, and beyond --api-request-burst at once, requests are
+    /// answered 429 with Retry-After. /healthz and the UI's files are not counted.
+    #[arg(long, env = "BIMODAL_API_REQUEST_RATE", default_value_t = bimodal_server::rate::Rate::API_REQUESTS.per_second, value_parser = positive_rate)]
+    api_request_rate: f64,
+    /// API requests a reader may send at once before its rate applies.
+    #[arg(long, env = "BIMODAL_API_REQUEST_BURST", default_value_t = bimodal_server::rate::Rate::API_REQUESTS.burst, value_parser = clap::value_parser!(u32).range(1..))]
+    api_request_burst: u32,
     /// Listen on an address other than loopback without --token-file.
     #[arg(long, env = "BIMODAL_ALLOW_UNAUTHENTICATED")]
     allow_unauthenticated: bool,
@@ -209,7 +217,7 @@ enum DebuginfoCommand {
 fn positive_rate(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(r) if r > 0.0 && r.is_finite() => Ok(r),
-        _ => Err(format!("`{s}` is not a number of batches a second above 0")),
+        _ => Err(format!("`{s}` is not a number a second above 0")),
     }
 }
 
@@ -351,9 +359,13 @@ async fn main() -> std::process::ExitCode {
         token_file: cli.token_file,
         max_streams: cli.max_streams,
         max_in_flight_bytes: cli.max_in_flight_bytes,
-        node_batches: bimodal_server::ingest::rate::BatchRate {
+        node_batches: bimodal_server::rate::Rate {
             per_second: cli.node_batch_rate,
             burst: cli.node_batch_burst,
+        },
+        api_requests: bimodal_server::rate::Rate {
+            per_second: cli.api_request_rate,
+            burst: cli.api_request_burst,
         },
         tls: cli
             .tls_cert

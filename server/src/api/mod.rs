@@ -35,6 +35,8 @@ pub struct AppState {
     /// Who may read: the API and `/metrics` need a token with the `read` scope when the server
     /// has tokens (`/healthz` and the UI's files do not).
     pub auth: crate::auth::Auth,
+    /// How fast each reader may ask: keyed by token name, or by client address without tokens.
+    pub requests: Arc<crate::rate::Buckets>,
 }
 
 /// The router, kept apart from `main` so tests can drive it without a socket.
@@ -56,7 +58,7 @@ pub fn app(state: AppState) -> Router {
         .route("/metrics", get(metrics))
         // Latency per route (after routing: the route's pattern, not the path, is the label).
         .route_layer(axum::middleware::from_fn(timed))
-        .route_layer(axum::middleware::from_fn_with_state(state.clone(), readers_only))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), admitted))
         .fallback(web::asset)
         .with_state(state)
 }
@@ -66,23 +68,28 @@ async fn healthz(State(state): State<AppState>) -> Result<&'static str, AppError
     Ok("ok\n")
 }
 
-/// Refuses API and metrics requests without a token that may read (401 without a known token,
-/// 403 for a token without the `read` scope); `/healthz` stays open for probes.
-async fn readers_only(
+/// Admits API and metrics requests from readers: with tokens, one that may read (401 without a
+/// known token, 403 for a token without the `read` scope); then within the reader's rate (429
+/// with Retry-After beyond it). `/healthz` stays open for probes.
+async fn admitted(
     State(state): State<AppState>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
-    if request.uri().path() == "/healthz" || !state.auth.enabled() {
+    if request.uri().path() == "/healthz" {
         return next.run(request).await;
     }
     let header = request
         .headers()
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    match state.auth.allow(header, crate::auth::Scope::Read, None) {
-        Ok(_) => next.run(request).await,
+    let reader = match state.auth.allow(header, crate::auth::Scope::Read, None) {
+        Ok(Some(token)) => format!("token:{token}"),
+        Ok(None) => request
+            .extensions()
+            .get::<crate::serve::Peer>()
+            .map_or_else(|| "address:unknown".to_owned(), |p| format!("address:{}", p.addr.ip())),
         Err(refused) => {
             crate::auth::count_refusal(&refused);
             let status = match refused {
@@ -91,14 +98,37 @@ async fn readers_only(
                 }
                 _ => axum::http::StatusCode::FORBIDDEN,
             };
-            (
+            return (
                 status,
                 [(axum::http::header::WWW_AUTHENTICATE, "Bearer")],
                 Json(serde_json::json!({ "error": refused.to_string() })),
             )
-                .into_response()
+                .into_response();
         }
+    };
+    if let Err(wait) = state.requests.take(&reader, std::time::Instant::now()) {
+        crate::metrics::metrics()
+            .api_refused
+            .get_or_create(&crate::metrics::label("reason", "rate"))
+            .inc();
+        let rate = state.requests.rate();
+        // Retry-After is in whole seconds: round up, so a client that waits it is let in.
+        let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        return (
+            axum::http::StatusCode::TOO_MANY_REQUESTS,
+            [(axum::http::header::RETRY_AFTER, seconds.to_string())],
+            Json(serde_json::json!({
+                "error": format!(
+                    "more than {} requests a second ({} at once) from {reader}; retry in {} ms",
+                    rate.per_second,
+                    rate.burst,
+                    wait.as_millis()
+                )
+            })),
+        )
+            .into_response();
     }
+    next.run(request).await
 }
 
 async fn timed(request: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {

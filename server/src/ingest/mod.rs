@@ -9,7 +9,6 @@
 //! instead of sending it first forever.
 
 pub mod encoded;
-pub mod rate;
 pub mod rows;
 pub mod validate;
 
@@ -55,7 +54,7 @@ pub struct IngestService {
     max_streams: usize,
     in_flight: Arc<Admission>,
     /// How fast each node may send batches.
-    rates: Arc<rate::NodeRates>,
+    rates: Arc<crate::rate::Buckets>,
 }
 
 impl IngestService {
@@ -65,7 +64,7 @@ impl IngestService {
         auth: crate::auth::Auth,
         max_streams: usize,
         max_in_flight_bytes: u64,
-        node_batches: rate::BatchRate,
+        node_batches: crate::rate::Rate,
     ) -> Self {
         let capacity_kib = usize::try_from(max_in_flight_bytes.div_ceil(1024))
             .unwrap_or(usize::MAX)
@@ -76,7 +75,7 @@ impl IngestService {
             auth,
             streams: Arc::new(tokio::sync::Semaphore::new(max_streams)),
             max_streams,
-            rates: Arc::new(rate::NodeRates::new(node_batches)),
+            rates: Arc::new(crate::rate::Buckets::new(node_batches)),
             in_flight: Arc::new(Admission {
                 room: Arc::new(tokio::sync::Semaphore::new(capacity_kib)),
                 capacity_kib,

@@ -140,7 +140,8 @@ pub fn test_config(listen: SocketAddr, dir: &std::path::Path) -> Config {
         tls: None,
         max_streams: 20_000,
         max_in_flight_bytes: bimodal_server::ingest::DEFAULT_MAX_IN_FLIGHT_BYTES,
-        node_batches: Default::default(),
+        node_batches: bimodal_server::rate::Rate::NODE_BATCHES,
+        api_requests: bimodal_server::rate::Rate::API_REQUESTS,
     }
 }
 

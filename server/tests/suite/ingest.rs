@@ -48,6 +48,73 @@ async fn resent_batches_are_stored_once_and_malformed_ones_refused() {
     server.stop().await;
 }
 
+/// One batch sent on two streams of one server at the same moment (an agent that reconnected
+/// while its first stream still waited for the ack) is stored once: one stream is told stored,
+/// the other duplicate, and the batch's samples count once. Ten batches, each raced, the
+/// copies sent from the same moment to 135 ms apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_raced_on_two_streams_is_stored_once() {
+    let server = TestServer::start().await;
+    let agent = bimodal_proto::client::ServerAddress::new(server.url(), None);
+    // A stream on a connection of its own, its Hello taken: the batch's sender and the acks.
+    let open = || {
+        let agent = agent.clone();
+        async move {
+            let mut client = agent.ingest().await.unwrap();
+            let (tx, rx) = tokio::sync::mpsc::channel(4);
+            tx.send(wire::hello("race-node")).await.unwrap();
+            let acks = client
+                .stream(tokio_stream::wrappers::ReceiverStream::new(rx))
+                .await
+                .unwrap()
+                .into_inner();
+            (tx, acks)
+        }
+    };
+    let ack_of = |message: Option<v1::IngestResponse>| match message.and_then(|m| m.message) {
+        Some(v1::ingest_response::Message::Ack(a)) => a,
+        other => panic!("no ack: {other:?}"),
+    };
+    const TRIALS: u8 = 10;
+    for trial in 1..=TRIALS {
+        let ((tx_a, mut acks_a), (tx_b, mut acks_b)) = tokio::join!(open(), open());
+        let raced = wire::batch([100 + trial; 16], false, &format!("raced_{trial}"), 3);
+        // The first trial at the same moment, then up to 135 ms apart: the two copies meet in
+        // one write buffer, or the second comes while the first is being written (flushes are
+        // 100 ms apart here).
+        let apart = Duration::from_millis(u64::from(trial - 1) * 15);
+        let (sent_a, sent_b) = tokio::join!(tx_a.send(req(raced.clone())), async {
+            tokio::time::sleep(apart).await;
+            tx_b.send(req(raced)).await
+        });
+        sent_a.unwrap();
+        sent_b.unwrap();
+        let (a, b) = tokio::time::timeout(Duration::from_secs(30), async {
+            tokio::join!(acks_a.message(), acks_b.message())
+        })
+        .await
+        .expect("both streams are answered");
+        let acks = [ack_of(a.unwrap()), ack_of(b.unwrap())];
+        let mut statuses: Vec<Status> = acks.iter().map(|a| Status::try_from(a.status).unwrap()).collect();
+        statuses.sort_by_key(|s| *s as i32);
+        assert_eq!(statuses, [Status::Stored, Status::Duplicate], "trial {trial}: {acks:?}");
+    }
+
+    let (status, folded) = server
+        .get(&format!(
+            "/api/v1/flamegraph?event=page_fault&{}&format=folded",
+            selector(r#"{node="race-node"}"#)
+        ))
+        .await;
+    assert_eq!(status, 200, "{folded}");
+    let mut lines: Vec<&str> = folded.lines().collect();
+    lines.sort_unstable();
+    let mut expected: Vec<String> = (1..=TRIALS).map(|t| format!("ingest;raced_{t} 300")).collect();
+    expected.sort_unstable();
+    assert_eq!(lines, expected, "each raced batch once");
+    server.stop().await;
+}
+
 /// A placement showing a process's .bss on node 1 while its threads ran on node 0 (the ScyllaDB
 /// case; no NUMA hardware needed to store and judge it) is reported as remote memory, and a
 /// local heap is not.
@@ -168,7 +235,7 @@ async fn streams_beyond_the_bound_are_told_to_retry() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_beyond_its_batch_rate_is_told_when_to_come_back() {
     let server = TestServer::start_changed(|c| bimodal_server::Config {
-        node_batches: bimodal_server::ingest::rate::BatchRate {
+        node_batches: bimodal_server::rate::Rate {
             per_second: 0.5,
             burst: 3,
         },

@@ -1,4 +1,5 @@
 mod alerts;
+mod api;
 mod auth;
 mod cli;
 mod clickhouse_cluster;

@@ -1,0 +1,140 @@
+//! How fast one client may ask: a token bucket per key, shared by all of the key's connections
+//! to this server. Ingest keys batches by node name: an agent sends one batch per interval (10 s
+//! by default) and catches up on a spool faster, and a node beyond its rate (a broken or hostile
+//! client, or many agents claiming one name) is answered "retry" with the time until its next
+//! batch is due, before the batch is decoded, so it costs the server a transfer and no more. The
+//! HTTP API keys requests by token (or by address without tokens): a reader beyond its rate is
+//! answered 429 with the time until its next request is due, before any query runs.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// What a key may do: `per_second` on average, `burst` at once.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rate {
+    pub per_second: f64,
+    pub burst: u32,
+}
+
+impl Rate {
+    /// Batches a node may send: 5 a second, 50 at once. Fifty times an agent's default pace,
+    /// and an hour of spooled batches (360) delivered in about a minute.
+    pub const NODE_BATCHES: Rate = Rate {
+        per_second: 5.0,
+        burst: 50,
+    };
+
+    /// API requests a reader may send: 20 a second, 200 at once. The UI asks about ten
+    /// questions per view, so a person clicking through views stays far below it; a script in
+    /// a loop does not, and cannot keep ClickHouse busy for everyone else.
+    pub const API_REQUESTS: Rate = Rate {
+        per_second: 20.0,
+        burst: 200,
+    };
+}
+
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+/// The buckets of the keys that asked lately.
+#[derive(Debug)]
+pub struct Buckets {
+    rate: Rate,
+    buckets: Mutex<HashMap<Arc<str>, Bucket>>,
+}
+
+/// Buckets kept before full ones (keys idle long enough to have their whole burst back) are
+/// forgotten: a forgotten bucket and a full one allow the same.
+const PRUNE_ABOVE: usize = 50_000;
+
+impl Buckets {
+    pub fn new(rate: Rate) -> Buckets {
+        Buckets {
+            rate: Rate {
+                per_second: rate.per_second.max(f64::MIN_POSITIVE),
+                burst: rate.burst.max(1),
+            },
+            buckets: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Takes one of `key`'s turns at `now`; when its bucket is empty, how long until it holds
+    /// a turn again.
+    pub fn take(&self, key: &str, now: Instant) -> Result<(), Duration> {
+        let (per_second, burst) = (self.rate.per_second, f64::from(self.rate.burst));
+        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        if buckets.len() > PRUNE_ABOVE {
+            let refill = Duration::from_secs_f64(burst / per_second);
+            buckets.retain(|_, b| now.saturating_duration_since(b.at) < refill);
+        }
+        if !buckets.contains_key(key) {
+            buckets.insert(Arc::from(key), Bucket { tokens: burst, at: now });
+        }
+        let Some(bucket) = buckets.get_mut(key) else {
+            return Ok(());
+        };
+        let refilled = now.saturating_duration_since(bucket.at).as_secs_f64() * per_second;
+        bucket.tokens = (bucket.tokens + refilled).min(burst);
+        bucket.at = now;
+        if bucket.tokens >= 1.0 {
+            bucket.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64((1.0 - bucket.tokens) / per_second))
+        }
+    }
+
+    pub fn rate(&self) -> Rate {
+        self.rate
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_gets_its_burst_then_its_rate_and_others_are_not_held_back() {
+        let rates = Buckets::new(Rate {
+            per_second: 2.0,
+            burst: 3,
+        });
+        let (a, b) = ("a", "b");
+        let t0 = Instant::now();
+        for _ in 0..3 {
+            assert_eq!(rates.take(a, t0), Ok(()));
+        }
+        let wait = rates.take(a, t0).unwrap_err();
+        assert_eq!(wait, Duration::from_millis(500));
+        assert_eq!(rates.take(b, t0), Ok(()), "another key has its own bucket");
+        // Half a second later one batch is due again, and only one.
+        let t1 = t0 + Duration::from_millis(500);
+        assert_eq!(rates.take(a, t1), Ok(()));
+        assert!(rates.take(a, t1).is_err());
+        // After a long pause the burst is back, not more.
+        let t2 = t1 + Duration::from_secs(3600);
+        for _ in 0..3 {
+            assert_eq!(rates.take(a, t2), Ok(()));
+        }
+        assert!(rates.take(a, t2).is_err());
+    }
+
+    #[test]
+    fn idle_keys_are_forgotten_when_there_are_many() {
+        let rates = Buckets::new(Rate {
+            per_second: 1.0,
+            burst: 1,
+        });
+        let t0 = Instant::now();
+        for i in 0..=PRUNE_ABOVE {
+            rates.take(&format!("n{i}"), t0).unwrap();
+        }
+        let later = t0 + Duration::from_secs(2);
+        rates.take("new", later).unwrap();
+        assert_eq!(rates.buckets.lock().unwrap().len(), 1);
+    }
+}

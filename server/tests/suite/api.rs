@@ -1,0 +1,81 @@
+//! The HTTP API's bounds against a real server: a reader beyond its request rate is answered 429
+//! with the time to come back, before anything is queried, and other readers are not held back.
+
+use std::time::Duration;
+
+use bimodal_server::auth::{new_token, Scope};
+use bimodal_server::rate::Rate;
+use bimodal_server::Config;
+
+use super::common::{test_config, TestServer};
+
+/// A GET with a bearer token: (status, body, Retry-After).
+async fn get(server: &TestServer, path: &str, token: &str) -> (u16, String, Option<String>) {
+    let url = format!("{}{path}", server.url());
+    let token = token.to_owned();
+    tokio::task::spawn_blocking(
+        move || match ureq::get(&url).set("Authorization", &format!("Bearer {token}")).call() {
+            Ok(r) => (r.status(), r.into_string().unwrap_or_default(), None),
+            Err(ureq::Error::Status(code, r)) => {
+                let retry_after = r.header("retry-after").map(str::to_owned);
+                (code, r.into_string().unwrap_or_default(), retry_after)
+            }
+            Err(e) => panic!("{e}"),
+        },
+    )
+    .await
+    .unwrap()
+}
+
+/// Each token has its own bucket: the one that used its burst is told to come back in whole
+/// seconds and is let in when it does; the other reads on; probes are not counted; the refusal
+/// is counted by reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_beyond_its_request_rate_is_told_when_to_come_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (busy, busy_entry) = new_token("busy-script", &[Scope::Read], None);
+    let (other, other_entry) = new_token("dashboards", &[Scope::Read], None);
+    let tokens = dir.path().join("tokens.yaml");
+    std::fs::write(&tokens, format!("tokens:\n{busy_entry}{other_entry}")).unwrap();
+    let config = Config {
+        token_file: Some(tokens),
+        api_requests: Rate {
+            per_second: 0.5,
+            burst: 3,
+        },
+        ..test_config("127.0.0.1:0".parse().unwrap(), &dir.path().join("server"))
+    };
+    let server = TestServer::with_config(config, None).await;
+
+    for _ in 0..3 {
+        let (status, body, _) = get(&server, "/api/v1/events", &busy).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let (status, body, retry_after) = get(&server, "/api/v1/events", &busy).await;
+    assert_eq!(status, 429, "{body}");
+    assert!(
+        body.contains("more than 0.5 requests a second (3 at once) from token:busy-script"),
+        "{body}"
+    );
+    // Two seconds until the next request at half a request a second.
+    assert_eq!(retry_after.as_deref(), Some("2"), "{body}");
+
+    let (status, body, _) = get(&server, "/api/v1/events", &other).await;
+    assert_eq!(status, 200, "another reader is not held back: {body}");
+    for _ in 0..5 {
+        let (status, body) = server.get("/healthz").await;
+        assert_eq!(status, 200, "probes are not counted: {body}");
+    }
+
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (status, body, _) = get(&server, "/api/v1/events", &busy).await;
+    assert_eq!(status, 200, "let in after waiting what it was told: {body}");
+
+    let (status, metrics, _) = get(&server, "/metrics", &other).await;
+    assert_eq!(status, 200, "{metrics}");
+    assert!(
+        metrics.contains(r#"bimodal_api_refused_requests_total{reason="rate"}"#),
+        "{metrics}"
+    );
+    server.stop().await;
+}
