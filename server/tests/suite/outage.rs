@@ -155,3 +155,75 @@ async fn batches_written_offline_are_imported_once() {
     assert_eq!(first, second, "the second import stored nothing");
     server.stop().await;
 }
+
+/// A batch the server refuses for good (here: a sample pointing at a stack the batch does not
+/// have) is dropped by the agent's shipper with a count, once, and removed from its spool on
+/// disk; the batches after it are stored as if it had not been there. Without the drop it would
+/// be sent first on every reconnect and hold back every later batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_refused_for_good_is_dropped_and_the_later_ones_arrive() {
+    use super::wire;
+    let server = TestServer::start().await;
+    let spool_dir = tempfile::tempdir().unwrap();
+    let spool = bimodal_proto::spool::SpoolOptions {
+        dir: Some(spool_dir.path().to_owned()),
+        max_bytes: 64 << 20,
+    };
+    let hello = match wire::hello("refused-node").message {
+        Some(bimodal_proto::v1::ingest_request::Message::Hello(h)) => h,
+        _ => unreachable!(),
+    };
+    let mut refused = wire::batch([2; 16], false, "refused_leaf", 7);
+    refused.samples[0].stack_index = 5;
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    for b in [
+        wire::batch([1; 16], false, "before_leaf", 3),
+        refused,
+        wire::batch([3; 16], false, "after_leaf", 4),
+    ] {
+        tx.send(b).await.unwrap();
+    }
+    drop(tx);
+    let (_stop, stopped) = tokio::sync::watch::channel(true);
+    let dropped = tokio::time::timeout(
+        Duration::from_secs(60),
+        bimodal_proto::stream::ship(
+            ServerAddress::new(server.url(), None),
+            &spool,
+            hello,
+            rx,
+            stopped,
+        ),
+    )
+    .await
+    .expect("every batch is settled")
+    .expect("the shipper ends cleanly");
+    assert_eq!(dropped, 1, "the refused batch, once");
+
+    let (status, body) = server
+        .get(&format!(
+            "/api/v1/flamegraph?event=page_fault&{}&format=folded",
+            selector(r#"{node="refused-node"}"#)
+        ))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("before_leaf 300") && body.contains("after_leaf 400"), "{body}");
+    assert!(!body.contains("refused_leaf"), "{body}");
+    let left: Vec<_> = walk(spool_dir.path());
+    assert!(left.is_empty(), "nothing left in the spool: {left:?}");
+    server.stop().await;
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
