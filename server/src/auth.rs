@@ -241,6 +241,8 @@ pub struct Auth {
 struct TokenFile {
     path: PathBuf,
     tokens: RwLock<(Arc<TokenSet>, Option<SystemTime>)>,
+    /// Bumped each time other tokens take effect.
+    version: std::sync::atomic::AtomicU64,
 }
 
 /// How often the token file is looked at for changes.
@@ -259,6 +261,7 @@ impl Auth {
         let file = Arc::new(TokenFile {
             path: path.to_owned(),
             tokens: RwLock::new((Arc::new(tokens), modified(path))),
+            version: Default::default(),
         });
         let weak = Arc::downgrade(&file);
         tokio::spawn(async move {
@@ -286,6 +289,14 @@ impl Auth {
     /// Whether requests need a token.
     pub fn enabled(&self) -> bool {
         self.file.is_some()
+    }
+
+    /// Changes each time the token file is read again with other tokens: what was allowed
+    /// before may not be any more (a long-lived stream checks again when it changes).
+    pub fn version(&self) -> u64 {
+        self.file
+            .as_ref()
+            .map_or(0, |f| f.version.load(std::sync::atomic::Ordering::Acquire))
     }
 
     /// Allows a request with this `authorization` header value for `scope`, and for writes as
@@ -384,6 +395,7 @@ impl TokenFile {
             Ok(tokens) => {
                 tracing::info!(path = %self.path.display(), tokens = tokens.len(), "token file read again");
                 *self.tokens.write().unwrap_or_else(|p| p.into_inner()) = (Arc::new(tokens), now);
+                self.version.fetch_add(1, std::sync::atomic::Ordering::Release);
             }
             Err(mistakes) => {
                 tracing::error!(%mistakes, "the changed token file has mistakes; the tokens read before stay in force");

@@ -198,7 +198,9 @@ impl IngestService {
                 )))
             }
         };
-        // The token (and certificate) may write as this node.
+        // The token (and certificate) may write as this node. (The tokens' version first: a
+        // change after it is checked again at the next batch.)
+        let mut allowed_by = self.auth.version();
         self.auth
             .allow_grpc(&metadata, peer.as_ref(), crate::auth::Scope::Write, Some(&hello.node))?;
         let labels = validate::hello(&hello).map_err(|e| invalid_hello(Status::invalid_argument(e.to_string())))?;
@@ -216,6 +218,7 @@ impl IngestService {
         let names = self.names.clone();
         let in_flight = self.in_flight.clone();
         let rates = self.rates.clone();
+        let auth = self.auth.clone();
         tokio::spawn(async move {
             let _connected = Connected::new();
             let _open_stream = open_stream;
@@ -250,6 +253,18 @@ impl IngestService {
                             }
                             Err(ReadError::Stream(status)) => return ended(status),
                         };
+                        // A token taken out of the token file while the stream is open ends
+                        // it at its next batch: a revoked agent does not write on for as long
+                        // as its connection lives. Checked again only when the tokens changed.
+                        if auth.version() != allowed_by {
+                            allowed_by = auth.version();
+                            let write = crate::auth::Scope::Write;
+                            if let Err(status) = auth.allow_grpc(&metadata, peer.as_ref(), write, Some(&sender.node)) {
+                                tracing::info!(node = %sender.node, %status, "ended a stream whose token was revoked");
+                                let _ = tx.send(Err(status)).await;
+                                return;
+                            }
+                        }
                         // Admitted here, from the batch's first bytes, before the rest of it is
                         // held and before the next message is read: a waiting stream holds
                         // nothing of its batch.

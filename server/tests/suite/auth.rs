@@ -175,6 +175,29 @@ async fn tokens_taken_out_of_the_file_are_refused_and_put_in_honoured() {
     assert_eq!(get_as(&server, "/api/v1/nodes", Some(&old_reader)).await.0, 200);
     assert_eq!(get_as(&server, "/api/v1/nodes", Some(&new_reader)).await.0, 401);
 
+    // A stream opened with the old agent token stays open across the edit.
+    let (open_tx, open_rx) = tokio::sync::mpsc::channel(4);
+    let mut open_client = bimodal_proto::client::ServerAddress::new(
+        url.clone(),
+        Some(bimodal_proto::client::Token::Value(old_agent.clone())),
+    )
+    .ingest()
+    .await
+    .unwrap();
+    for m in one(5) {
+        open_tx.send(m).await.unwrap();
+    }
+    let mut open_acks = open_client
+        .stream(tokio_stream::wrappers::ReceiverStream::new(open_rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let first = open_acks.message().await.unwrap().and_then(|r| r.message);
+    assert!(
+        matches!(&first, Some(bimodal_proto::v1::ingest_response::Message::Ack(a)) if a.status == stored),
+        "{first:?}"
+    );
+
     // The old tokens out, the new ones in, in one write. (After a second: a distinct
     // modification time on file systems that keep whole seconds.)
     tokio::time::sleep(Duration::from_millis(1100)).await;
@@ -202,6 +225,15 @@ async fn tokens_taken_out_of_the_file_are_refused_and_put_in_honoured() {
     assert_eq!(status, 200, "{body}");
     let acks = exchange_as(url.clone(), Some(&new_agent), one(4)).await.unwrap();
     assert_eq!(acks[0].status, stored, "{acks:?}");
+
+    // The stream opened before ends at its next batch, with the reason.
+    open_tx.send(req(batch([6; 16], false, "hot", 3))).await.unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(30), open_acks.message())
+        .await
+        .expect("the stream of a revoked token is ended");
+    let e = ended.expect_err("no ack for a revoked token's batch");
+    assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
+    assert!(e.message().contains("not known"), "{e:?}");
     server.stop().await;
 }
 

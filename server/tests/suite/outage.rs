@@ -187,13 +187,7 @@ async fn a_batch_refused_for_good_is_dropped_and_the_later_ones_arrive() {
     let (_stop, stopped) = tokio::sync::watch::channel(true);
     let dropped = tokio::time::timeout(
         Duration::from_secs(60),
-        bimodal_proto::stream::ship(
-            ServerAddress::new(server.url(), None),
-            &spool,
-            hello,
-            rx,
-            stopped,
-        ),
+        bimodal_proto::stream::ship(ServerAddress::new(server.url(), None), &spool, hello, rx, stopped),
     )
     .await
     .expect("every batch is settled")
@@ -207,7 +201,10 @@ async fn a_batch_refused_for_good_is_dropped_and_the_later_ones_arrive() {
         ))
         .await;
     assert_eq!(status, 200, "{body}");
-    assert!(body.contains("before_leaf 300") && body.contains("after_leaf 400"), "{body}");
+    assert!(
+        body.contains("before_leaf 300") && body.contains("after_leaf 400"),
+        "{body}"
+    );
     assert!(!body.contains("refused_leaf"), "{body}");
     let left: Vec<_> = walk(spool_dir.path());
     assert!(left.is_empty(), "nothing left in the spool: {left:?}");
