@@ -66,6 +66,9 @@ pub struct Config {
     pub tls: Option<tls::TlsFiles>,
     /// Agent streams served at once at most; more are told to retry later.
     pub max_streams: usize,
+    /// Connections served at once at most ([`serve::default_max_connections`] from the
+    /// descriptor limit); more are closed.
+    pub max_connections: usize,
     /// Encoded bytes of batches held at once between admission and the write buffer
     /// ([`ingest::DEFAULT_MAX_IN_FLIGHT_BYTES`]); more are told to retry later.
     pub max_in_flight_bytes: u64,
@@ -73,6 +76,8 @@ pub struct Config {
     pub node_batches: rate::Rate,
     /// How fast each reader (token, or address without tokens) may send API requests.
     pub api_requests: rate::Rate,
+    /// Stacks of flame graphs built at once ([`api::StackBudget`]).
+    pub max_building_stacks: u32,
 }
 
 /// A bound, running server (before it serves).
@@ -88,9 +93,11 @@ pub struct Server {
     auth: auth::Auth,
     tls: Option<tls::Acceptor>,
     max_streams: usize,
+    max_connections: usize,
     max_in_flight_bytes: u64,
     node_batches: rate::Rate,
     api_requests: rate::Rate,
+    max_building_stacks: u32,
 }
 
 impl Server {
@@ -166,9 +173,11 @@ impl Server {
             auth,
             tls,
             max_streams: config.max_streams.max(1),
+            max_connections: config.max_connections.max(1),
             max_in_flight_bytes: config.max_in_flight_bytes,
             node_batches: config.node_batches,
             api_requests: config.api_requests,
+            max_building_stacks: config.max_building_stacks,
         })
     }
 
@@ -205,6 +214,7 @@ impl Server {
             alerting,
             auth: self.auth,
             requests: Arc::new(rate::Buckets::new(self.api_requests)),
+            building: Arc::new(api::StackBudget::new(self.max_building_stacks)),
         })
         .route_service(
             &path(<ingest::encoded::EncodedIngestServer as NamedService>::NAME),
@@ -220,7 +230,7 @@ impl Server {
             }
             None => serve::Incoming::Plain(self.listener),
         };
-        serve::serve(incoming, app, shutdown).await;
+        serve::serve(incoming, app, self.max_connections, shutdown).await;
         if let Some(evaluation) = evaluation {
             evaluation.stop().await;
         }

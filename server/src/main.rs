@@ -96,6 +96,10 @@ struct Cli {
     /// Agent streams served at once at most (one per agent); more are told to retry later.
     #[arg(long, env = "BIMODAL_MAX_STREAMS", default_value_t = 20_000)]
     max_streams: usize,
+    /// Connections served at once at most (agents, uploads, readers); one more is closed at once.
+    /// Default: the process's open-file limit less 256 descriptors kept for ClickHouse and files.
+    #[arg(long, env = "BIMODAL_MAX_CONNECTIONS", value_parser = clap::value_parser!(u64).range(1..))]
+    max_connections: Option<u64>,
     /// Encoded bytes of batches held at once while they are decoded, checked and converted and
     /// their rows wait for room in the write buffer (their rows take several times this); more
     /// are told to retry later.
@@ -114,6 +118,10 @@ struct Cli {
     /// answered 429 with Retry-After. /healthz and the UI's files are not counted.
     #[arg(long, env = "BIMODAL_API_REQUEST_RATE", default_value_t = bimodal_server::rate::Rate::API_REQUESTS.per_second, value_parser = positive_rate)]
     api_request_rate: f64,
+    /// Stacks of flame graphs and diffs built at once (each costs memory while it is built);
+    /// requests beyond wait their turn for 30 s, then are answered 503 with Retry-After.
+    #[arg(long, env = "BIMODAL_MAX_BUILDING_STACKS", default_value_t = bimodal_server::api::StackBudget::DEFAULT_STACKS, value_parser = clap::value_parser!(u32).range(1..))]
+    max_building_stacks: u32,
     /// API requests a reader may send at once before its rate applies.
     #[arg(long, env = "BIMODAL_API_REQUEST_BURST", default_value_t = bimodal_server::rate::Rate::API_REQUESTS.burst, value_parser = clap::value_parser!(u32).range(1..))]
     api_request_burst: u32,
@@ -358,11 +366,15 @@ async fn main() -> std::process::ExitCode {
         alerts,
         token_file: cli.token_file,
         max_streams: cli.max_streams,
+        max_connections: cli
+            .max_connections
+            .map_or_else(bimodal_server::serve::default_max_connections, |n| n as usize),
         max_in_flight_bytes: cli.max_in_flight_bytes,
         node_batches: bimodal_server::rate::Rate {
             per_second: cli.node_batch_rate,
             burst: cli.node_batch_burst,
         },
+        max_building_stacks: cli.max_building_stacks,
         api_requests: bimodal_server::rate::Rate {
             per_second: cli.api_request_rate,
             burst: cli.api_request_burst,

@@ -61,7 +61,7 @@ pub struct Metrics {
     /// HTTP/1.1 request head not complete in 10 s).
     pub connections_refused: Family<Label, Counter>,
     /// API requests refused before they ran, by `reason`: rate (the reader is beyond
-    /// `--api-request-rate`).
+    /// `--api-request-rate`), busy (waited 30 s for `--max-building-stacks`).
     pub api_refused: Family<Label, Counter>,
 }
 

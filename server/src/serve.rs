@@ -5,8 +5,8 @@
 //! Deadlines: a client has [`FIRST_BYTES_TIMEOUT`] to send the start of its first request (the
 //! HTTP/2 preface, or an HTTP/1.1 request line), an HTTP/1.1 request head must be complete within
 //! [`HEADER_READ_TIMEOUT`], and an HTTP/2 connection that stops answering pings is closed.
-//! Connections cut off before a request, and failed TLS handshakes, are counted in
-//! `bimodal_connections_refused_total{reason}`.
+//! Connections cut off before a request, failed TLS handshakes and connections beyond the bound
+//! on open connections are counted in `bimodal_connections_refused_total{reason}`.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -49,6 +49,27 @@ const STREAM_WINDOW: u32 = 256 << 10;
 const CONNECTION_WINDOW: u32 = 1 << 20;
 /// Bytes that tell the protocol: the HTTP/2 preface is 24.
 const FIRST_BYTES: usize = 24;
+/// File descriptors the default connection bound leaves for everything else: ClickHouse
+/// connections, uploads arriving, the token and certificate files, the log.
+const DESCRIPTORS_KEPT: u64 = 256;
+
+/// Connections served at once by default: what the process's file-descriptor limit leaves after
+/// [`DESCRIPTORS_KEPT`]. Past the limit `accept` would fail for everyone, ClickHouse's
+/// connections included; under the bound only the newest clients are turned away.
+pub fn default_max_connections() -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit only writes the struct it is given.
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+        limit.rlim_cur
+    } else {
+        1024
+    };
+    soft.min(1 << 20).saturating_sub(DESCRIPTORS_KEPT).max(64) as usize
+}
+
 /// How long a shutdown waits for open connections to finish (an agent's ingest stream or an
 /// upload may never end by itself); then they are closed.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -123,10 +144,16 @@ impl Incoming {
     }
 }
 
-/// Serves `app` on every connection of `incoming` until `shutdown` completes; then stops
+/// Serves `app` on every connection of `incoming`, `max_connections` at once (one more is closed
+/// at once and counted as `too_many_connections`), until `shutdown` completes; then stops
 /// accepting, lets open connections finish what they are doing (HTTP/2 streams are told to go
 /// away), and returns.
-pub async fn serve(mut incoming: Incoming, app: Router, shutdown: impl Future<Output = ()> + Send) {
+pub async fn serve(
+    mut incoming: Incoming,
+    app: Router,
+    max_connections: usize,
+    shutdown: impl Future<Output = ()> + Send,
+) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -140,6 +167,7 @@ pub async fn serve(mut incoming: Incoming, app: Router, shutdown: impl Future<Ou
         .initial_stream_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW);
     let graceful = GracefulShutdown::new();
+    let places = std::sync::Arc::new(tokio::sync::Semaphore::new(max_connections.max(1)));
     tokio::pin!(shutdown);
     loop {
         let (io, peer) = tokio::select! {
@@ -147,6 +175,12 @@ pub async fn serve(mut incoming: Incoming, app: Router, shutdown: impl Future<Ou
             () = &mut shutdown => break,
         };
         let addr = peer.addr;
+        let Ok(place) = places.clone().try_acquire_owned() else {
+            count_refused_connection("too_many_connections");
+            tracing::debug!(%addr, max_connections, "closed a connection beyond the bound");
+            drop(io);
+            continue;
+        };
         let service = hyper::service::service_fn({
             let app = app.clone();
             move |mut request: hyper::Request<hyper::body::Incoming>| {
@@ -157,6 +191,7 @@ pub async fn serve(mut incoming: Incoming, app: Router, shutdown: impl Future<Ou
         let io = TokioIo::new(FirstBytes::new(io, FIRST_BYTES_TIMEOUT));
         let connection = graceful.watch(builder.serve_connection_with_upgrades(io, service).into_owned());
         tokio::spawn(async move {
+            let _place = place;
             if let Err(e) = connection.await {
                 // A server-side hyper timeout is only the HTTP/1.1 header read's (an HTTP/2
                 // connection that stops answering pings is another error).
@@ -174,7 +209,8 @@ pub async fn serve(mut incoming: Incoming, app: Router, shutdown: impl Future<Ou
 }
 
 /// Counts a connection closed before any request was served, under `reason`
-/// (`bimodal_connections_refused_total`): tls_handshake, tls_timeout, silent, slow_headers.
+/// (`bimodal_connections_refused_total`): tls_handshake, tls_timeout, silent, slow_headers,
+/// too_many_connections.
 pub(crate) fn count_refused_connection(reason: &'static str) {
     crate::metrics::metrics()
         .connections_refused
@@ -299,5 +335,58 @@ mod tests {
         tokio::time::sleep(within * 2).await;
         client.write_all(b"late").await.unwrap();
         assert_eq!(stream.read(&mut buf).await.unwrap(), 4);
+    }
+
+    /// An HTTP/1.1 keep-alive GET on `stream`; true when it was answered.
+    async fn answered(stream: &mut tokio::net::TcpStream) -> bool {
+        if stream.write_all(b"GET / HTTP/1.1\r\nHost: test\r\n\r\n").await.is_err() {
+            return false;
+        }
+        let mut got = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !got.ends_with(b"ok") {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+        true
+    }
+
+    #[tokio::test]
+    async fn connections_beyond_the_bound_are_closed_and_counted() {
+        let refused = || {
+            crate::metrics::metrics()
+                .connections_refused
+                .get_or_create(&crate::metrics::label("reason", "too_many_connections"))
+                .get()
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = Router::new().route("/", axum::routing::get(|| async { "ok" }));
+        tokio::spawn(serve(Incoming::Plain(listener), app, 2, std::future::pending()));
+
+        let mut first = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut second = tokio::net::TcpStream::connect(addr).await.unwrap();
+        assert!(answered(&mut first).await && answered(&mut second).await);
+        let before = refused();
+        let mut third = tokio::net::TcpStream::connect(addr).await.unwrap();
+        assert!(!answered(&mut third).await, "a third connection is served");
+        assert!(refused() > before, "the refusal is not counted");
+        // The two keep being served; once one closes, its place is free again.
+        assert!(answered(&mut first).await);
+        drop(second);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut next = tokio::net::TcpStream::connect(addr).await.unwrap();
+            if answered(&mut next).await {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the closed connection's place was not freed"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 }

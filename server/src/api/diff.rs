@@ -143,6 +143,8 @@ pub(super) async fn diff(State(state): State<AppState>, RawQuery(raw): RawQuery)
             )))
         }
     };
+    // Both sides' stacks, held until the answer is built.
+    let _building = state.building.hold(max_stacks.saturating_mul(2)).await?;
     let mut groups = Vec::new();
     for (label, nodes, selector) in sides {
         // Process labels in a side's selector pick its samples and its CPU-seconds; units of work

@@ -20,10 +20,21 @@ pub enum AppError {
     /// A bug or a crashed task; the message is logged, not shown.
     #[error("internal error")]
     Internal(String),
+    /// The server is as busy as its bounds allow; retry after the given seconds.
+    #[error("{0}")]
+    Busy(String, u64),
 }
 
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
+        if let AppError::Busy(message, retry_after) = &self {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(axum::http::header::RETRY_AFTER, retry_after.to_string())],
+                Json(serde_json::json!({ "error": message })),
+            )
+                .into_response();
+        }
         let status = match &self {
             AppError::BadRequest(_) => StatusCode::BAD_REQUEST,
             AppError::NotFound(_) => StatusCode::NOT_FOUND,
@@ -35,6 +46,7 @@ impl IntoResponse for AppError {
                 tracing::error!(error = %e, "request failed");
                 StatusCode::INTERNAL_SERVER_ERROR
             }
+            AppError::Busy(..) => StatusCode::SERVICE_UNAVAILABLE,
         };
         (status, Json(serde_json::json!({ "error": self.to_string() }))).into_response()
     }

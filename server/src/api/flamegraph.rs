@@ -25,6 +25,8 @@ enum Format {
 
 pub(super) async fn flamegraph(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Result<Response, AppError> {
     let (scope, max_stacks, format) = parse(raw.as_deref().unwrap_or(""), now())?;
+    // Held until the answer is built (it is serialized before this returns).
+    let _building = state.building.hold(max_stacks).await?;
     let mut graph = state.store.flame_graph(&scope, max_stacks).await?;
     state.names.name_profile(&mut graph.profile).await?;
     let profile = graph.profile;

@@ -37,6 +37,57 @@ pub struct AppState {
     pub auth: crate::auth::Auth,
     /// How fast each reader may ask: keyed by token name, or by client address without tokens.
     pub requests: Arc<crate::rate::Buckets>,
+    /// Stacks of flame graphs being built at once.
+    pub building: Arc<StackBudget>,
+}
+
+/// A bound on the stacks of flame graphs (and diffs) built at once: each costs memory for its
+/// rows, its tree and its answer while it is built (about 600 bytes a stack, measured with
+/// one-frame stacks), so readers asking at once for the largest graphs could take the server's
+/// memory without it. A request holds as many stacks as it may return; one that finds the budget
+/// spent waits its turn for up to [`StackBudget::WAIT`], then is answered 503 with Retry-After.
+#[derive(Debug)]
+pub struct StackBudget {
+    stacks: Arc<tokio::sync::Semaphore>,
+    total: u32,
+}
+
+impl StackBudget {
+    /// How long a request waits for its stacks.
+    pub const WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+    /// The default budget: one graph of the largest size, or ten of the default size, at once.
+    pub const DEFAULT_STACKS: u32 = 1_000_000;
+
+    pub fn new(total: u32) -> StackBudget {
+        let total = total.max(1);
+        StackBudget {
+            stacks: Arc::new(tokio::sync::Semaphore::new(total as usize)),
+            total,
+        }
+    }
+
+    /// Holds `stacks` of the budget (all of it, for a request asking more than there is) until
+    /// the permit is dropped.
+    pub async fn hold(&self, stacks: u32) -> Result<tokio::sync::OwnedSemaphorePermit, AppError> {
+        let wanted = stacks.clamp(1, self.total);
+        match tokio::time::timeout(Self::WAIT, self.stacks.clone().acquire_many_owned(wanted)).await {
+            Ok(Ok(permit)) => Ok(permit),
+            Ok(Err(_)) => Err(AppError::Internal("the stack budget is closed".into())),
+            Err(_) => {
+                crate::metrics::metrics()
+                    .api_refused
+                    .get_or_create(&crate::metrics::label("reason", "busy"))
+                    .inc();
+                Err(AppError::Busy(
+                    format!(
+                        "the server builds flame graphs of {} stacks at once and is waiting for them; retry later",
+                        self.total
+                    ),
+                    5,
+                ))
+            }
+        }
+    }
 }
 
 /// The router, kept apart from `main` so tests can drive it without a socket.

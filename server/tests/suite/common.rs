@@ -139,9 +139,11 @@ pub fn test_config(listen: SocketAddr, dir: &std::path::Path) -> Config {
         allow_unauthenticated: false,
         tls: None,
         max_streams: 20_000,
+        max_connections: bimodal_server::serve::default_max_connections(),
         max_in_flight_bytes: bimodal_server::ingest::DEFAULT_MAX_IN_FLIGHT_BYTES,
         node_batches: bimodal_server::rate::Rate::NODE_BATCHES,
         api_requests: bimodal_server::rate::Rate::API_REQUESTS,
+        max_building_stacks: bimodal_server::api::StackBudget::DEFAULT_STACKS,
     }
 }
 

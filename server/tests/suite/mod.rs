@@ -7,6 +7,7 @@ mod common;
 mod compare;
 mod crash;
 mod e2e;
+mod hostile;
 mod identity;
 mod ingest;
 mod outage;
