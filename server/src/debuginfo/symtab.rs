@@ -106,24 +106,38 @@ pub enum SymtabError {
 /// The file is memory-mapped and must not be truncated or rewritten while this runs (the
 /// server reads its own private copy of an upload).
 pub fn read(path: &Path) -> Result<SymbolTable, SymtabError> {
+    parse_mapped(
+        path,
+        read_elf::<elf::FileHeader32<Endianness>>,
+        read_elf::<elf::FileHeader64<Endianness>>,
+    )
+}
+
+/// Maps the ELF file at `path` and reads it with the reader of its class.
+fn parse_mapped<T>(
+    path: &Path,
+    elf32: fn(&[u8]) -> object::read::Result<T>,
+    elf64: fn(&[u8]) -> object::read::Result<T>,
+) -> Result<T, SymtabError> {
     let file = std::fs::File::open(path).map_err(|source| SymtabError::Open {
         path: path.to_owned(),
         source,
     })?;
     // SAFETY: a read-only mapping; every access below is bounds-checked by `object`, so bytes
-    // that change under us give a wrong table at worst. Only truncating the file while it is
-    // mapped could fault, which the caller rules out (see above).
+    // that change under us give a wrong answer at worst. Only truncating the file while it is
+    // mapped could fault, which the callers rule out (they read the server's private copy of
+    // an upload).
     let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|source| SymtabError::Map {
         path: path.to_owned(),
         source,
     })?;
     let data: &[u8] = &map;
-    let table = match FileKind::parse(data) {
-        Ok(FileKind::Elf32) => read_elf::<elf::FileHeader32<Endianness>>(data),
-        Ok(FileKind::Elf64) => read_elf::<elf::FileHeader64<Endianness>>(data),
+    let parsed = match FileKind::parse(data) {
+        Ok(FileKind::Elf32) => elf32(data),
+        Ok(FileKind::Elf64) => elf64(data),
         _ => return Err(SymtabError::NotElf { path: path.to_owned() }),
     };
-    table.map_err(|source| SymtabError::Elf {
+    parsed.map_err(|source| SymtabError::Elf {
         path: path.to_owned(),
         source,
     })
@@ -189,25 +203,11 @@ impl std::fmt::Display for Disagreement {
 /// This is what can be checked without the image's code: names the image does not carry (its
 /// local functions, when it is stripped) are the debug file's word.
 pub fn disagreement(path: &Path, executable: &SymbolTable) -> Result<Option<Disagreement>, SymtabError> {
-    let file = std::fs::File::open(path).map_err(|source| SymtabError::Open {
-        path: path.to_owned(),
-        source,
-    })?;
-    // SAFETY: as in `read`: a private copy, bounds-checked reads.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|source| SymtabError::Map {
-        path: path.to_owned(),
-        source,
-    })?;
-    let data: &[u8] = &map;
-    let symbols = match FileKind::parse(data) {
-        Ok(FileKind::Elf32) => defined_symbols::<elf::FileHeader32<Endianness>>(data),
-        Ok(FileKind::Elf64) => defined_symbols::<elf::FileHeader64<Endianness>>(data),
-        _ => return Err(SymtabError::NotElf { path: path.to_owned() }),
-    }
-    .map_err(|source| SymtabError::Elf {
-        path: path.to_owned(),
-        source,
-    })?;
+    let symbols = parse_mapped(
+        path,
+        defined_symbols::<elf::FileHeader32<Endianness>>,
+        defined_symbols::<elf::FileHeader64<Endianness>>,
+    )?;
     // A symbol names its own address, and what its size spans.
     let covers = |address: u64, size: u64, at: u64| address == at || (address < at && at - address < size);
     let mut by_name: std::collections::HashMap<&str, Vec<(u64, u64)>> = std::collections::HashMap::new();

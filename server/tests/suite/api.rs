@@ -7,24 +7,11 @@ use bimodal_server::auth::{new_token, Scope};
 use bimodal_server::rate::Rate;
 use bimodal_server::Config;
 
-use super::common::{test_config, TestServer};
+use super::common::{get_with, test_config, TestServer};
 
 /// A GET with a bearer token: (status, body, Retry-After).
 async fn get(server: &TestServer, path: &str, token: &str) -> (u16, String, Option<String>) {
-    let url = format!("{}{path}", server.url());
-    let token = token.to_owned();
-    tokio::task::spawn_blocking(
-        move || match ureq::get(&url).set("Authorization", &format!("Bearer {token}")).call() {
-            Ok(r) => (r.status(), r.into_string().unwrap_or_default(), None),
-            Err(ureq::Error::Status(code, r)) => {
-                let retry_after = r.header("retry-after").map(str::to_owned);
-                (code, r.into_string().unwrap_or_default(), retry_after)
-            }
-            Err(e) => panic!("{e}"),
-        },
-    )
-    .await
-    .unwrap()
+    get_with(server, path, Some(token), "retry-after").await
 }
 
 /// Each token has its own bucket: the one that used its burst is told to come back in whole

@@ -9,29 +9,12 @@ use std::time::{Duration, Instant};
 use bimodal_server::auth::{new_token, Scope};
 use bimodal_server::Config;
 
-use super::common::{test_config, TestServer};
+use super::common::{get_with, test_config, TestServer};
 use super::wire::{batch, exchange_as, hello, req};
 
 /// A GET with an optional bearer token: (status, body, WWW-Authenticate).
 async fn get_as(server: &TestServer, path: &str, token: Option<&str>) -> (u16, String, Option<String>) {
-    let url = format!("{}{path}", server.url());
-    let token = token.map(str::to_owned);
-    tokio::task::spawn_blocking(move || {
-        let mut request = ureq::get(&url);
-        if let Some(t) = &token {
-            request = request.set("Authorization", &format!("Bearer {t}"));
-        }
-        match request.call() {
-            Ok(r) => (r.status(), r.into_string().unwrap_or_default(), None),
-            Err(ureq::Error::Status(code, r)) => {
-                let challenge = r.header("www-authenticate").map(str::to_owned);
-                (code, r.into_string().unwrap_or_default(), challenge)
-            }
-            Err(e) => panic!("{e}"),
-        }
-    })
-    .await
-    .unwrap()
+    get_with(server, path, token, "www-authenticate").await
 }
 
 /// An agent token may write as the nodes it names and not read; a reader token may read and not

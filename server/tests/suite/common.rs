@@ -147,6 +147,36 @@ pub fn test_config(listen: SocketAddr, dir: &std::path::Path) -> Config {
     }
 }
 
+/// A GET of `path` with an optional bearer token: (status, body, the answer's `header`).
+pub async fn get_with(
+    server: &TestServer,
+    path: &str,
+    token: Option<&str>,
+    header: &'static str,
+) -> (u16, String, Option<String>) {
+    let url = format!("{}{path}", server.url());
+    let token = token.map(str::to_owned);
+    tokio::task::spawn_blocking(move || {
+        let mut request = ureq::get(&url);
+        if let Some(t) = &token {
+            request = request.set("Authorization", &format!("Bearer {t}"));
+        }
+        match request.call() {
+            Ok(r) => {
+                let value = r.header(header).map(str::to_owned);
+                (r.status(), r.into_string().unwrap_or_default(), value)
+            }
+            Err(ureq::Error::Status(code, r)) => {
+                let value = r.header(header).map(str::to_owned);
+                (code, r.into_string().unwrap_or_default(), value)
+            }
+            Err(e) => panic!("{e}"),
+        }
+    })
+    .await
+    .unwrap()
+}
+
 /// GET `path` from the HTTP server at `addr`: the status code and body; an error when nothing
 /// answers there.
 pub async fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, Vec<u8>)> {
