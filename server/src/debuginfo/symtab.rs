@@ -555,6 +555,23 @@ int main(int argc, char **) {
         out
     }
 
+    /// `binary`'s debug file (`objcopy --only-keep-debug`) and a stripped copy (`strip
+    /// --strip-all`), written beside it as `name.debug` and `name-stripped`.
+    fn split_debug(dir: &Path, binary: &Path, name: &str) -> (PathBuf, PathBuf) {
+        let debug_file = dir.join(format!("{name}.debug"));
+        run(Command::new("objcopy")
+            .arg("--only-keep-debug")
+            .arg(binary)
+            .arg(&debug_file));
+        let stripped = dir.join(format!("{name}-stripped"));
+        run(Command::new("strip")
+            .arg("--strip-all")
+            .arg("-o")
+            .arg(&stripped)
+            .arg(binary));
+        (debug_file, stripped)
+    }
+
     /// Defined symbols by (mangled) name: (address, size), from `nm`.
     fn nm(path: &Path, dynamic: bool) -> HashMap<String, (u64, u64)> {
         let mut cmd = Command::new("nm");
@@ -708,17 +725,7 @@ int main(int argc, char **) {
     fn a_separate_debug_file_names_by_elf_address() {
         let dir = tempfile::tempdir().unwrap();
         let exe = compile(dir.path(), "cc", "program", PROGRAM, &["-O1", "-g"]);
-        let debug_file = dir.path().join("program.debug");
-        run(Command::new("objcopy")
-            .arg("--only-keep-debug")
-            .arg(&exe)
-            .arg(&debug_file));
-        let stripped = dir.path().join("program-stripped");
-        run(Command::new("strip")
-            .arg("--strip-all")
-            .arg("-o")
-            .arg(&stripped)
-            .arg(&exe));
+        let (debug_file, stripped) = split_debug(dir.path(), &exe, "program");
         let symbols = nm(&exe, false);
 
         let table = read(&debug_file).unwrap();
@@ -769,17 +776,7 @@ int main(int argc, char **) {
             LIBRARY,
             &["-O1", "-g", "-shared", "-fPIC"],
         );
-        let debug_file = dir.path().join("libwork.debug");
-        run(Command::new("objcopy")
-            .arg("--only-keep-debug")
-            .arg(&library)
-            .arg(&debug_file));
-        let stripped = dir.path().join("libwork-stripped.so");
-        run(Command::new("strip")
-            .arg("--strip-all")
-            .arg("-o")
-            .arg(&stripped)
-            .arg(&library));
+        let (debug_file, stripped) = split_debug(dir.path(), &library, "libwork");
         let exports = read(&stripped).unwrap();
         assert!(exports.functions.iter().any(|f| f.name == "lib_work"));
         assert_eq!(disagreement(&debug_file, &exports).unwrap(), None);

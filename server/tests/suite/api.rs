@@ -7,7 +7,7 @@ use bimodal_server::auth::{new_token, Scope};
 use bimodal_server::rate::Rate;
 use bimodal_server::Config;
 
-use super::common::{get_with, test_config, TestServer};
+use super::common::{get_with, with_tokens, TestServer};
 
 /// A GET with a bearer token: (status, body, Retry-After).
 async fn get(server: &TestServer, path: &str, token: &str) -> (u16, String, Option<String>) {
@@ -22,15 +22,13 @@ async fn a_reader_beyond_its_request_rate_is_told_when_to_come_back() {
     let dir = tempfile::tempdir().unwrap();
     let (busy, busy_entry) = new_token("busy-script", &[Scope::Read], None);
     let (other, other_entry) = new_token("dashboards", &[Scope::Read], None);
-    let tokens = dir.path().join("tokens.yaml");
-    std::fs::write(&tokens, format!("tokens:\n{busy_entry}{other_entry}")).unwrap();
+    let (_, config) = with_tokens(dir.path(), &[&busy_entry, &other_entry]);
     let config = Config {
-        token_file: Some(tokens),
         api_requests: Rate {
             per_second: 0.5,
             burst: 3,
         },
-        ..test_config("127.0.0.1:0".parse().unwrap(), &dir.path().join("server"))
+        ..config
     };
     let server = TestServer::with_config(config, None).await;
 

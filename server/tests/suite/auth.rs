@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use bimodal_server::auth::{new_token, Scope};
 use bimodal_server::Config;
 
-use super::common::{get_with, test_config, TestServer};
+use super::common::{get_with, test_config, with_tokens, TestServer};
 use super::wire::{batch, exchange_as, hello, req};
 
 /// A GET with an optional bearer token: (status, body, WWW-Authenticate).
@@ -25,12 +25,7 @@ async fn tokens_decide_who_writes_as_which_node_and_who_reads() {
     let dir = tempfile::tempdir().unwrap();
     let (agent, agent_entry) = new_token("agents", &[Scope::Write], Some("web-.*"));
     let (reader, reader_entry) = new_token("dashboards", &[Scope::Read], None);
-    let tokens = dir.path().join("tokens.yaml");
-    std::fs::write(&tokens, format!("tokens:\n{agent_entry}{reader_entry}")).unwrap();
-    let config = Config {
-        token_file: Some(tokens.clone()),
-        ..test_config("127.0.0.1:0".parse().unwrap(), &dir.path().join("server"))
-    };
+    let (tokens, config) = with_tokens(dir.path(), &[&agent_entry, &reader_entry]);
     let server = TestServer::with_config(config, None).await;
     let url = server.url();
     let one = |node: &str, id: u8| vec![hello(node), req(batch([id; 16], false, "hot", 3))];
@@ -139,12 +134,7 @@ async fn tokens_taken_out_of_the_file_are_refused_and_put_in_honoured() {
     let (old_reader, old_reader_entry) = new_token("old-dashboards", &[Scope::Read], None);
     let (new_agent, new_agent_entry) = new_token("new-agents", &[Scope::Write], None);
     let (new_reader, new_reader_entry) = new_token("new-dashboards", &[Scope::Read], None);
-    let tokens = dir.path().join("tokens.yaml");
-    std::fs::write(&tokens, format!("tokens:\n{old_agent_entry}{old_reader_entry}")).unwrap();
-    let config = Config {
-        token_file: Some(tokens.clone()),
-        ..test_config("127.0.0.1:0".parse().unwrap(), &dir.path().join("server"))
-    };
+    let (tokens, config) = with_tokens(dir.path(), &[&old_agent_entry, &old_reader_entry]);
     let server = TestServer::with_config(config, None).await;
     let url = server.url();
     let one = |id: u8| vec![hello("revoked-1"), req(batch([id; 16], false, "hot", 3))];
@@ -279,16 +269,14 @@ async fn agents_and_readers_reach_the_server_over_tls() {
     let (ca, cert, key) = certificates(dir.path());
     let (agent, agent_entry) = new_token("agents", &[Scope::Write], None);
     let (reader, reader_entry) = new_token("dashboards", &[Scope::Read], None);
-    let tokens = dir.path().join("tokens.yaml");
-    std::fs::write(&tokens, format!("tokens:\n{agent_entry}{reader_entry}")).unwrap();
+    let (_, config) = with_tokens(dir.path(), &[&agent_entry, &reader_entry]);
     let config = Config {
-        token_file: Some(tokens),
         tls: Some(bimodal_server::tls::TlsFiles {
             cert,
             key,
             client_ca: None,
         }),
-        ..test_config("127.0.0.1:0".parse().unwrap(), &dir.path().join("server"))
+        ..config
     };
     let server = TestServer::with_config(config, None).await;
     let port = server.addr.port();

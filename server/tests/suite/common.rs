@@ -147,6 +147,18 @@ pub fn test_config(listen: SocketAddr, dir: &std::path::Path) -> Config {
     }
 }
 
+/// A token file in `dir` holding `entries` (as `new_token` writes them), and a loopback server's
+/// config that reads it (its data under `dir/server`).
+pub fn with_tokens(dir: &std::path::Path, entries: &[&str]) -> (std::path::PathBuf, Config) {
+    let tokens = dir.join("tokens.yaml");
+    std::fs::write(&tokens, format!("tokens:\n{}", entries.concat())).unwrap();
+    let config = Config {
+        token_file: Some(tokens.clone()),
+        ..test_config("127.0.0.1:0".parse().unwrap(), &dir.join("server"))
+    };
+    (tokens, config)
+}
+
 /// A GET of `path` with an optional bearer token: (status, body, the answer's `header`).
 pub async fn get_with(
     server: &TestServer,
