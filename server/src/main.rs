@@ -366,8 +366,13 @@ async fn main() -> std::process::ExitCode {
         alerts,
         token_file: cli.token_file,
         max_streams: cli.max_streams,
+        // The soft limit up to the hard one whatever the bound: ClickHouse connections and
+        // uploads need descriptors too.
         max_connections: cli
             .max_connections
+            .inspect(|_| {
+                bimodal_server::serve::raise_open_file_limit();
+            })
             .map_or_else(bimodal_server::serve::default_max_connections, |n| n as usize),
         max_in_flight_bytes: cli.max_in_flight_bytes,
         node_batches: bimodal_server::rate::Rate {

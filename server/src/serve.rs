@@ -53,21 +53,37 @@ const FIRST_BYTES: usize = 24;
 /// connections, uploads arriving, the token and certificate files, the log.
 const DESCRIPTORS_KEPT: u64 = 256;
 
-/// Connections served at once by default: what the process's file-descriptor limit leaves after
-/// [`DESCRIPTORS_KEPT`]. Past the limit `accept` would fail for everyone, ClickHouse's
+/// Connections served at once by default: what the process's file-descriptor limit (raised to
+/// its hard limit) leaves after [`DESCRIPTORS_KEPT`]. Past the limit `accept` would fail for everyone, ClickHouse's
 /// connections included; under the bound only the newest clients are turned away.
 pub fn default_max_connections() -> usize {
+    let soft = raise_open_file_limit();
+    soft.min(1 << 20).saturating_sub(DESCRIPTORS_KEPT).max(64) as usize
+}
+
+/// Raises the process's soft limit on open files to its hard limit (allowed without privileges;
+/// the soft limit is often 1,024, which would leave room for a few hundred agents); returns the
+/// soft limit in force.
+pub fn raise_open_file_limit() -> u64 {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: getrlimit only writes the struct it is given.
-    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
-        limit.rlim_cur
-    } else {
-        1024
-    };
-    soft.min(1 << 20).saturating_sub(DESCRIPTORS_KEPT).max(64) as usize
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return 1024;
+    }
+    if limit.rlim_cur < limit.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: limit.rlim_max,
+            rlim_max: limit.rlim_max,
+        };
+        // SAFETY: setrlimit only reads the struct it is given.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            return raised.rlim_cur;
+        }
+    }
+    limit.rlim_cur
 }
 
 /// How long a shutdown waits for open connections to finish (an agent's ingest stream or an
@@ -181,9 +197,15 @@ pub async fn serve(
             drop(io);
             continue;
         };
+        // Whether the connection got as far as a request: a timeout after one is an idle
+        // keep-alive connection closing (hyper arms the header timeout again while it waits for
+        // the next request), not a slow client.
+        let served = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let service = hyper::service::service_fn({
             let app = app.clone();
+            let served = served.clone();
             move |mut request: hyper::Request<hyper::body::Incoming>| {
+                served.store(true, std::sync::atomic::Ordering::Relaxed);
                 request.extensions_mut().insert(peer.clone());
                 tower::ServiceExt::oneshot(app.clone(), request)
             }
@@ -193,9 +215,11 @@ pub async fn serve(
         tokio::spawn(async move {
             let _place = place;
             if let Err(e) = connection.await {
-                // A server-side hyper timeout is only the HTTP/1.1 header read's (an HTTP/2
-                // connection that stops answering pings is another error).
-                if e.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_timeout) {
+                // A timeout before any request: an HTTP/1.1 request head that did not arrive in
+                // time (or an HTTP/2 connection that never asked anything and stopped answering
+                // pings).
+                let timed_out = e.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_timeout);
+                if timed_out && !served.load(std::sync::atomic::Ordering::Relaxed) {
                     count_refused_connection("slow_headers");
                 }
                 tracing::debug!(%addr, error = %e, "connection ended");

@@ -22,35 +22,30 @@ struct ServerProcess {
 
 impl ServerProcess {
     fn start(dir: &std::path::Path) -> ServerProcess {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_bimodal-server"))
-            .args(["--listen", &addr.to_string(), "--data-dir"])
+            .args(["--listen", "127.0.0.1:0", "--data-dir"])
             .arg(dir)
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
+        // Its log on a thread (read to the end, so the server never blocks on a full pipe), the
+        // bound address back through a channel: a server that hangs while starting fails the
+        // test at the deadline instead of holding it.
         let stderr = BufReader::new(child.stderr.take().unwrap());
-        let mut lines = stderr.lines();
-        let deadline = Instant::now() + Duration::from_secs(120);
-        let mut seen = Vec::new();
-        loop {
-            let line = lines
-                .next()
-                .unwrap_or_else(|| panic!("the server exited while starting: {seen:#?}"))
-                .unwrap();
-            if line.contains("listening on") {
-                break;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                // "bimodal-server: listening on 127.0.0.1:PORT: UI …"
+                if let Some(rest) = line.split("listening on ").nth(1) {
+                    let _ = tx.send(rest.split(": ").next().unwrap_or_default().to_owned());
+                }
             }
-            seen.push(line);
-            assert!(Instant::now() < deadline, "the server did not start: {seen:#?}");
-        }
-        // Keep reading its log so it never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(180))
+            .expect("the server starts listening")
+            .parse()
+            .expect("an address in the log");
         ServerProcess { child, addr }
     }
 
@@ -72,8 +67,12 @@ impl ServerProcess {
         (field("VmRSS:"), field("VmHWM:"))
     }
 
+    /// A GET, bounded in time: a wedged server fails the test instead of hanging it.
     async fn get(&self, path: &str) -> (u16, Vec<u8>) {
-        http_get(self.addr, path).await.expect("the server answers")
+        tokio::time::timeout(Duration::from_secs(600), http_get(self.addr, path))
+            .await
+            .expect("the server answers within 10 minutes")
+            .expect("the server answers")
     }
 
     fn stop(&mut self) {
