@@ -68,7 +68,7 @@ impl Buckets {
         let (per_second, burst) = (self.rate.per_second, f64::from(self.rate.burst));
         let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
         if buckets.len() > PRUNE_ABOVE {
-            let refill = Duration::from_secs_f64(burst / per_second);
+            let refill = seconds(burst / per_second);
             buckets.retain(|_, b| now.saturating_duration_since(b.at) < refill);
         }
         if !buckets.contains_key(key) {
@@ -84,13 +84,19 @@ impl Buckets {
             bucket.tokens -= 1.0;
             Ok(())
         } else {
-            Err(Duration::from_secs_f64((1.0 - bucket.tokens) / per_second))
+            Err(seconds((1.0 - bucket.tokens) / per_second))
         }
     }
 
     pub fn rate(&self) -> Rate {
         self.rate
     }
+}
+
+/// A duration of `secs` seconds, `Duration::MAX` beyond what a duration holds (a rate set to
+/// a tiny fraction of one a second).
+fn seconds(secs: f64) -> Duration {
+    Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX)
 }
 
 #[cfg(test)]
@@ -121,6 +127,17 @@ mod tests {
             assert_eq!(rates.take(a, t2), Ok(()));
         }
         assert!(rates.take(a, t2).is_err());
+    }
+
+    #[test]
+    fn a_tiny_rate_gives_a_long_wait_not_a_panic() {
+        let rates = Buckets::new(Rate {
+            per_second: 1e-300,
+            burst: 1,
+        });
+        let t0 = Instant::now();
+        assert_eq!(rates.take("a", t0), Ok(()));
+        assert_eq!(rates.take("a", t0), Err(Duration::MAX));
     }
 
     #[test]

@@ -219,6 +219,13 @@ pub async fn run(
                     tracing::debug!(path = %image.path, error = %status.message(), "the server is busy with other uploads");
                     failed.insert(image.build_id.clone(), Instant::now());
                 }
+                // Refused for this file's content (not an ELF file, no symbols, a debug file
+                // that contradicts the stored executable, another file stored for the build id):
+                // sending it again would be refused again, every time.
+                Err(status) if matches!(status.code(), tonic::Code::InvalidArgument | tonic::Code::AlreadyExists) => {
+                    tracing::warn!(path = %image.path, error = %status.message(), "the server refused this file; it is not sent again");
+                    done.insert(image.build_id.clone());
+                }
                 Err(status) => {
                     tracing::warn!(path = %image.path, error = %status.message(), "debug-info upload failed");
                     failed.insert(image.build_id.clone(), Instant::now());

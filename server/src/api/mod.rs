@@ -164,7 +164,7 @@ async fn admitted(
             .inc();
         let rate = state.requests.rate();
         // Retry-After is in whole seconds: round up, so a client that waits it is let in.
-        let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        let seconds = wait.as_secs().saturating_add(u64::from(wait.subsec_nanos() > 0));
         return (
             axum::http::StatusCode::TOO_MANY_REQUESTS,
             [(axum::http::header::RETRY_AFTER, seconds.to_string())],
