@@ -149,22 +149,14 @@ async fn tokens_taken_out_of_the_file_are_refused_and_put_in_honoured() {
     assert_eq!(get_as(&server, "/api/v1/nodes", Some(&new_reader)).await.0, 401);
 
     // A stream opened with the old agent token stays open across the edit.
-    let (open_tx, open_rx) = tokio::sync::mpsc::channel(4);
-    let mut open_client = bimodal_proto::client::ServerAddress::new(
-        url.clone(),
-        Some(bimodal_proto::client::Token::Value(old_agent.clone())),
+    let (open_tx, mut open_acks) = super::wire::open_stream(
+        &bimodal_proto::client::ServerAddress::new(
+            url.clone(),
+            Some(bimodal_proto::client::Token::Value(old_agent.clone())),
+        ),
+        one(5),
     )
-    .ingest()
-    .await
-    .unwrap();
-    for m in one(5) {
-        open_tx.send(m).await.unwrap();
-    }
-    let mut open_acks = open_client
-        .stream(tokio_stream::wrappers::ReceiverStream::new(open_rx))
-        .await
-        .unwrap()
-        .into_inner();
+    .await;
     let first = open_acks.message().await.unwrap().and_then(|r| r.message);
     assert!(
         matches!(&first, Some(bimodal_proto::v1::ingest_response::Message::Ack(a)) if a.status == stored),

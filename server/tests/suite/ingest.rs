@@ -59,17 +59,7 @@ async fn a_batch_raced_on_two_streams_is_stored_once() {
     // A stream on a connection of its own, its Hello taken: the batch's sender and the acks.
     let open = || {
         let agent = agent.clone();
-        async move {
-            let mut client = agent.ingest().await.unwrap();
-            let (tx, rx) = tokio::sync::mpsc::channel(4);
-            tx.send(wire::hello("race-node")).await.unwrap();
-            let acks = client
-                .stream(tokio_stream::wrappers::ReceiverStream::new(rx))
-                .await
-                .unwrap()
-                .into_inner();
-            (tx, acks)
-        }
+        async move { wire::open_stream(&agent, vec![wire::hello("race-node")]).await }
     };
     let ack_of = |message: Option<v1::IngestResponse>| match message.and_then(|m| m.message) {
         Some(v1::ingest_response::Message::Ack(a)) => a,
@@ -438,18 +428,7 @@ async fn batches_waiting_for_the_write_buffer_hold_their_share_of_the_bound() {
     // Sends `batch` as `node` on a stream of its own, kept open; the acks.
     let send = |node: &'static str, batch: v1::Batch| {
         let agent = agent.clone();
-        async move {
-            let mut client = agent.ingest().await.unwrap();
-            let (tx, rx) = tokio::sync::mpsc::channel(4);
-            tx.send(wire::hello(node)).await.unwrap();
-            tx.send(req(batch)).await.unwrap();
-            let acks = client
-                .stream(tokio_stream::wrappers::ReceiverStream::new(rx))
-                .await
-                .unwrap()
-                .into_inner();
-            (tx, acks)
-        }
+        async move { wire::open_stream(&agent, vec![wire::hello(node), req(batch)]).await }
     };
     // The first batch takes the write buffer's room; the second, large, is admitted, decoded
     // and waits for that room.

@@ -108,6 +108,21 @@ pub async fn exchange_at(
     Ok(out)
 }
 
+/// Opens a stream to `server` (a connection of its own) and sends `first` on it; the stream is
+/// kept open: the sender for more messages, and its acks.
+pub async fn open_stream(
+    server: &bimodal_proto::client::ServerAddress,
+    first: Vec<v1::IngestRequest>,
+) -> (mpsc::Sender<v1::IngestRequest>, tonic::Streaming<v1::IngestResponse>) {
+    let mut client = server.ingest().await.unwrap();
+    let (tx, rx) = mpsc::channel(first.len().max(4));
+    for m in first {
+        tx.send(m).await.unwrap();
+    }
+    let acks = client.stream(ReceiverStream::new(rx)).await.unwrap().into_inner();
+    (tx, acks)
+}
+
 /// [`exchange_with`] a test server.
 pub async fn exchange(
     server: &super::common::TestServer,
