@@ -225,9 +225,7 @@ impl Server {
             debuginfo,
         );
         let incoming = match self.tls {
-            Some(acceptor) => {
-                serve::Incoming::Tls(tls::TlsListener::new(self.listener, acceptor).context("TLS listener failed")?)
-            }
+            Some(acceptor) => serve::Incoming::Tls(tls::TlsListener::new(self.listener, acceptor)),
             None => serve::Incoming::Plain(self.listener),
         };
         serve::serve(incoming, app, self.max_connections, shutdown).await;

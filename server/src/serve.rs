@@ -11,6 +11,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -21,6 +22,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use rustls_pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Sleep;
 
 use crate::tls::TlsListener;
@@ -125,19 +127,22 @@ trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Io for T {}
 
 impl Incoming {
-    async fn accept(&mut self) -> (Box<dyn Io>, Peer) {
+    /// The next connection, its peer, and the place it holds in `places`; connections that find
+    /// no place are closed at once (over TLS, before their handshake).
+    async fn accept(&mut self, places: &Arc<Semaphore>) -> (Box<dyn Io>, Peer, OwnedSemaphorePermit) {
         match self {
             Incoming::Plain(listener) => loop {
                 match listener.accept().await {
                     Ok((stream, addr)) => {
+                        let Some(place) = take_place(places, addr) else {
+                            continue;
+                        };
                         let _ = stream.set_nodelay(true);
-                        return (
-                            Box::new(stream),
-                            Peer {
-                                addr,
-                                certificate: None,
-                            },
-                        );
+                        let peer = Peer {
+                            addr,
+                            certificate: None,
+                        };
+                        return (Box::new(stream), peer, place);
                     }
                     Err(e) => {
                         // Out of file descriptors and the like: wait, then go on.
@@ -147,17 +152,28 @@ impl Incoming {
                 }
             },
             Incoming::Tls(listener) => {
-                let (stream, addr) = listener.accept().await;
+                let (stream, addr, place) = listener.accept(places).await;
                 let certificate = stream
                     .get_ref()
                     .1
                     .peer_certificates()
                     .and_then(|chain| chain.first())
                     .map(|c| c.clone().into_owned());
-                (Box::new(stream), Peer { addr, certificate })
+                (Box::new(stream), Peer { addr, certificate }, place)
             }
         }
     }
+}
+
+/// A place for a connection from `addr` under the bound on open connections, or none: the
+/// connection is to be closed, and is counted as `too_many_connections`.
+pub(crate) fn take_place(places: &Arc<Semaphore>, addr: SocketAddr) -> Option<OwnedSemaphorePermit> {
+    let place = places.clone().try_acquire_owned().ok();
+    if place.is_none() {
+        count_refused_connection("too_many_connections");
+        tracing::debug!(%addr, "closed a connection beyond the bound on open connections");
+    }
+    place
 }
 
 /// Serves `app` on every connection of `incoming`, `max_connections` at once (one more is closed
@@ -183,24 +199,18 @@ pub async fn serve(
         .initial_stream_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW);
     let graceful = GracefulShutdown::new();
-    let places = std::sync::Arc::new(tokio::sync::Semaphore::new(max_connections.max(1)));
+    let places = Arc::new(Semaphore::new(max_connections.max(1)));
     tokio::pin!(shutdown);
     loop {
-        let (io, peer) = tokio::select! {
-            accepted = incoming.accept() => accepted,
+        let (io, peer, place) = tokio::select! {
+            accepted = incoming.accept(&places) => accepted,
             () = &mut shutdown => break,
         };
         let addr = peer.addr;
-        let Ok(place) = places.clone().try_acquire_owned() else {
-            count_refused_connection("too_many_connections");
-            tracing::debug!(%addr, max_connections, "closed a connection beyond the bound");
-            drop(io);
-            continue;
-        };
         // Whether the connection got as far as a request: a timeout after one is an idle
         // keep-alive connection closing (hyper arms the header timeout again while it waits for
         // the next request), not a slow client.
-        let served = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let served = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let service = hyper::service::service_fn({
             let app = app.clone();
             let served = served.clone();
@@ -409,6 +419,99 @@ mod tests {
             assert!(
                 std::time::Instant::now() < deadline,
                 "the closed connection's place was not freed"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tls_tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    /// The TLS files of a server for 127.0.0.1, and a client config trusting its CA.
+    fn certificates(dir: &std::path::Path) -> (crate::tls::TlsFiles, rustls::ClientConfig) {
+        use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(vec!["127.0.0.1".to_owned()])
+            .unwrap()
+            .signed_by(&key, &ca)
+            .unwrap();
+        let files = crate::tls::TlsFiles {
+            cert: dir.join("cert.pem"),
+            key: dir.join("key.pem"),
+            client_ca: None,
+        };
+        std::fs::write(&files.cert, cert.pem()).unwrap();
+        std::fs::write(&files.key, key.serialize_pem()).unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca.der().clone()).unwrap();
+        let client = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        (files, client)
+    }
+
+    /// Whether the server closes `stream` within a second (it holds no place for it).
+    async fn closed_at_once(stream: &mut tokio::net::TcpStream) -> bool {
+        let mut buf = [0u8; 16];
+        matches!(
+            tokio::time::timeout(Duration::from_secs(1), stream.read(&mut buf)).await,
+            Ok(Ok(0) | Err(_))
+        )
+    }
+
+    /// Over TLS a connection takes its place before its handshake: clients that connect and
+    /// never start one fill the bound, and the next is closed at once, not left to hold a
+    /// descriptor for the handshake's 10 s.
+    #[tokio::test]
+    async fn connections_waiting_for_their_handshake_count_against_the_bound() {
+        let refused = || {
+            crate::metrics::metrics()
+                .connections_refused
+                .get_or_create(&crate::metrics::label("reason", "too_many_connections"))
+                .get()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let (files, client) = certificates(dir.path());
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let incoming = Incoming::Tls(TlsListener::new(listener, crate::tls::acceptor(&files).unwrap()));
+        let app = Router::new().route("/", axum::routing::get(|| async { "ok" }));
+        tokio::spawn(serve(incoming, app, 2, std::future::pending()));
+
+        let first = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut second = tokio::net::TcpStream::connect(addr).await.unwrap();
+        assert!(
+            !closed_at_once(&mut second).await,
+            "a connection within the bound is closed"
+        );
+        let before = refused();
+        let mut third = tokio::net::TcpStream::connect(addr).await.unwrap();
+        assert!(
+            closed_at_once(&mut third).await,
+            "a third connection waits for its handshake"
+        );
+        assert!(refused() > before, "the refusal is not counted");
+        // Once a silent client leaves, its place serves a real handshake.
+        drop(first);
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let name = ServerName::try_from("127.0.0.1").unwrap();
+            if connector.connect(name, tcp).await.is_ok() {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the place of the closed connection was not freed"
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

@@ -21,7 +21,7 @@ use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
@@ -254,68 +254,75 @@ impl ClientCertVerifier for ClientCa {
     }
 }
 
-/// Accepted connections after their TLS handshake.
+/// Connections accepted over TCP and handed on once their TLS handshake is done. The handshakes
+/// run beside the accept loop, each holding the connection's place under the server's bound on
+/// open connections from its first byte: a flood of clients that never finish a handshake is
+/// refused at the bound like any other, instead of holding descriptors beside it.
 #[derive(Debug)]
 pub struct TlsListener {
-    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-    local: SocketAddr,
+    tcp: TcpListener,
+    acceptor: Acceptor,
+    done: mpsc::Sender<Handshaken>,
+    ready: mpsc::Receiver<Handshaken>,
 }
 
-impl TlsListener {
-    pub fn new(tcp: TcpListener, acceptor: Acceptor) -> std::io::Result<TlsListener> {
-        let acceptor = acceptor.0;
-        let local = tcp.local_addr()?;
-        let (tx, ready) = mpsc::channel(64);
-        tokio::spawn(async move {
-            loop {
-                let (stream, peer) = match tcp.accept().await {
-                    Ok(accepted) => accepted,
-                    Err(e) => {
-                        // Out of file descriptors and the like: wait, then go on.
-                        tracing::warn!(error = %e, "accepting a connection failed");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                };
-                let (ready, acceptor) = (tx.clone(), acceptor.clone());
-                tokio::spawn(async move {
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                        Ok(Ok(tls)) => {
-                            let _ = ready.send((tls, peer)).await;
-                        }
-                        // Counted whatever the cause: a client that does not speak TLS, trusts
-                        // another CA, presents a certificate of another CA, or closes before a
-                        // handshake (a TCP health check).
-                        Ok(Err(e)) => {
-                            crate::serve::count_refused_connection("tls_handshake");
-                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                        }
-                        Err(_) => {
-                            crate::serve::count_refused_connection("tls_timeout");
-                            tracing::debug!(%peer, "TLS handshake timed out");
-                        }
-                    }
-                });
-                if tx.is_closed() {
-                    return;
-                }
-            }
-        });
-        Ok(TlsListener { ready, local })
-    }
-}
+/// A connection whose handshake is done, its client's address, and its place.
+type Handshaken = (TlsStream<TcpStream>, SocketAddr, OwnedSemaphorePermit);
 
 impl TlsListener {
-    /// The next connection whose handshake is done, and the client's address.
-    pub async fn accept(&mut self) -> (TlsStream<TcpStream>, SocketAddr) {
-        match self.ready.recv().await {
-            Some(accepted) => accepted,
-            // The accept loop only ends once this listener is gone.
-            None => std::future::pending().await,
+    pub fn new(tcp: TcpListener, acceptor: Acceptor) -> TlsListener {
+        let (done, ready) = mpsc::channel(64);
+        TlsListener {
+            tcp,
+            acceptor,
+            done,
+            ready,
         }
     }
 
-    pub fn local_addr(&self) -> SocketAddr {
-        self.local
+    /// The next connection whose handshake is done, the client's address and the place it holds
+    /// in `places`. A connection that finds no place is closed before its handshake and counted
+    /// as `too_many_connections`. Cancel-safe: a handshake under way goes on and is handed out
+    /// by a later call.
+    pub async fn accept(
+        &mut self,
+        places: &Arc<Semaphore>,
+    ) -> (TlsStream<TcpStream>, SocketAddr, OwnedSemaphorePermit) {
+        loop {
+            tokio::select! {
+                Some(handshaken) = self.ready.recv() => return handshaken,
+                accepted = self.tcp.accept() => {
+                    let (stream, peer) = match accepted {
+                        Ok(accepted) => accepted,
+                        Err(e) => {
+                            // Out of file descriptors and the like: wait, then go on.
+                            tracing::warn!(error = %e, "accepting a connection failed");
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            continue;
+                        }
+                    };
+                    let Some(place) = crate::serve::take_place(places, peer) else { continue };
+                    let (done, acceptor) = (self.done.clone(), self.acceptor.clone());
+                    tokio::spawn(async move {
+                        match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.0.accept(stream)).await {
+                            Ok(Ok(tls)) => {
+                                let _ = done.send((tls, peer, place)).await;
+                            }
+                            // Counted whatever the cause: a client that does not speak TLS, trusts
+                            // another CA, presents a certificate of another CA, or closes before a
+                            // handshake (a TCP health check).
+                            Ok(Err(e)) => {
+                                crate::serve::count_refused_connection("tls_handshake");
+                                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                            }
+                            Err(_) => {
+                                crate::serve::count_refused_connection("tls_timeout");
+                                tracing::debug!(%peer, "TLS handshake timed out");
+                            }
+                        }
+                    });
+                }
+            }
+        }
     }
 }
