@@ -44,11 +44,20 @@ struct Bucket {
 #[derive(Debug)]
 pub struct Buckets {
     rate: Rate,
-    buckets: Mutex<HashMap<Arc<str>, Bucket>>,
+    buckets: Mutex<Kept>,
+}
+
+#[derive(Debug)]
+struct Kept {
+    buckets: HashMap<Arc<str>, Bucket>,
+    /// Above how many buckets the full ones are forgotten next.
+    prune_above: usize,
 }
 
 /// Buckets kept before full ones (keys idle long enough to have their whole burst back) are
-/// forgotten: a forgotten bucket and a full one allow the same.
+/// forgotten: a forgotten bucket and a full one allow the same. When most keys are busy, the
+/// next pruning waits until there are twice as many, so that its cost is spread over the keys
+/// added in between rather than paid by every request.
 const PRUNE_ABOVE: usize = 50_000;
 
 impl Buckets {
@@ -58,7 +67,10 @@ impl Buckets {
                 per_second: rate.per_second.max(f64::MIN_POSITIVE),
                 burst: rate.burst.max(1),
             },
-            buckets: Mutex::new(HashMap::new()),
+            buckets: Mutex::new(Kept {
+                buckets: HashMap::new(),
+                prune_above: PRUNE_ABOVE,
+            }),
         }
     }
 
@@ -66,11 +78,13 @@ impl Buckets {
     /// a turn again.
     pub fn take(&self, key: &str, now: Instant) -> Result<(), Duration> {
         let (per_second, burst) = (self.rate.per_second, f64::from(self.rate.burst));
-        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
-        if buckets.len() > PRUNE_ABOVE {
+        let mut kept = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.buckets.len() > kept.prune_above {
             let refill = seconds(burst / per_second);
-            buckets.retain(|_, b| now.saturating_duration_since(b.at) < refill);
+            kept.buckets.retain(|_, b| now.saturating_duration_since(b.at) < refill);
+            kept.prune_above = PRUNE_ABOVE.max(2 * kept.buckets.len());
         }
+        let buckets = &mut kept.buckets;
         if !buckets.contains_key(key) {
             buckets.insert(Arc::from(key), Bucket { tokens: burst, at: now });
         }
@@ -152,6 +166,23 @@ mod tests {
         }
         let later = t0 + Duration::from_secs(2);
         rates.take("new", later).unwrap();
-        assert_eq!(rates.buckets.lock().unwrap().len(), 1);
+        assert_eq!(rates.buckets.lock().unwrap().buckets.len(), 1);
+    }
+
+    #[test]
+    fn busy_keys_are_not_looked_over_on_every_request() {
+        let rates = Buckets::new(Rate {
+            per_second: 1.0,
+            burst: 1,
+        });
+        let t0 = Instant::now();
+        for i in 0..=PRUNE_ABOVE {
+            rates.take(&format!("n{i}"), t0).unwrap();
+        }
+        // Every key is busy: the pruning keeps them all and waits for twice as many.
+        rates.take("one more", t0).unwrap();
+        let kept = rates.buckets.lock().unwrap();
+        assert_eq!(kept.buckets.len(), PRUNE_ABOVE + 2);
+        assert_eq!(kept.prune_above, 2 * (PRUNE_ABOVE + 1));
     }
 }

@@ -21,12 +21,12 @@ use std::collections::HashMap;
 use axum::extract::{RawQuery, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use bimodal_profile::Profile;
 use bimodal_proto::v1::EventKind;
 
 use super::params::{now, rfc3339, Params};
-use super::{AppError, AppState};
+use super::{AppError, AppState, Reader};
 use crate::selector::Selector;
 use crate::storage::{FlameGraph, Scope};
 
@@ -50,7 +50,11 @@ struct Group {
     graph: FlameGraph,
 }
 
-pub(super) async fn diff(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Result<Response, AppError> {
+pub(super) async fn diff(
+    State(state): State<AppState>,
+    Extension(reader): Extension<Reader>,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, AppError> {
     let p = Params::parse(
         raw.as_deref(),
         &[
@@ -144,7 +148,7 @@ pub(super) async fn diff(State(state): State<AppState>, RawQuery(raw): RawQuery)
         }
     };
     // Both sides' stacks, held until the answer is built.
-    let _building = state.building.hold(max_stacks.saturating_mul(2)).await?;
+    let _building = state.building.hold(&reader, max_stacks.saturating_mul(2)).await?;
     let mut groups = Vec::new();
     for (label, nodes, selector) in sides {
         // Process labels in a side's selector pick its samples and its CPU-seconds; units of work

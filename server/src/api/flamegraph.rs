@@ -6,10 +6,10 @@
 use axum::extract::{RawQuery, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 
 use super::params::{now, rfc3339, Params};
-use super::{AppError, AppState};
+use super::{AppError, AppState, Reader};
 use crate::storage::Scope;
 
 /// Stacks a flame graph holds at most by default (the largest), and at most when asked.
@@ -23,10 +23,14 @@ enum Format {
     Pprof,
 }
 
-pub(super) async fn flamegraph(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Result<Response, AppError> {
+pub(super) async fn flamegraph(
+    State(state): State<AppState>,
+    Extension(reader): Extension<Reader>,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, AppError> {
     let (scope, max_stacks, format) = parse(raw.as_deref().unwrap_or(""), now())?;
     // Held until the answer is built (it is serialized before this returns).
-    let _building = state.building.hold(max_stacks).await?;
+    let _building = state.building.hold(&reader, max_stacks).await?;
     let mut graph = state.store.flame_graph(&scope, max_stacks).await?;
     state.names.name_profile(&mut graph.profile).await?;
     let profile = graph.profile;

@@ -12,6 +12,8 @@ mod web;
 
 use std::sync::Arc;
 
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
 use axum::extract::State;
 use axum::routing::get;
 use axum::{Json, Router};
@@ -41,16 +43,37 @@ pub struct AppState {
     pub building: Arc<StackBudget>,
 }
 
+/// Who is asking, as the API's admission keyed them (`token:NAME`, or `address:IP` without
+/// tokens): put on each admitted request for the handlers that share something between readers.
+#[derive(Debug, Clone)]
+pub struct Reader(pub Arc<str>);
+
 /// A bound on the stacks of flame graphs (and diffs) built at once: each costs memory for its
 /// rows, its tree and its answer while it is built (about 600 bytes a stack, measured with
 /// one-frame stacks), so readers asking at once for the largest graphs could take the server's
 /// memory without it. A request holds as many stacks as it may return; one that finds the budget
 /// spent waits its turn for up to [`StackBudget::WAIT`], then is answered 503 with Retry-After.
+///
+/// Turns are shared between readers: a reader's requests first wait among themselves until the
+/// reader holds less than [`StackBudget::share`] (half the budget), and only then join the queue
+/// for the budget. A reader sending the largest requests in a loop so has at most one waiting
+/// there, and another reader (the UI) waits for at most one build of each, not for all of theirs.
 #[derive(Debug)]
 pub struct StackBudget {
-    stacks: Arc<tokio::sync::Semaphore>,
+    stacks: Arc<Semaphore>,
     total: u32,
+    readers: std::sync::Mutex<std::collections::HashMap<Arc<str>, Arc<Semaphore>>>,
 }
+
+/// Stacks held for one request, within its reader's share and the budget; released on drop.
+#[derive(Debug)]
+pub struct Building {
+    _stacks: OwnedSemaphorePermit,
+    _share: OwnedSemaphorePermit,
+}
+
+/// Readers remembered before those holding nothing are forgotten.
+const READERS_KEPT: usize = 1024;
 
 impl StackBudget {
     /// How long a request waits for its stacks.
@@ -61,17 +84,46 @@ impl StackBudget {
     pub fn new(total: u32) -> StackBudget {
         let total = total.max(1);
         StackBudget {
-            stacks: Arc::new(tokio::sync::Semaphore::new(total as usize)),
+            stacks: Arc::new(Semaphore::new(total as usize)),
             total,
+            readers: Default::default(),
         }
     }
 
-    /// Holds `stacks` of the budget (all of it, for a request asking more than there is) until
-    /// the permit is dropped.
-    pub async fn hold(&self, stacks: u32) -> Result<tokio::sync::OwnedSemaphorePermit, AppError> {
+    /// The stacks one reader may have in its requests under way at once (a request larger than
+    /// that still runs, alone among the reader's).
+    pub fn share(&self) -> u32 {
+        self.total.div_ceil(2)
+    }
+
+    fn reader(&self, reader: &Reader) -> Arc<Semaphore> {
+        let mut readers = self.readers.lock().unwrap_or_else(|p| p.into_inner());
+        if readers.len() >= READERS_KEPT {
+            // Only this map holds the semaphore of a reader with nothing under way.
+            readers.retain(|_, s| Arc::strong_count(s) > 1);
+        }
+        readers
+            .entry(reader.0.clone())
+            .or_insert_with(|| Arc::new(Semaphore::new(self.share() as usize)))
+            .clone()
+    }
+
+    /// Holds `stacks` of the budget (all of it, for a request asking more than there is) for
+    /// `reader` until the answer is dropped.
+    pub async fn hold(&self, reader: &Reader, stacks: u32) -> Result<Building, AppError> {
         let wanted = stacks.clamp(1, self.total);
-        match tokio::time::timeout(Self::WAIT, self.stacks.clone().acquire_many_owned(wanted)).await {
-            Ok(Ok(permit)) => Ok(permit),
+        let share = self.reader(reader);
+        let held = tokio::time::timeout(Self::WAIT, async {
+            let share = share.acquire_many_owned(wanted.min(self.share())).await?;
+            let stacks = self.stacks.clone().acquire_many_owned(wanted).await?;
+            Ok::<_, tokio::sync::AcquireError>(Building {
+                _stacks: stacks,
+                _share: share,
+            })
+        })
+        .await;
+        match held {
+            Ok(Ok(building)) => Ok(building),
             Ok(Err(_)) => Err(AppError::Internal("the stack budget is closed".into())),
             Err(_) => {
                 crate::metrics::metrics()
@@ -135,12 +187,12 @@ async fn admitted(
         .headers()
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    let reader = match state.auth.allow(header, crate::auth::Scope::Read, None) {
-        Ok(Some(token)) => format!("token:{token}"),
+    let reader: Arc<str> = match state.auth.allow(header, crate::auth::Scope::Read, None) {
+        Ok(Some(token)) => format!("token:{token}").into(),
         Ok(None) => request
             .extensions()
             .get::<crate::serve::Peer>()
-            .map_or_else(|| "address:unknown".to_owned(), |p| format!("address:{}", p.addr.ip())),
+            .map_or_else(|| "address:unknown".into(), |p| reader_address(p.addr.ip()).into()),
         Err(refused) => {
             crate::auth::count_refusal(&refused);
             let status = match refused {
@@ -179,7 +231,21 @@ async fn admitted(
         )
             .into_response();
     }
+    let mut request = request;
+    request.extensions_mut().insert(Reader(reader));
     next.run(request).await
+}
+
+/// The key of a reader known only by its address: the address, or for IPv6 its /64 network
+/// (one host is usually given a whole /64, and could otherwise ask as 2⁶⁴ readers).
+fn reader_address(ip: std::net::IpAddr) -> String {
+    match ip.to_canonical() {
+        std::net::IpAddr::V4(v4) => format!("address:{v4}"),
+        std::net::IpAddr::V6(v6) => {
+            let network = std::net::Ipv6Addr::from(v6.to_bits() & !u128::from(u64::MAX));
+            format!("address:{network}/64")
+        }
+    }
 }
 
 async fn timed(request: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
@@ -214,4 +280,61 @@ async fn events() -> Json<serde_json::Value> {
         .map(|e| serde_json::json!({"name": e.name(), "unit": e.unit()}))
         .collect();
     Json(serde_json::json!({ "events": events }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reader asking for the largest graphs in a loop holds one turn in the budget's queue at
+    /// a time: another reader is served after its build under way, not after all it asked.
+    #[tokio::test]
+    async fn a_reader_asking_in_a_loop_does_not_keep_the_others_waiting() {
+        let budget = Arc::new(StackBudget::new(100));
+        let (greedy, ui) = (Reader("token:greedy".into()), Reader("token:ui".into()));
+        let first = budget.hold(&greedy, 100).await.unwrap();
+        let (order, got) = tokio::sync::mpsc::unbounded_channel();
+        let mut waiting = Vec::new();
+        for i in 0..4 {
+            let (budget, greedy, order) = (budget.clone(), greedy.clone(), order.clone());
+            waiting.push(tokio::spawn(async move {
+                let held = budget.hold(&greedy, 100).await.unwrap();
+                order.send(format!("greedy {i}")).unwrap();
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                drop(held);
+            }));
+            tokio::task::yield_now().await;
+        }
+        let asked = {
+            let (budget, ui, order) = (budget.clone(), ui.clone(), order.clone());
+            tokio::spawn(async move {
+                let _held = budget.hold(&ui, 10).await.unwrap();
+                order.send("ui".to_owned()).unwrap();
+            })
+        };
+        tokio::task::yield_now().await;
+        drop(first);
+        asked.await.unwrap();
+        for w in waiting {
+            w.await.unwrap();
+        }
+        drop(order);
+        let mut got = got;
+        let mut seen = Vec::new();
+        while let Some(who) = got.recv().await {
+            seen.push(who);
+        }
+        assert_eq!(seen.first().map(String::as_str), Some("ui"), "order: {seen:?}");
+        assert_eq!(seen.len(), 5);
+    }
+
+    #[test]
+    fn an_ipv6_reader_is_its_network() {
+        let key = |s: &str| reader_address(s.parse().unwrap());
+        assert_eq!(key("2001:db8:1:2:3:4:5:6"), key("2001:db8:1:2:ffff::1"));
+        assert_ne!(key("2001:db8:1:2::1"), key("2001:db8:1:3::1"));
+        assert_eq!(key("2001:db8:1:2::1"), "address:2001:db8:1:2::/64");
+        assert_eq!(key("::ffff:10.0.0.7"), "address:10.0.0.7");
+        assert_eq!(key("10.0.0.7"), "address:10.0.0.7");
+    }
 }
