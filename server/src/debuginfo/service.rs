@@ -22,6 +22,7 @@ use super::symtab;
 use crate::ingest::validate;
 use crate::metrics::{label, metrics};
 use crate::serve::Peer;
+use crate::storage::debuginfo::StoredFile;
 use crate::storage::{StorageError, Store};
 
 /// Why a file was not stored.
@@ -56,6 +57,8 @@ pub enum UploadError {
     Io(#[from] std::io::Error),
     #[error(transparent)]
     Storage(#[from] StorageError),
+    #[error("another upload of build id {0} has been stored for over {LEASE_WAIT:?}; retry later")]
+    Busy(String),
 }
 
 impl UploadError {
@@ -64,6 +67,7 @@ impl UploadError {
     fn reason(&self) -> Option<&'static str> {
         Some(match self {
             UploadError::Io(_) | UploadError::Storage(_) => return None,
+            UploadError::Busy(_) => "busy",
             UploadError::NotElf(_) => "not_elf",
             UploadError::BuildIdMismatch { .. } => "build_id_mismatch",
             UploadError::NoBuildId => "no_build_id",
@@ -92,7 +96,7 @@ impl From<UploadError> for Status {
     fn from(e: UploadError) -> Status {
         let status = match e {
             UploadError::Conflict { .. } => Status::already_exists(e.to_string()),
-            UploadError::Storage(_) => Status::unavailable(e.to_string()),
+            UploadError::Storage(_) | UploadError::Busy(_) => Status::unavailable(e.to_string()),
             UploadError::Io(_) => Status::internal(e.to_string()),
             _ => Status::invalid_argument(e.to_string()),
         };
@@ -130,6 +134,10 @@ pub struct DebuginfoService {
 
 /// Uploads a server receives at once; more are told to retry later (agents try again in minutes).
 pub const MAX_UPLOADS_AT_ONCE: usize = 4;
+/// How long an upload waits for the build id's lease (another upload of it being stored, here
+/// or at another server) before it is told to retry: storing the largest tables takes seconds,
+/// and a wait without end would hold one of the [`MAX_UPLOADS_AT_ONCE`] places.
+const LEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl DebuginfoService {
     pub fn new(
@@ -140,6 +148,7 @@ impl DebuginfoService {
         auth: crate::auth::Auth,
     ) -> std::io::Result<Self> {
         std::fs::create_dir_all(&incoming)?;
+        remove_stale_uploads(&incoming);
         Ok(DebuginfoService {
             store,
             names,
@@ -201,18 +210,22 @@ impl DebuginfoService {
         let id = hex(build_id);
         let kind_code = kind as u8;
         // Most uploads settle here: the same file again, or another one refused.
-        if self.stored_already(&id, kind, sha256).await? {
+        if self.stored_already(&id, kind, sha256).await?.0 {
             return Ok(());
         }
         // Deciding and storing under the build id's lease, so that of two uploads racing, the
-        // second sees what the first stored.
-        let lease = self.store.debuginfo_lease(&id).await?;
+        // second sees what the first stored. (Dropped unreleased, by a client that went away,
+        // the lease is released in the background.)
+        let lease = tokio::time::timeout(LEASE_WAIT, self.store.debuginfo_lease(&id))
+            .await
+            .map_err(|_| UploadError::Busy(id.clone()))??;
         let stored = async {
-            if self.stored_already(&id, kind, sha256).await? {
+            let (already, stored) = self.stored_already(&id, kind, sha256).await?;
+            if already {
                 return Ok(false);
             }
             if kind == DebuginfoKind::Debuginfo {
-                self.check_against_executable(&id, path).await?;
+                self.check_against_executable(&id, &stored, path).await?;
             }
             self.store
                 .store_debuginfo(&id, kind_code, sha256, size, file_name, &table)
@@ -231,12 +244,23 @@ impl DebuginfoService {
 }
 
 impl DebuginfoService {
-    /// Whether this very file is stored for `id` already; an error if another one of its kind is.
-    async fn stored_already(&self, id: &str, kind: DebuginfoKind, sha256: [u8; 32]) -> Result<bool, UploadError> {
-        let stored = self.store.debuginfo_files(&[id.to_owned()]).await?;
-        match stored.get(id).and_then(|f| f.iter().find(|f| f.kind == kind as u8)) {
-            None => Ok(false),
-            Some(existing) if existing.sha256 == sha256 => Ok(true),
+    /// Whether this very file is stored for `id` already (an error if another one of its kind
+    /// is), and the files stored for `id`.
+    async fn stored_already(
+        &self,
+        id: &str,
+        kind: DebuginfoKind,
+        sha256: [u8; 32],
+    ) -> Result<(bool, Vec<StoredFile>), UploadError> {
+        let stored = self
+            .store
+            .debuginfo_files(&[id.to_owned()])
+            .await?
+            .remove(id)
+            .unwrap_or_default();
+        match stored.iter().find(|f| f.kind == kind as u8) {
+            None => Ok((false, stored)),
+            Some(existing) if existing.sha256 == sha256 => Ok((true, stored)),
             Some(_) => Err(UploadError::Conflict {
                 build_id: id.to_owned(),
                 kind: kind_name(kind),
@@ -247,10 +271,10 @@ impl DebuginfoService {
     /// A debug file takes over naming from the executable stored for its build id (if any), so
     /// it must name everything the executable names the same way: otherwise anyone allowed to
     /// upload could rename the frames of a library every node runs.
-    async fn check_against_executable(&self, id: &str, path: &Path) -> Result<(), UploadError> {
-        let stored = self.store.debuginfo_files(&[id.to_owned()]).await?;
+    /// (`stored`: the files stored for `id`.)
+    async fn check_against_executable(&self, id: &str, stored: &[StoredFile], path: &Path) -> Result<(), UploadError> {
         let executable = DebuginfoKind::Executable as u8;
-        if !stored.get(id).is_some_and(|f| f.iter().any(|f| f.kind == executable)) {
+        if !stored.iter().any(|f| f.kind == executable) {
             return Ok(());
         }
         let table = self.store.debuginfo_table(id, executable).await?;
@@ -264,6 +288,25 @@ impl DebuginfoService {
                 build_id: id.to_owned(),
                 found,
             }),
+        }
+    }
+}
+
+/// Uploads left half-received by a server that crashed (a running server removes its own
+/// however they end): those not written to for a day, so that a server sharing the directory
+/// keeps the ones it is receiving.
+fn remove_stale_uploads(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let day = std::time::Duration::from_secs(24 * 3600);
+    for entry in entries.flatten() {
+        let stale = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > day));
+        if stale && entry.file_name().to_string_lossy().starts_with(".incoming-") {
+            if let Err(e) = std::fs::remove_file(entry.path()) {
+                tracing::warn!(file = %entry.path().display(), error = %e, "cannot remove a stale upload");
+            }
         }
     }
 }
@@ -338,9 +381,14 @@ impl Debuginfo for DebuginfoService {
                 )),
             ));
         };
-        let incoming = self.incoming.join(format!(".incoming-{}", uuid::Uuid::new_v4()));
+        // Removed when this call ends, also when it is dropped (a client that went away).
+        let (file, incoming) = tempfile::Builder::new()
+            .prefix(".incoming-")
+            .tempfile_in(&self.incoming)
+            .map_err(|e| Status::internal(format!("cannot make room for an upload: {e}")))?
+            .into_parts();
         let result = async {
-            let mut file = std::fs::File::create(&incoming)?;
+            let mut file = file;
             let mut received = 0u64;
             // The first bytes say whether this is an ELF file at all: anything else is refused
             // before the rest of it is received.
@@ -398,7 +446,7 @@ impl Debuginfo for DebuginfoService {
                 .map_err(Status::from)
         }
         .await;
-        let _ = std::fs::remove_file(&incoming);
+        drop(incoming);
         result?;
         Ok(Response::new(self.status(first.build_id).await?))
     }

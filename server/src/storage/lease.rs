@@ -54,6 +54,27 @@ pub(super) fn schema(dialect: &Dialect) -> Vec<String> {
     statements
 }
 
+/// How long the rows of a claim are kept after it expired (or was released): far longer than
+/// any period, so that no live claim loses a row.
+pub const KEPT_AFTER_EXPIRY: Duration = Duration::from_secs(86_400);
+
+/// Deletes the rows of claims that expired more than `after` ago: every lease taken (each
+/// upload stored, each alert evaluation, each renewal) writes rows, and the table has no TTL on
+/// any server version (a mutation: ClickHouse deletes the rows shortly after).
+pub(super) async fn expire(client: &Client, dialect: &Dialect, after: Duration) -> Result<(), StorageError> {
+    let statement = format!(
+        "ALTER TABLE {} {} DELETE WHERE expires < toUInt64(now()) - {}",
+        dialect.qualified("leases"),
+        dialect.on_cluster_clause(),
+        after.as_secs()
+    );
+    client
+        .query(&statement)
+        .execute()
+        .await
+        .map_err(|source| StorageError::Statement { statement, source })
+}
+
 #[derive(clickhouse::Row, serde::Deserialize)]
 struct Claim {
     holder: [u8; 16],
@@ -72,18 +93,29 @@ pub struct Lease {
 
 impl Lease {
     /// Waits until this server holds lease `name`; a holder that stops renewing loses it after
-    /// `period`.
+    /// `period`. Cancel-safe: a claim made by a call that is dropped while it waits is released.
     pub async fn acquire(client: Client, name: &str, period: Duration) -> Result<Lease, StorageError> {
         let mut logged = false;
         loop {
             // A fresh holder per attempt: a withdrawn claim stays withdrawn.
             let holder = *uuid::Uuid::new_v4().as_bytes();
+            // Released if this call is dropped from here on (the claim may be in ClickHouse
+            // even if the insert did not return).
+            let mut claimed = Claimed {
+                client: client.clone(),
+                name: name.to_owned(),
+                holder,
+                stamp: 0,
+                armed: true,
+            };
             claim(&client, name, &holder, None, period).await?;
             tokio::time::sleep(SETTLE).await;
             let claims = live_claims(&client, name).await?;
             let stamp = claims.iter().find(|c| c.holder == holder).map_or(0, |c| c.first_stamp);
+            claimed.stamp = stamp;
             let first = claims.iter().min_by_key(|c| (c.first_stamp, c.holder));
             if first.is_some_and(|c| c.holder == holder) {
+                claimed.armed = false;
                 let (stop, stopped) = oneshot::channel();
                 tokio::spawn(renew(client.clone(), name.to_owned(), holder, stamp, period, stopped));
                 return Ok(Lease {
@@ -95,6 +127,7 @@ impl Lease {
                 });
             }
             // Someone else holds it (or claimed first): withdraw, wait for it to be released.
+            claimed.armed = false;
             release(&client, name, &holder, stamp).await?;
             if !logged {
                 tracing::info!(lease = name, "waiting for another server to finish");
@@ -132,12 +165,47 @@ impl Lease {
     }
 }
 
+/// A lease dropped without [`Lease::release`] (its holder's task was cancelled: a client that
+/// went away, a timeout) is released in the background, so that the others need not wait for it
+/// to expire.
 impl Drop for Lease {
     fn drop(&mut self) {
         if let Some(stop) = self.stop_renewing.take() {
             let _ = stop.send(());
+            release_later(&self.client, &self.name, self.holder, self.stamp);
         }
     }
+}
+
+/// A claim inserted by [`Lease::acquire`] and not yet won or withdrawn.
+struct Claimed {
+    client: Client,
+    name: String,
+    holder: [u8; 16],
+    stamp: u64,
+    armed: bool,
+}
+
+impl Drop for Claimed {
+    fn drop(&mut self) {
+        if self.armed {
+            release_later(&self.client, &self.name, self.holder, self.stamp);
+        }
+    }
+}
+
+/// Releases a claim from a task of its own (where there is a runtime to run it; without one the
+/// claim expires by itself).
+fn release_later(client: &Client, name: &str, holder: [u8; 16], stamp: u64) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let (client, name) = (client.clone(), name.to_owned());
+    runtime.spawn(async move {
+        if let Err(e) = release(&client, &name, &holder, stamp).await {
+            tracing::warn!(lease = %name, error = %e, "failed to release a lease; it expires by itself");
+        }
+    });
 }
 
 /// Inserts a claim: a new one stamped by the INSERT itself with ClickHouse's clock, so the stamp

@@ -6,7 +6,8 @@
 //! The debug-info store has no time of its own to expire by (a build id's symbols are needed as
 //! long as any kept frame is of that build id, however old the upload): on every server version,
 //! once a day, the files and symbols of build ids no kept frame refers to are deleted, once
-//! their upload is a day old (an upload comes before the batches whose frames need it).
+//! their upload is a day old (an upload comes before the batches whose frames need it). So are
+//! the rows of lease claims a day past their expiry.
 
 use std::time::Duration;
 
@@ -193,8 +194,15 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Deletes the rows of lease claims that expired more than `after` ago.
+    pub async fn expire_leases(&self, after: Duration) -> Result<(), StorageError> {
+        super::lease::expire(&self.client, &self.dialect, after).await
+    }
+}
+
 /// Runs [`Store::expire_partitions`] every hour where the server has no TTL, and
-/// [`Store::expire_debuginfo`] every day on every server.
+/// [`Store::expire_debuginfo`] and [`Store::expire_leases`] every day on every server.
 pub fn spawn(store: std::sync::Arc<Store>) {
     if !store.dialect.modern {
         let store = store.clone();
@@ -211,6 +219,9 @@ pub fn spawn(store: std::sync::Arc<Store>) {
         loop {
             if let Err(e) = store.expire_debuginfo(DEBUGINFO_GRACE).await {
                 tracing::warn!(error = %e, "failed to delete unused debug info; trying again in a day");
+            }
+            if let Err(e) = store.expire_leases(super::lease::KEPT_AFTER_EXPIRY).await {
+                tracing::warn!(error = %e, "failed to delete expired lease claims; trying again in a day");
             }
             tokio::time::sleep(DEBUGINFO_GRACE).await;
         }

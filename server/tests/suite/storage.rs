@@ -1000,3 +1000,77 @@ async fn a_two_shard_cluster_holds_the_fleet() {
     a.stop().await;
     b.stop().await;
 }
+
+/// A lease whose holder is dropped unreleased (an upload whose client went away, a timeout) is
+/// released in the background rather than left to expire after its period (60 s for a build id,
+/// during which every upload of it would wait), and so is the claim of an `acquire` cancelled
+/// while it settles. Checked by the release rows written, which expiry does not write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_dropped_unreleased_is_released_not_left_to_expire() {
+    let ch = SharedClickHouse::start().await;
+    let store = ch.store().await;
+    let releases = |name: &'static str| {
+        let ch = &ch;
+        async move {
+            ch.count(&format!(
+                "SELECT count() AS n FROM leases WHERE name = '{name}' AND released = 1"
+            ))
+            .await
+        }
+    };
+    let within = |what: &'static str, name: &'static str, n: u64| {
+        let releases = &releases;
+        async move {
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while releases(name).await < n {
+                assert!(std::time::Instant::now() < deadline, "{what}: no release written");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+
+    let held = store.debuginfo_lease("aa").await.unwrap();
+    drop(held);
+    within("a dropped lease", "debuginfo:aa", 1).await;
+    // The next upload of that build id takes it at once, not after 60 s.
+    tokio::time::timeout(Duration::from_secs(30), store.debuginfo_lease("aa"))
+        .await
+        .expect("the dropped lease still blocks its build id")
+        .unwrap()
+        .release()
+        .await;
+
+    // An acquire cancelled once its claim is in ClickHouse.
+    let claims = || ch.count("SELECT count() AS n FROM leases WHERE name = 'debuginfo:bb' AND released = 0");
+    // Boxed, so that dropping it drops the future (a pinned local lives to the end of the scope).
+    let mut acquire = Box::pin(store.debuginfo_lease("bb"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        tokio::select! {
+            _ = &mut acquire => panic!("the lease was taken before its claim was seen"),
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+        }
+        if claims().await > 0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no claim was inserted");
+    }
+    drop(acquire);
+    within("a cancelled acquire", "debuginfo:bb", 1).await;
+
+    // Claims are kept a day past their expiry, then deleted (a mutation, done shortly after).
+    // The release rows expire when they are written; the claims 60 s after theirs.
+    let released = || ch.count("SELECT count() AS n FROM leases WHERE name LIKE 'debuginfo:%' AND released = 1");
+    let claimed = || ch.count("SELECT count() AS n FROM leases WHERE name LIKE 'debuginfo:%' AND released = 0");
+    let kept = bimodal_server::storage::lease::KEPT_AFTER_EXPIRY;
+    store.expire_leases(kept).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(released().await, 3, "claims that expired within the day are deleted");
+    store.expire_leases(Duration::ZERO).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while released().await > 0 {
+        assert!(std::time::Instant::now() < deadline, "expired claims are still there");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(claimed().await > 0, "claims within their period are deleted");
+}
