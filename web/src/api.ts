@@ -147,14 +147,50 @@ async function fetchWithToken(url: string, token: string | null, signal?: AbortS
   }
 }
 
+/** Times a request refused for the moment (429: beyond this reader's rate; 503: the server is busy) is asked again. */
+const RETRIES = 3;
+/** The longest wait for a retry, whatever the server's Retry-After says. */
+const MAX_RETRY_WAIT_S = 30;
+
+/** Resolves after `seconds`, or rejects with the abort when `signal` aborts first. */
+function sleep(seconds: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) {
+      reject(signal.reason as Error);
+      return;
+    }
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, seconds * 1000);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal?.reason as Error);
+    };
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+/** `url` with the stored token; a request the server refused for the moment is asked again after its Retry-After. */
+async function fetchRetrying(url: string, token: string | null, signal?: AbortSignal): Promise<Response> {
+  let resp = await fetchWithToken(url, token, signal);
+  for (let retry = 0; retry < RETRIES && (resp.status === 429 || resp.status === 503); retry++) {
+    const after = Number(resp.headers.get('Retry-After'));
+    if (!Number.isFinite(after) || after <= 0 || after > MAX_RETRY_WAIT_S) break;
+    await sleep(after, signal);
+    resp = await fetchWithToken(url, token, signal);
+  }
+  return resp;
+}
+
 async function getJson(path: string, params: URLSearchParams | null, signal?: AbortSignal): Promise<unknown> {
   const url = API_BASE + path + (params && params.size > 0 ? `?${params.toString()}` : '');
-  let resp = await fetchWithToken(url, storedToken(), signal);
+  let resp = await fetchRetrying(url, storedToken(), signal);
   // A server with tokens: ask once for one that may read, then try again.
   if (resp.status === 401 || resp.status === 403) {
     const why = resp.status === 401 ? 'This bimodal server needs a token.' : 'This token may not read from this server.';
     const token = await askToken(why);
-    if (token) resp = await fetchWithToken(url, token, signal);
+    if (token) resp = await fetchRetrying(url, token, signal);
   }
   const text = await resp.text();
   let body: unknown = undefined;

@@ -1,0 +1,59 @@
+#!/usr/bin/env node
+// Check in a real (headless) Chromium that the UI waits what a 429 tells it and asks again.
+//
+//   node test/rate-browser.mjs --url http://127.0.0.1:PORT/ --token TOKEN --screenshot PATH
+//        [--chromium /usr/bin/chromium]
+//
+// The reader of TOKEN has used its request rate on a server with tokens and no alert rules.
+// Opens alerts.html with the token kept in the browser: its first API call is answered 429 with
+// Retry-After, the page waits that long and asks again, then shows that alerting is not
+// configured (the API's 404), never the refusal.
+// Prints `ok: …` and exits 0; on failure it saves a screenshot, prints `FAIL: reason`, exits 1.
+
+import { resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { fail, finish, launch, poll } from './harness.mjs';
+
+const { values: args } = parseArgs({
+  options: {
+    url: { type: 'string' },
+    token: { type: 'string' },
+    screenshot: { type: 'string' },
+    chromium: { type: 'string', default: '/usr/bin/chromium' },
+  },
+});
+if (!args.url || !args.token || !args.screenshot) {
+  console.error('usage: node test/rate-browser.mjs --url URL --token TOKEN --screenshot PATH [--chromium PATH]');
+  process.exit(2);
+}
+
+let browser;
+let page;
+await finish(
+  async () => {
+    ({ browser, page } = await launch(args.chromium));
+    await page.addInitScript((token) => localStorage.setItem('bimodal.token', token), args.token);
+    const statuses = [];
+    page.on('response', (r) => {
+      if (r.url().includes('/api/v1/')) statuses.push(r.status());
+    });
+    const asked = [];
+    page.on('dialog', (d) => {
+      asked.push(d.message());
+      void d.dismiss();
+    });
+    const message = () => page.locator('#message').textContent();
+    await page.goto(new URL('alerts.html', args.url).toString());
+    const shown = await poll('the page past the refusal', async () => {
+      const text = await message();
+      return text?.includes('not configured') || text?.includes('more than') ? text : null;
+    }, 60000);
+    if (asked.length > 0) fail(`asked for a token: ${JSON.stringify(asked)}`);
+    if (!shown.includes('not configured')) fail(`the page shows the refusal: ${shown}`);
+    if (!statuses.includes(429)) fail(`no request was refused (statuses ${JSON.stringify(statuses)})`);
+    if (statuses.at(-1) !== 404) fail(`the last answer was ${statuses.at(-1)}, not alerting's 404`);
+    await page.screenshot({ path: resolve(args.screenshot), fullPage: true });
+    console.log(`ok: answered ${JSON.stringify(statuses)}, the page waited and showed: ${shown.trim()}`);
+  },
+  { page: () => page, browser: () => browser, screenshotPath: resolve(args.screenshot) },
+);
