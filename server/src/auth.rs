@@ -85,6 +85,8 @@ pub enum Refused {
     NoCertificate,
     #[error("the client certificate does not name node `{0}` (a DNS name among its subject alternative names)")]
     CertificateNode(String),
+    #[error("the client certificate is not verified by the server's client CA in force (it changed since the connection was made, or the certificate expired)")]
+    CertificateUntrusted,
 }
 
 /// The tokens in force.
@@ -233,8 +235,8 @@ pub fn load(path: &Path) -> Result<TokenSet, Mistakes> {
 #[derive(Clone, Debug, Default)]
 pub struct Auth {
     file: Option<Arc<TokenFile>>,
-    /// Writes need a verified client certificate, naming the node written as.
-    certificates: bool,
+    /// Writes need a client certificate the CA in force verifies, naming the node written as.
+    certificates: Option<crate::tls::ClientTrust>,
 }
 
 #[derive(Debug)]
@@ -273,15 +275,16 @@ impl Auth {
         });
         Ok(Auth {
             file: Some(file),
-            certificates: false,
+            certificates: None,
         })
     }
 
-    /// The same, and writes (ingest, uploads) need a client certificate the TLS handshake
-    /// verified; an agent's must name its node.
-    pub fn with_client_certificates(self, required: bool) -> Auth {
+    /// The same, and writes (ingest, uploads) need a client certificate `trust` verifies (the
+    /// TLS handshake did, and it is verified again when the CA changed); an agent's must name
+    /// its node.
+    pub fn with_client_certificates(self, trust: Option<crate::tls::ClientTrust>) -> Auth {
         Auth {
-            certificates: required,
+            certificates: trust,
             ..self
         }
     }
@@ -291,12 +294,16 @@ impl Auth {
         self.file.is_some()
     }
 
-    /// Changes each time the token file is read again with other tokens: what was allowed
-    /// before may not be any more (a long-lived stream checks again when it changes).
+    /// Changes each time the token file is read again with other tokens, or another client CA
+    /// takes effect: what was allowed before may not be any more (a long-lived stream checks
+    /// again when it changes).
     pub fn version(&self) -> u64 {
-        self.file
+        let tokens = self
+            .file
             .as_ref()
-            .map_or(0, |f| f.version.load(std::sync::atomic::Ordering::Acquire))
+            .map_or(0, |f| f.version.load(std::sync::atomic::Ordering::Acquire));
+        let ca = self.certificates.as_ref().map_or(0, crate::tls::ClientTrust::version);
+        tokens.wrapping_add(ca)
     }
 
     /// Allows a request with this `authorization` header value for `scope`, and for writes as
@@ -328,12 +335,16 @@ impl Auth {
     /// A client certificate for a write, naming `node` when given (nothing to check when
     /// certificates are not required).
     fn allow_certificate(&self, peer: Option<&Peer>, scope: Scope, node: Option<&str>) -> Result<(), Refused> {
-        if !self.certificates || scope != Scope::Write {
+        let Some(trust) = self.certificates.as_ref().filter(|_| scope == Scope::Write) else {
             return Ok(());
-        }
-        let Some(peer) = peer.filter(|p| p.certificate.is_some()) else {
+        };
+        let Some((peer, certificate)) = peer.and_then(|p| Some((p, p.certificate.as_ref()?))) else {
             return Err(Refused::NoCertificate);
         };
+        // The handshake verified it against the CA then in force; that may have changed.
+        if !trust.verifies(certificate, &peer.intermediates) {
+            return Err(Refused::CertificateUntrusted);
+        }
         match node {
             Some(node) if !peer.certified_for(node) => Err(Refused::CertificateNode(node.to_owned())),
             _ => Ok(()),
@@ -357,7 +368,7 @@ impl Auth {
             .map_err(|refused| {
                 count_refusal(&refused);
                 match refused {
-                    Refused::Missing(_) | Refused::Unknown | Refused::NoCertificate => {
+                    Refused::Missing(_) | Refused::Unknown | Refused::NoCertificate | Refused::CertificateUntrusted => {
                         tonic::Status::unauthenticated(refused.to_string())
                     }
                     Refused::Scope { .. } | Refused::Node { .. } | Refused::CertificateNode(_) => {
@@ -377,6 +388,7 @@ pub fn count_refusal(refused: &Refused) {
         Refused::Node { .. } => "node",
         Refused::NoCertificate => "no_certificate",
         Refused::CertificateNode(_) => "certificate_node",
+        Refused::CertificateUntrusted => "certificate_untrusted",
     };
     crate::metrics::metrics()
         .auth_refused

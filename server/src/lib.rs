@@ -114,11 +114,11 @@ impl Server {
             ),
             None => auth::Auth::open(),
         };
-        let auth = auth.with_client_certificates(config.tls.as_ref().is_some_and(|t| t.client_ca.is_some()));
         let tls = match &config.tls {
             Some(files) => Some(tls::acceptor(files).map_err(|e| anyhow::anyhow!("cannot serve TLS: {e}"))?),
             None => None,
         };
+        let auth = auth.with_client_certificates(tls.as_ref().and_then(tls::Acceptor::client_trust));
         let (managed, url) = match &config.clickhouse_url {
             Some(url) => (None, url.clone()),
             None => {

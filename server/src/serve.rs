@@ -98,6 +98,9 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 pub struct Peer {
     pub addr: SocketAddr,
     pub certificate: Option<CertificateDer<'static>>,
+    /// The rest of the chain the client presented with its certificate (to verify it again
+    /// when the client CA changes).
+    pub intermediates: Vec<CertificateDer<'static>>,
 }
 
 impl Peer {
@@ -141,6 +144,7 @@ impl Incoming {
                         let peer = Peer {
                             addr,
                             certificate: None,
+                            intermediates: Vec::new(),
                         };
                         return (Box::new(stream), peer, place);
                     }
@@ -153,13 +157,21 @@ impl Incoming {
             },
             Incoming::Tls(listener) => {
                 let (stream, addr, place) = listener.accept(places).await;
-                let certificate = stream
+                let chain: Vec<CertificateDer<'static>> = stream
                     .get_ref()
                     .1
                     .peer_certificates()
-                    .and_then(|chain| chain.first())
-                    .map(|c| c.clone().into_owned());
-                (Box::new(stream), Peer { addr, certificate }, place)
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|c| c.clone().into_owned())
+                    .collect();
+                let mut chain = chain.into_iter();
+                let peer = Peer {
+                    addr,
+                    certificate: chain.next(),
+                    intermediates: chain.collect(),
+                };
+                (Box::new(stream), peer, place)
             }
         }
     }

@@ -110,7 +110,35 @@ impl ResolvesServerCert for Reloading {
 
 /// The server's TLS: accepts handshakes with the certificate in force.
 #[derive(Clone)]
-pub struct Acceptor(TlsAcceptor);
+pub struct Acceptor(TlsAcceptor, Option<ClientTrust>);
+
+impl Acceptor {
+    /// The client CA in force, where clients are asked for certificates.
+    pub fn client_trust(&self) -> Option<ClientTrust> {
+        self.1.clone()
+    }
+}
+
+/// The client CA in force, to verify a connection's certificate again after the CA changed:
+/// a certificate the handshake let in stays in force for its connection only as long as the CA
+/// that signed it does.
+#[derive(Clone, Debug)]
+pub struct ClientTrust(Arc<ClientCa>);
+
+impl ClientTrust {
+    /// Changes each time another CA takes effect.
+    pub fn version(&self) -> u64 {
+        self.0.version.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Whether the CA in force verifies `certificate` with `intermediates` now.
+    pub fn verifies(&self, certificate: &CertificateDer<'_>, intermediates: &[CertificateDer<'_>]) -> bool {
+        self.0
+            .get()
+            .verify_client_cert(certificate, intermediates, UnixTime::now())
+            .is_ok()
+    }
+}
 
 impl std::fmt::Debug for Acceptor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -150,7 +178,10 @@ pub fn acceptor(files: &TlsFiles) -> Result<Acceptor, String> {
             }
         }
     });
-    Ok(Acceptor(TlsAcceptor::from(Arc::new(config))))
+    Ok(Acceptor(
+        TlsAcceptor::from(Arc::new(config)),
+        client_ca.map(ClientTrust),
+    ))
 }
 
 /// The verifier of client certificates: rustls's, over the CA file in force, rebuilt when the
@@ -159,6 +190,8 @@ pub fn acceptor(files: &TlsFiles) -> Result<Acceptor, String> {
 struct ClientCa {
     path: PathBuf,
     current: RwLock<(Arc<dyn ClientCertVerifier>, Option<SystemTime>)>,
+    /// Bumped each time another CA takes effect.
+    version: std::sync::atomic::AtomicU64,
 }
 
 impl ClientCa {
@@ -166,6 +199,7 @@ impl ClientCa {
         Ok(ClientCa {
             path: path.to_owned(),
             current: RwLock::new((Self::verifier(path)?, modified(path))),
+            version: Default::default(),
         })
     }
 
@@ -197,6 +231,7 @@ impl ClientCa {
             Ok(v) => {
                 tracing::info!(client_ca = %self.path.display(), "TLS client CA read again");
                 *self.current.write().unwrap_or_else(|p| p.into_inner()) = (v, stamp);
+                self.version.fetch_add(1, std::sync::atomic::Ordering::Release);
             }
             Err(e) => tracing::warn!(error = %e, "the changed client CA cannot be used; the one in force stays"),
         }

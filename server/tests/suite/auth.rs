@@ -460,7 +460,8 @@ fn client_certificates(
 /// Mutual TLS: with a client CA, an agent writes only as the node its certificate names; one
 /// without a certificate is refused before it sends anything, one with a certificate of another
 /// CA does not get through the handshake; readers need no certificate. A new client CA written
-/// over the old one takes effect while the server runs.
+/// over the old one takes effect while the server runs, and ends the streams of agents whose
+/// certificates only the old one verified.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_certificates_bind_agents_to_their_node() {
     use bimodal_proto::client::ServerAddress;
@@ -519,6 +520,14 @@ async fn client_certificates_bind_agents_to_their_node() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
+    // A stream of the first CA's agent, open while the CA changes.
+    let (open_tx, mut open_acks) = super::wire::open_stream(&agent(Some(&ids[0])), as_node("mtls-1", 5)).await;
+    let first = open_acks.message().await.unwrap().and_then(|r| r.message);
+    assert!(
+        matches!(&first, Some(bimodal_proto::v1::ingest_response::Message::Ack(a)) if a.status == bimodal_proto::v1::ack::Status::Stored as i32),
+        "{first:?}"
+    );
+
     // The other CA replaces the first: its certificates are let in, the first's no longer.
     std::fs::copy(&other_ca, &client_ca).unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -537,6 +546,14 @@ async fn client_certificates_bind_agents_to_their_node() {
     assert!(super::wire::exchange_at(&agent(Some(&ids[0])), as_node("mtls-1", 99))
         .await
         .is_err());
+    // The stream opened under the first CA ends at its next batch, with the reason.
+    open_tx.send(req(batch([6; 16], false, "hot", 3))).await.unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(30), open_acks.message())
+        .await
+        .expect("the stream of a certificate the CA no longer verifies is ended");
+    let e = ended.expect_err("no ack for a batch under a replaced CA");
+    assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
+    assert!(e.message().contains("client CA in force"), "{e:?}");
     server.stop().await;
 }
 
