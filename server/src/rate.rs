@@ -1,5 +1,5 @@
 //! How fast one client may ask: a token bucket per key, shared by all of the key's connections
-//! to this server. Ingest keys batches by node name: an agent sends one batch per interval (10 s
+//! to this server. Ingest keys stream opens and batches by node name: an agent sends one batch per interval (10 s
 //! by default) and catches up on a spool faster, and a node beyond its rate (a broken or hostile
 //! client, or many agents claiming one name) is answered "retry" with the time until its next
 //! batch is due, before the batch is decoded, so it costs the server a transfer and no more. The
@@ -23,6 +23,15 @@ impl Rate {
     pub const NODE_BATCHES: Rate = Rate {
         per_second: 5.0,
         burst: 50,
+    };
+
+    /// Streams a node may open: one a second, 60 at once. An agent opens one and keeps it,
+    /// reconnecting after a break with a backoff of up to 10 s; `bimodal import` opens one per
+    /// directory. A client opening streams in a loop under one name (each costs a Hello, its
+    /// checks and a node row to write) is told to retry instead.
+    pub const NODE_STREAMS: Rate = Rate {
+        per_second: 1.0,
+        burst: 60,
     };
 
     /// API requests a reader may send: 20 a second, 200 at once. The UI asks about ten

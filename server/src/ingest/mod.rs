@@ -55,6 +55,8 @@ pub struct IngestService {
     in_flight: Arc<Admission>,
     /// How fast each node may send batches.
     rates: Arc<crate::rate::Buckets>,
+    /// Streams each node opens.
+    opens: Arc<crate::rate::Buckets>,
 }
 
 impl IngestService {
@@ -76,6 +78,7 @@ impl IngestService {
             streams: Arc::new(tokio::sync::Semaphore::new(max_streams)),
             max_streams,
             rates: Arc::new(crate::rate::Buckets::new(node_batches)),
+            opens: Arc::new(crate::rate::Buckets::new(crate::rate::Rate::NODE_STREAMS)),
             in_flight: Arc::new(Admission {
                 room: Arc::new(tokio::sync::Semaphore::new(capacity_kib)),
                 capacity_kib,
@@ -204,6 +207,17 @@ impl IngestService {
         self.auth
             .allow_grpc(&metadata, peer.as_ref(), crate::auth::Scope::Write, Some(&hello.node))?;
         let labels = validate::hello(&hello).map_err(|e| invalid_hello(Status::invalid_argument(e.to_string())))?;
+        if let Err(wait) = self.opens.take(&hello.node, std::time::Instant::now()) {
+            count_refused("stream_rate");
+            let rate = self.opens.rate();
+            return Err(Status::resource_exhausted(format!(
+                "node `{}` opens more than {} streams a second ({} at once): retry in {} ms",
+                hello.node,
+                rate.per_second,
+                rate.burst,
+                wait.as_millis()
+            )));
+        }
         let sender = Arc::new(Sender {
             node: hello.node.as_str().into(),
             labels,

@@ -267,6 +267,46 @@ async fn a_node_beyond_its_batch_rate_is_told_when_to_come_back() {
     server.stop().await;
 }
 
+/// A node opens at most `Rate::NODE_STREAMS` streams at once and then one a second: a client
+/// opening streams in a loop under one name is told RESOURCE_EXHAUSTED with the wait, counted;
+/// another node is not held back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_opening_streams_in_a_loop_is_told_to_retry() {
+    let server = TestServer::start().await;
+    let burst = bimodal_server::rate::Rate::NODE_STREAMS.burst;
+    let before = refusals(&server, "bimodal_ingest_rejected_batches_total", "stream_rate").await;
+    let mut refused = None;
+    for i in 0..=burst {
+        match exchange(&server, vec![wire::hello("looping-node")]).await {
+            Ok(_) => {}
+            Err(status) => {
+                refused = Some((i, status));
+                break;
+            }
+        }
+    }
+    let (at, status) = refused.expect("every stream was let in");
+    // At least the burst (more if the loop took seconds and the bucket refilled).
+    assert!(at >= burst, "refused after {at} streams: {status:?}");
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("node `looping-node` opens more than 1 streams a second"),
+        "{status:?}"
+    );
+    let after = refusals(&server, "bimodal_ingest_rejected_batches_total", "stream_rate").await;
+    assert!(after > before, "the refusal is not counted");
+    let other = exchange(
+        &server,
+        vec![wire::hello("calm-node"), req(wire::batch([9; 16], false, "hot", 1))],
+    )
+    .await
+    .unwrap();
+    assert_eq!(other[0].status, Status::Stored as i32, "{other:?}");
+    server.stop().await;
+}
+
 /// Debug-info uploads are bounded before they are received: a file whose first bytes are not
 /// ELF's is refused at once (not after its stated gigabyte), and with `MAX_UPLOADS_AT_ONCE`
 /// uploads being received the next is told to retry later.
