@@ -227,6 +227,7 @@ impl DebuginfoService {
             if kind == DebuginfoKind::Debuginfo {
                 self.check_against_executable(&id, &stored, path).await?;
             }
+            self.store.clear_orphan_symbols(&id, kind_code).await?;
             self.store
                 .store_debuginfo(&id, kind_code, sha256, size, file_name, &table)
                 .await?;

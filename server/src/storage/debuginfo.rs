@@ -11,6 +11,9 @@ use crate::debuginfo::symtab::{Function, Segment, SymbolTable};
 /// How long a server that stopped while storing a file holds back other uploads of its build id.
 const DEBUGINFO_LEASE: Duration = Duration::from_secs(60);
 
+/// How long [`Store::clear_orphan_symbols`] waits for its deletion to be done.
+const ORPHANS_GONE_WITHIN: Duration = Duration::from_secs(60);
+
 /// A stored file of a build id.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredFile {
@@ -131,6 +134,56 @@ impl Store {
     /// both insert, mixing their symbols. Taking it costs a little over a second.
     pub async fn debuginfo_lease(&self, build_id: &str) -> Result<Lease, StorageError> {
         Lease::acquire(self.writer_client(), &format!("debuginfo:{build_id}"), DEBUGINFO_LEASE).await
+    }
+
+    /// Deletes symbol rows of `build_id`'s file of `kind` that no file row lists: those of a
+    /// store interrupted between its symbols and its file row (a crash, ClickHouse going away).
+    /// Symbols are keyed by address, not by content, so a later file of other content would
+    /// otherwise mix with them. To be called under the build id's lease, when no file of `kind`
+    /// is stored; returns how many rows there were, and waits (up to a minute) until they are
+    /// gone, as the deletion is a mutation.
+    pub async fn clear_orphan_symbols(&self, build_id: &str, kind: u8) -> Result<u64, StorageError> {
+        #[derive(clickhouse::Row, serde::Deserialize)]
+        struct Count {
+            n: u64,
+        }
+        let count = || async {
+            queries::debuginfo_symbol_rows(build_id, kind)
+                .query(&self.client)
+                .fetch_one::<Count>()
+                .await
+                .map(|c| c.n)
+                .map_err(StorageError::query("count the symbols of a build id"))
+        };
+        let orphans = count().await?;
+        if orphans == 0 {
+            return Ok(0);
+        }
+        let dialect = &self.dialect;
+        queries::delete_debuginfo_symbols(
+            &dialect.qualified("debuginfo_symbols"),
+            &dialect.on_cluster_clause(),
+            build_id,
+            kind,
+        )
+        .query(&self.client)
+        .execute()
+        .await
+        .map_err(StorageError::query("delete orphan symbols"))?;
+        let deadline = std::time::Instant::now() + ORPHANS_GONE_WITHIN;
+        while count().await? > 0 {
+            if std::time::Instant::now() > deadline {
+                return Err(StorageError::Timeout(ORPHANS_GONE_WITHIN));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        tracing::warn!(
+            build_id,
+            kind,
+            rows = orphans,
+            "deleted the symbols of an interrupted store"
+        );
+        Ok(orphans)
     }
 
     /// Stores a file's function table: the symbols first, the file's row last, so a file that

@@ -748,6 +748,24 @@ pub(super) fn debuginfo_files(build_ids: &[String]) -> Sql {
     sql
 }
 
+/// How many symbol rows `debuginfo_symbols` holds for a build id's file of `kind`.
+pub(super) fn debuginfo_symbol_rows(build_id: &str, kind: u8) -> Sql {
+    let mut sql = Sql::new("SELECT count() AS n FROM debuginfo_symbols WHERE build_id = ");
+    sql.bind(Value::Str(build_id.to_owned()))
+        .push(" AND kind = ")
+        .bind(Value::U32(kind.into()));
+    sql
+}
+
+/// Deletes the symbol rows of a build id's file of `kind` (a mutation).
+pub(super) fn delete_debuginfo_symbols(table: &str, on_cluster: &str, build_id: &str, kind: u8) -> Sql {
+    let mut sql = Sql::new(&format!("ALTER TABLE {table} {on_cluster} DELETE WHERE build_id = "));
+    sql.bind(Value::Str(build_id.to_owned()))
+        .push(" AND kind = ")
+        .bind(Value::U32(kind.into()));
+    sql
+}
+
 /// The load segments of a stored file.
 pub(super) fn debuginfo_segments(build_id: &str, kind: u8) -> Sql {
     let mut sql = Sql::new(

@@ -1074,3 +1074,37 @@ async fn a_lease_dropped_unreleased_is_released_not_left_to_expire() {
     }
     assert!(claimed().await > 0, "claims within their period are deleted");
 }
+
+/// A store interrupted between its symbol rows and its file row (a crash) leaves symbols no file
+/// lists. The next upload for that build id and kind deletes them before storing its own, so the
+/// two never mix (symbols are keyed by address, not by content).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn symbols_of_an_interrupted_store_do_not_mix_with_the_next_upload() {
+    let ch = SharedClickHouse::start().await;
+    let server = TestServer::with_config(ch.server_config("a"), None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let build_id = "7e".repeat(20);
+    let [stripped, ..] = library_with_debug_files(dir.path(), &build_id);
+    // What a crash after the symbols and before the file row leaves (kind 1: executable).
+    ch.execute(&format!(
+        "INSERT INTO debuginfo_symbols (build_id, kind, address, size, name) VALUES \
+         ('{build_id}', 1, 16, 8, 'orphan_name'), ('{build_id}', 1, 4096, 8, 'orphan_other')"
+    ))
+    .await;
+    let stored = upload_file(&server, &stripped);
+    assert!(stored.status.success(), "{}", String::from_utf8_lossy(&stored.stderr));
+    let count = |filter: &str| {
+        let sql = format!(
+            "SELECT count() AS n FROM debuginfo_symbols WHERE build_id = '{build_id}' AND kind = 1 AND {filter}"
+        );
+        let ch = &ch;
+        async move { ch.count(&sql).await }
+    };
+    assert_eq!(count("name LIKE 'orphan%'").await, 0, "the orphans are still there");
+    assert!(
+        count("name = 'lib_work'").await >= 1,
+        "the upload's symbols are not stored"
+    );
+    server.stop().await;
+    ch.stop().await;
+}
