@@ -34,6 +34,15 @@ impl Rate {
         burst: 60,
     };
 
+    /// Debug-info checks and uploads a client address may send: 50 a second, 2,000 at once. An
+    /// agent checks each build id it meets once (a node starting hundreds of binaries checks
+    /// hundreds at once) and uploads each at most every 5 minutes; a client asking in a loop
+    /// costs a ClickHouse lookup per call and is told to retry instead.
+    pub const DEBUGINFO_CALLS: Rate = Rate {
+        per_second: 50.0,
+        burst: 2000,
+    };
+
     /// API requests a reader may send: 20 a second, 200 at once. The UI asks about ten
     /// questions per view, so a person clicking through views stays far below it; a script in
     /// a loop does not, and cannot keep ClickHouse busy for everyone else.
@@ -116,6 +125,18 @@ impl Buckets {
     }
 }
 
+/// The key of a client known only by its address: the address, or for IPv6 its /64 network
+/// (one host is usually given a whole /64, and could otherwise ask as 2⁶⁴ clients).
+pub fn address_key(ip: std::net::IpAddr) -> String {
+    match ip.to_canonical() {
+        std::net::IpAddr::V4(v4) => format!("address:{v4}"),
+        std::net::IpAddr::V6(v6) => {
+            let network = std::net::Ipv6Addr::from(v6.to_bits() & !u128::from(u64::MAX));
+            format!("address:{network}/64")
+        }
+    }
+}
+
 /// A duration of `secs` seconds, `Duration::MAX` beyond what a duration holds (a rate set to
 /// a tiny fraction of one a second).
 fn seconds(secs: f64) -> Duration {
@@ -193,5 +214,15 @@ mod tests {
         let kept = rates.buckets.lock().unwrap();
         assert_eq!(kept.buckets.len(), PRUNE_ABOVE + 2);
         assert_eq!(kept.prune_above, 2 * (PRUNE_ABOVE + 1));
+    }
+
+    #[test]
+    fn an_ipv6_client_is_its_network() {
+        let key = |s: &str| address_key(s.parse().unwrap());
+        assert_eq!(key("2001:db8:1:2:3:4:5:6"), key("2001:db8:1:2:ffff::1"));
+        assert_ne!(key("2001:db8:1:2::1"), key("2001:db8:1:3::1"));
+        assert_eq!(key("2001:db8:1:2::1"), "address:2001:db8:1:2::/64");
+        assert_eq!(key("::ffff:10.0.0.7"), "address:10.0.0.7");
+        assert_eq!(key("10.0.0.7"), "address:10.0.0.7");
     }
 }

@@ -130,6 +130,8 @@ pub struct DebuginfoService {
     auth: crate::auth::Auth,
     /// Uploads received at once: each holds a file of up to `max_bytes` on disk while it arrives.
     uploads: Arc<tokio::sync::Semaphore>,
+    /// Checks and uploads per client address.
+    calls: Arc<crate::rate::Buckets>,
 }
 
 /// Uploads a server receives at once; more are told to retry later (agents try again in minutes).
@@ -156,19 +158,36 @@ impl DebuginfoService {
             max_bytes,
             auth,
             uploads: Arc::new(tokio::sync::Semaphore::new(MAX_UPLOADS_AT_ONCE)),
+            calls: Arc::new(crate::rate::Buckets::new(crate::rate::Rate::DEBUGINFO_CALLS)),
         })
     }
 
     /// Checks and uploads are writes: a token with the `write` scope, and a client certificate
     /// where the server asks for them.
+    /// Then within the client address's rate ([`crate::rate::Rate::DEBUGINFO_CALLS`]):
+    /// `RESOURCE_EXHAUSTED` beyond it (an agent tries the build id again in minutes).
     #[allow(clippy::result_large_err)]
     fn allow_write<T>(&self, request: &Request<T>) -> Result<(), Status> {
-        self.auth.allow_grpc(
-            request.metadata(),
-            request.extensions().get::<Peer>(),
-            crate::auth::Scope::Write,
-            None,
-        )
+        let peer = request.extensions().get::<Peer>();
+        self.auth
+            .allow_grpc(request.metadata(), peer, crate::auth::Scope::Write, None)?;
+        let key = peer.map_or_else(
+            || "address:unknown".to_owned(),
+            |p| crate::rate::address_key(p.addr.ip()),
+        );
+        if let Err(wait) = self.calls.take(&key, std::time::Instant::now()) {
+            let rate = self.calls.rate();
+            return Err(refused(
+                "rate",
+                Status::resource_exhausted(format!(
+                    "more than {} debug-info checks and uploads a second ({} at once) from {key}; retry in {} ms",
+                    rate.per_second,
+                    rate.burst,
+                    wait.as_millis()
+                )),
+            ));
+        }
+        Ok(())
     }
 
     async fn status(&self, build_id: Vec<u8>) -> Result<v1::DebuginfoStatus, Status> {

@@ -307,6 +307,40 @@ async fn a_node_opening_streams_in_a_loop_is_told_to_retry() {
     server.stop().await;
 }
 
+/// Debug-info checks and uploads from one address are rate-limited
+/// (`Rate::DEBUGINFO_CALLS`): a client checking in a loop is told RESOURCE_EXHAUSTED with the
+/// wait once past the burst, counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_checking_build_ids_in_a_loop_is_told_to_retry() {
+    let server = TestServer::start().await;
+    let rate = bimodal_server::rate::Rate::DEBUGINFO_CALLS;
+    let mut client = bimodal_proto::client::ServerAddress::new(server.url(), None)
+        .debuginfo()
+        .await
+        .unwrap();
+    let mut refused = None;
+    // The burst, and what refills while the loop runs (a few seconds at most).
+    for i in 0..rate.burst * 10 {
+        let check = v1::DebuginfoCheck {
+            build_id: (i as u32).to_le_bytes().repeat(5),
+        };
+        if let Err(status) = client.check(check).await {
+            refused = Some((i, status));
+            break;
+        }
+    }
+    let (at, status) = refused.expect("no check was refused");
+    assert!(at >= rate.burst, "refused after {at} checks: {status:?}");
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().contains("debug-info checks and uploads a second")
+            && status.message().contains("from address:127.0.0.1"),
+        "{status:?}"
+    );
+    assert!(refusals(&server, "bimodal_debuginfo_rejected_uploads_total", "rate").await >= 1.0);
+    server.stop().await;
+}
+
 /// Debug-info uploads are bounded before they are received: a file whose first bytes are not
 /// ELF's is refused at once (not after its stated gigabyte), and with `MAX_UPLOADS_AT_ONCE`
 /// uploads being received the next is told to retry later.
