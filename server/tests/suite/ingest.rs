@@ -322,7 +322,7 @@ async fn a_client_checking_build_ids_in_a_loop_is_told_to_retry() {
     // The burst, and what refills while the loop runs (a few seconds at most).
     for i in 0..rate.burst * 10 {
         let check = v1::DebuginfoCheck {
-            build_id: (i as u32).to_le_bytes().repeat(5),
+            build_id: i.to_le_bytes().repeat(5),
         };
         if let Err(status) = client.check(check).await {
             refused = Some((i, status));
