@@ -498,7 +498,7 @@ fn has_exited(tgid: u32) -> bool {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct DataObject {
     /// The mapping's class (`bss`, `data`, `heap`, `anon`, ...; `unknown` when unmapped).
-    pub kind: String,
+    pub kind: &'static str,
     /// The ELF image for data and bss, else the mapping's path; empty for anonymous memory.
     pub path: String,
     /// The global variable holding the address, where the image has symbols.
@@ -518,7 +518,7 @@ impl Frames {
             return addresses
                 .iter()
                 .map(|_| DataObject {
-                    kind: "unknown".into(),
+                    kind: "unknown",
                     ..Default::default()
                 })
                 .collect();
@@ -531,14 +531,14 @@ impl Frames {
         for &address in addresses {
             let Some(m) = mappings.iter().find(|m| m.start <= address && address < m.end) else {
                 out.push(DataObject {
-                    kind: "unknown".into(),
+                    kind: "unknown",
                     cache_line: address & !(CACHE_LINE - 1),
                     ..Default::default()
                 });
                 continue;
             };
             let mut object = DataObject {
-                kind: m.class.as_str().into(),
+                kind: m.class.as_str(),
                 path: m.image.clone().or_else(|| m.path.clone()).unwrap_or_default(),
                 symbol: String::new(),
                 cache_line: (address - m.start) & !(CACHE_LINE - 1),

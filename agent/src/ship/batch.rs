@@ -2,8 +2,11 @@
 //! addresses attributed to the mapping, symbol and cache line they fall in; processes named by
 //! their cgroup, and by the Kubernetes API where the agent may ask it (`name_pods`).
 
-use std::collections::HashMap;
 use std::time::SystemTime;
+
+// Every map here is keyed by what one drain holds (tens of thousands of data samples at high
+// rates), within the agent's own process: foldhash, not SipHash (design 021).
+use foldhash::{HashMap, HashMapExt};
 
 use bimodal_proto::v1;
 
@@ -35,11 +38,23 @@ struct Stacks<'a> {
     /// Frame index by (tgid, ip); tgid 0 holds kernel frames.
     frame_index: HashMap<(u32, Ip), u32>,
     stack_index: HashMap<Vec<u32>, u32>,
+    /// The stack index of each (tgid, kernel stack id, user stack id) interned so far: the many
+    /// samples of one stack are looked up once.
+    interned: HashMap<(u32, i32, i32), u32>,
 }
 
 impl Stacks<'_> {
     /// The batch's index of the stack made of `kernel_stack_id` over `user_stack_id`.
     fn intern(&mut self, batch: &mut v1::Batch, tgid: u32, kernel_stack_id: i32, user_stack_id: i32) -> u32 {
+        if let Some(&index) = self.interned.get(&(tgid, kernel_stack_id, user_stack_id)) {
+            return index;
+        }
+        let index = self.intern_new(batch, tgid, kernel_stack_id, user_stack_id);
+        self.interned.insert((tgid, kernel_stack_id, user_stack_id), index);
+        index
+    }
+
+    fn intern_new(&mut self, batch: &mut v1::Batch, tgid: u32, kernel_stack_id: i32, user_stack_id: i32) -> u32 {
         // Leaf first: kernel frames, then the user frames below them.
         let mut indices = Vec::new();
         if let Some(stack) = self.drained.stacks.get(&kernel_stack_id) {
@@ -91,6 +106,7 @@ pub fn build(drained: &Drained, sources: &[EventSource], frames: &Frames, interv
         drained,
         frame_index: HashMap::new(),
         stack_index: HashMap::new(),
+        interned: HashMap::new(),
     };
     let mut push_frames =
         |batch: &mut v1::Batch, tgid: u32, mut list: Vec<Ip>, resolved: &dyn Fn(&[Ip]) -> Vec<v1::Frame>| {
@@ -148,7 +164,7 @@ pub fn build(drained: &Drained, sources: &[EventSource], frames: &Frames, interv
             comm: comm_of.get(&tid).map(|c| c.to_string()).unwrap_or_default(),
             count,
             value,
-            mapping_kind: object.kind,
+            mapping_kind: object.kind.to_owned(),
             mapping_path: object.path,
             symbol: object.symbol,
             cache_line: object.cache_line,
