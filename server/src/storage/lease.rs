@@ -89,6 +89,8 @@ pub struct Lease {
     holder: [u8; 16],
     stamp: u64,
     stop_renewing: Option<oneshot::Sender<()>>,
+    /// Its release is written (else dropping it releases it in the background).
+    released: bool,
 }
 
 impl Lease {
@@ -124,11 +126,14 @@ impl Lease {
                     holder,
                     stamp,
                     stop_renewing: Some(stop),
+                    released: false,
                 });
             }
             // Someone else holds it (or claimed first): withdraw, wait for it to be released.
-            claimed.armed = false;
+            // (Disarmed once the withdrawal is written: a call dropped or failing before that
+            // leaves it to the guard.)
             release(&client, name, &holder, stamp).await?;
+            claimed.armed = false;
             if !logged {
                 tracing::info!(lease = name, "waiting for another server to finish");
                 logged = true;
@@ -159,8 +164,10 @@ impl Lease {
         if let Some(stop) = self.stop_renewing.take() {
             let _ = stop.send(());
         }
-        if let Err(e) = release(&self.client, &self.name, &self.holder, self.stamp).await {
-            tracing::warn!(lease = %self.name, error = %e, "failed to release a lease; it expires by itself");
+        match release(&self.client, &self.name, &self.holder, self.stamp).await {
+            Ok(()) => self.released = true,
+            // Dropped below unreleased: tried once more in the background.
+            Err(e) => tracing::warn!(lease = %self.name, error = %e, "failed to release a lease; trying again"),
         }
     }
 }
@@ -172,6 +179,8 @@ impl Drop for Lease {
     fn drop(&mut self) {
         if let Some(stop) = self.stop_renewing.take() {
             let _ = stop.send(());
+        }
+        if !self.released {
             release_later(&self.client, &self.name, self.holder, self.stamp);
         }
     }
