@@ -74,6 +74,10 @@ pub struct Config {
     pub max_in_flight_bytes: u64,
     /// How fast each node may send batches; faster ones are told to retry later.
     pub node_batches: rate::Rate,
+    /// How fast each node may open ingest streams.
+    pub node_streams: rate::Rate,
+    /// How fast each client address may check and upload debug info.
+    pub debuginfo_calls: rate::Rate,
     /// How fast each reader (token, or address without tokens) may send API requests.
     pub api_requests: rate::Rate,
     /// Stacks of flame graphs built at once ([`api::StackBudget`]).
@@ -96,6 +100,7 @@ pub struct Server {
     max_connections: usize,
     max_in_flight_bytes: u64,
     node_batches: rate::Rate,
+    node_streams: rate::Rate,
     api_requests: rate::Rate,
     max_building_stacks: u32,
 }
@@ -150,6 +155,7 @@ impl Server {
             config.debuginfo_max_bytes,
             auth.clone(),
         )
+        .map(|d| d.with_call_rate(config.debuginfo_calls))
         .with_context(|| format!("failed to create {}", incoming.display()))?;
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
@@ -176,6 +182,7 @@ impl Server {
             max_connections: config.max_connections.max(1),
             max_in_flight_bytes: config.max_in_flight_bytes,
             node_batches: config.node_batches,
+            node_streams: config.node_streams,
             api_requests: config.api_requests,
             max_building_stacks: config.max_building_stacks,
         })
@@ -196,6 +203,7 @@ impl Server {
                 self.max_streams,
                 self.max_in_flight_bytes,
                 self.node_batches,
+                self.node_streams,
             ),
             MAX_MESSAGE_BYTES,
         );

@@ -113,6 +113,21 @@ struct Cli {
     /// Batches a node may send at once before its rate applies.
     #[arg(long, env = "BIMODAL_NODE_BATCH_BURST", default_value_t = bimodal_server::rate::Rate::NODE_BATCHES.burst, value_parser = clap::value_parser!(u32).range(1..))]
     node_batch_burst: u32,
+    /// Ingest streams a second each node may open on average (an agent keeps one open); beyond
+    /// it, and beyond --node-stream-burst at once, a stream is refused with RESOURCE_EXHAUSTED.
+    #[arg(long, env = "BIMODAL_NODE_STREAM_RATE", default_value_t = bimodal_server::rate::Rate::NODE_STREAMS.per_second, value_parser = positive_rate)]
+    node_stream_rate: f64,
+    /// Ingest streams a node may open at once before its rate applies.
+    #[arg(long, env = "BIMODAL_NODE_STREAM_BURST", default_value_t = bimodal_server::rate::Rate::NODE_STREAMS.burst, value_parser = clap::value_parser!(u32).range(1..))]
+    node_stream_burst: u32,
+    /// Debug-info checks and uploads a second each client address may send on average; beyond
+    /// it, and beyond --debuginfo-call-burst at once, they are refused with RESOURCE_EXHAUSTED
+    /// (agents try the build id again in minutes).
+    #[arg(long, env = "BIMODAL_DEBUGINFO_CALL_RATE", default_value_t = bimodal_server::rate::Rate::DEBUGINFO_CALLS.per_second, value_parser = positive_rate)]
+    debuginfo_call_rate: f64,
+    /// Debug-info checks and uploads a client address may send at once before its rate applies.
+    #[arg(long, env = "BIMODAL_DEBUGINFO_CALL_BURST", default_value_t = bimodal_server::rate::Rate::DEBUGINFO_CALLS.burst, value_parser = clap::value_parser!(u32).range(1..))]
+    debuginfo_call_burst: u32,
     /// API requests a second each reader may send on average (each token; each client address
     /// without --token-file); beyond it, and beyond --api-request-burst at once, requests are
     /// answered 429 with Retry-After. /healthz and the UI's files are not counted.
@@ -378,6 +393,14 @@ async fn main() -> std::process::ExitCode {
         node_batches: bimodal_server::rate::Rate {
             per_second: cli.node_batch_rate,
             burst: cli.node_batch_burst,
+        },
+        node_streams: bimodal_server::rate::Rate {
+            per_second: cli.node_stream_rate,
+            burst: cli.node_stream_burst,
+        },
+        debuginfo_calls: bimodal_server::rate::Rate {
+            per_second: cli.debuginfo_call_rate,
+            burst: cli.debuginfo_call_burst,
         },
         max_building_stacks: cli.max_building_stacks,
         api_requests: bimodal_server::rate::Rate {

@@ -25,9 +25,9 @@ impl Rate {
         burst: 50,
     };
 
-    /// Streams a node may open: one a second, 60 at once. An agent opens one and keeps it,
-    /// reconnecting after a break with a backoff of up to 10 s; `bimodal import` opens one per
-    /// directory. A client opening streams in a loop under one name (each costs a Hello, its
+    /// Streams a node may open: one a second, after a burst of 60 openings. An agent opens one
+    /// and keeps it, reconnecting after a break with a backoff of up to 10 s; `bimodal import`
+    /// opens one per directory. A client opening streams in a loop under one name (each costs a Hello, its
     /// checks and a node row to write) is told to retry instead.
     pub const NODE_STREAMS: Rate = Rate {
         per_second: 1.0,

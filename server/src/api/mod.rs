@@ -62,7 +62,16 @@ pub struct Reader(pub Arc<str>);
 pub struct StackBudget {
     stacks: Arc<Semaphore>,
     total: u32,
-    readers: std::sync::Mutex<std::collections::HashMap<Arc<str>, Arc<Semaphore>>>,
+    readers: std::sync::Mutex<Readers>,
+}
+
+/// The share of each reader that asked lately.
+#[derive(Debug)]
+struct Readers {
+    shares: std::collections::HashMap<Arc<str>, Arc<Semaphore>>,
+    /// Above how many readers those with nothing under way are forgotten next (doubled when
+    /// most are busy, so that the pruning is not paid by every request).
+    prune_above: usize,
 }
 
 /// Stacks held for one request, within its reader's share and the budget; released on drop.
@@ -86,7 +95,10 @@ impl StackBudget {
         StackBudget {
             stacks: Arc::new(Semaphore::new(total as usize)),
             total,
-            readers: Default::default(),
+            readers: std::sync::Mutex::new(Readers {
+                shares: Default::default(),
+                prune_above: READERS_KEPT,
+            }),
         }
     }
 
@@ -98,11 +110,13 @@ impl StackBudget {
 
     fn reader(&self, reader: &Reader) -> Arc<Semaphore> {
         let mut readers = self.readers.lock().unwrap_or_else(|p| p.into_inner());
-        if readers.len() >= READERS_KEPT {
+        if readers.shares.len() >= readers.prune_above {
             // Only this map holds the semaphore of a reader with nothing under way.
-            readers.retain(|_, s| Arc::strong_count(s) > 1);
+            readers.shares.retain(|_, s| Arc::strong_count(s) > 1);
+            readers.prune_above = READERS_KEPT.max(2 * readers.shares.len());
         }
         readers
+            .shares
             .entry(reader.0.clone())
             .or_insert_with(|| Arc::new(Semaphore::new(self.share() as usize)))
             .clone()
@@ -113,8 +127,11 @@ impl StackBudget {
     pub async fn hold(&self, reader: &Reader, stacks: u32) -> Result<Building, AppError> {
         let wanted = stacks.clamp(1, self.total);
         let share = self.reader(reader);
+        // Whether the request got past its reader's own requests (to say why it waited).
+        let mut own_turn = false;
         let held = tokio::time::timeout(Self::WAIT, async {
             let share = share.acquire_many_owned(wanted.min(self.share())).await?;
+            own_turn = true;
             let stacks = self.stacks.clone().acquire_many_owned(wanted).await?;
             Ok::<_, tokio::sync::AcquireError>(Building {
                 _stacks: stacks,
@@ -130,13 +147,18 @@ impl StackBudget {
                     .api_refused
                     .get_or_create(&crate::metrics::label("reason", "busy"))
                     .inc();
-                Err(AppError::Busy(
+                let why = if own_turn {
                     format!(
                         "the server builds flame graphs of {} stacks at once and is waiting for them; retry later",
                         self.total
-                    ),
-                    5,
-                ))
+                    )
+                } else {
+                    format!(
+                        "your own requests hold half of the {} stacks built at once (`{}`); retry when they are answered",
+                        self.total, reader.0
+                    )
+                };
+                Err(AppError::Busy(why, 5))
             }
         }
     }

@@ -57,7 +57,7 @@ pub enum UploadError {
     Io(#[from] std::io::Error),
     #[error(transparent)]
     Storage(#[from] StorageError),
-    #[error("another upload of build id {0} has been stored for over {LEASE_WAIT:?}; retry later")]
+    #[error("another upload of build id {0} is being stored, and was for over {LEASE_WAIT:?}; retry later")]
     Busy(String),
 }
 
@@ -160,6 +160,15 @@ impl DebuginfoService {
             uploads: Arc::new(tokio::sync::Semaphore::new(MAX_UPLOADS_AT_ONCE)),
             calls: Arc::new(crate::rate::Buckets::new(crate::rate::Rate::DEBUGINFO_CALLS)),
         })
+    }
+
+    /// Checks and uploads per client address beyond `rate` are refused
+    /// ([`crate::rate::Rate::DEBUGINFO_CALLS`] by default).
+    pub fn with_call_rate(self, rate: crate::rate::Rate) -> Self {
+        DebuginfoService {
+            calls: Arc::new(crate::rate::Buckets::new(rate)),
+            ..self
+        }
     }
 
     /// Checks and uploads are writes: a token with the `write` scope, and a client certificate

@@ -67,6 +67,7 @@ impl IngestService {
         max_streams: usize,
         max_in_flight_bytes: u64,
         node_batches: crate::rate::Rate,
+        node_streams: crate::rate::Rate,
     ) -> Self {
         let capacity_kib = usize::try_from(max_in_flight_bytes.div_ceil(1024))
             .unwrap_or(usize::MAX)
@@ -78,7 +79,7 @@ impl IngestService {
             streams: Arc::new(tokio::sync::Semaphore::new(max_streams)),
             max_streams,
             rates: Arc::new(crate::rate::Buckets::new(node_batches)),
-            opens: Arc::new(crate::rate::Buckets::new(crate::rate::Rate::NODE_STREAMS)),
+            opens: Arc::new(crate::rate::Buckets::new(node_streams)),
             in_flight: Arc::new(Admission {
                 room: Arc::new(tokio::sync::Semaphore::new(capacity_kib)),
                 capacity_kib,
@@ -274,7 +275,7 @@ impl IngestService {
                             allowed_by = auth.version();
                             let write = crate::auth::Scope::Write;
                             if let Err(status) = auth.allow_grpc(&metadata, peer.as_ref(), write, Some(&sender.node)) {
-                                tracing::info!(node = %sender.node, %status, "ended a stream whose token was revoked");
+                                tracing::info!(node = %sender.node, %status, "ended a stream whose token or certificate is no longer allowed");
                                 let _ = tx.send(Err(status)).await;
                                 return;
                             }

@@ -142,6 +142,8 @@ pub fn test_config(listen: SocketAddr, dir: &std::path::Path) -> Config {
         max_connections: bimodal_server::serve::default_max_connections(),
         max_in_flight_bytes: bimodal_server::ingest::DEFAULT_MAX_IN_FLIGHT_BYTES,
         node_batches: bimodal_server::rate::Rate::NODE_BATCHES,
+        node_streams: bimodal_server::rate::Rate::NODE_STREAMS,
+        debuginfo_calls: bimodal_server::rate::Rate::DEBUGINFO_CALLS,
         api_requests: bimodal_server::rate::Rate::API_REQUESTS,
         max_building_stacks: bimodal_server::api::StackBudget::DEFAULT_STACKS,
     }

@@ -267,32 +267,35 @@ async fn a_node_beyond_its_batch_rate_is_told_when_to_come_back() {
     server.stop().await;
 }
 
-/// A node opens at most `Rate::NODE_STREAMS` streams at once and then one a second: a client
-/// opening streams in a loop under one name is told RESOURCE_EXHAUSTED with the wait, counted;
-/// another node is not held back.
+/// A node opens at most `--node-stream-burst` streams at once and then `--node-stream-rate` a
+/// second: a client opening streams in a loop under one name is told RESOURCE_EXHAUSTED with
+/// the wait, counted; another node is not held back. (At a tenth of a stream a second, so that
+/// a slow machine does not refill the bucket while the test runs.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_opening_streams_in_a_loop_is_told_to_retry() {
-    let server = TestServer::start().await;
-    let burst = bimodal_server::rate::Rate::NODE_STREAMS.burst;
+    let server = TestServer::start_changed(|c| bimodal_server::Config {
+        node_streams: bimodal_server::rate::Rate {
+            per_second: 0.1,
+            burst: 5,
+        },
+        ..c
+    })
+    .await;
     let before = refusals(&server, "bimodal_ingest_rejected_batches_total", "stream_rate").await;
-    let mut refused = None;
-    for i in 0..=burst {
+    let mut opened = 0;
+    let status = loop {
         match exchange(&server, vec![wire::hello("looping-node")]).await {
-            Ok(_) => {}
-            Err(status) => {
-                refused = Some((i, status));
-                break;
-            }
+            Ok(_) => opened += 1,
+            Err(status) => break status,
         }
-    }
-    let (at, status) = refused.expect("every stream was let in");
-    // At least the burst (more if the loop took seconds and the bucket refilled).
-    assert!(at >= burst, "refused after {at} streams: {status:?}");
+        assert!(opened <= 10, "{opened} streams were let in");
+    };
+    assert!(opened >= 5, "refused after {opened} streams: {status:?}");
     assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
     assert!(
         status
             .message()
-            .contains("node `looping-node` opens more than 1 streams a second"),
+            .contains("node `looping-node` opens more than 0.1 streams a second"),
         "{status:?}"
     );
     let after = refusals(&server, "bimodal_ingest_rejected_batches_total", "stream_rate").await;
@@ -307,30 +310,35 @@ async fn a_node_opening_streams_in_a_loop_is_told_to_retry() {
     server.stop().await;
 }
 
-/// Debug-info checks and uploads from one address are rate-limited
-/// (`Rate::DEBUGINFO_CALLS`): a client checking in a loop is told RESOURCE_EXHAUSTED with the
-/// wait once past the burst, counted.
+/// Debug-info checks and uploads from one address are rate-limited (`--debuginfo-call-rate`,
+/// `--debuginfo-call-burst`): a client checking in a loop is told RESOURCE_EXHAUSTED with the
+/// wait once past the burst, counted. (At a tenth of a call a second, as above.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_checking_build_ids_in_a_loop_is_told_to_retry() {
-    let server = TestServer::start().await;
-    let rate = bimodal_server::rate::Rate::DEBUGINFO_CALLS;
+    let server = TestServer::start_changed(|c| bimodal_server::Config {
+        debuginfo_calls: bimodal_server::rate::Rate {
+            per_second: 0.1,
+            burst: 20,
+        },
+        ..c
+    })
+    .await;
     let mut client = bimodal_proto::client::ServerAddress::new(server.url(), None)
         .debuginfo()
         .await
         .unwrap();
-    let mut refused = None;
-    // The burst, and what refills while the loop runs (a few seconds at most).
-    for i in 0..rate.burst * 10 {
+    let mut checked = 0u32;
+    let status = loop {
         let check = v1::DebuginfoCheck {
-            build_id: i.to_le_bytes().repeat(5),
+            build_id: checked.to_le_bytes().repeat(5),
         };
-        if let Err(status) = client.check(check).await {
-            refused = Some((i, status));
-            break;
+        match client.check(check).await {
+            Ok(_) => checked += 1,
+            Err(status) => break status,
         }
-    }
-    let (at, status) = refused.expect("no check was refused");
-    assert!(at >= rate.burst, "refused after {at} checks: {status:?}");
+        assert!(checked <= 25, "{checked} checks were let in");
+    };
+    assert!(checked >= 20, "refused after {checked} checks: {status:?}");
     assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
     assert!(
         status.message().contains("debug-info checks and uploads a second")
