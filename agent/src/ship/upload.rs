@@ -214,6 +214,20 @@ pub async fn run(
                     client = None;
                     break;
                 }
+                // The server checks the client certificate on every call: one that expired on
+                // this connection, or a CA replaced since, is refused until the agent connects
+                // again (with the certificate as renewed on disk).
+                Err(status)
+                    if matches!(
+                        status.code(),
+                        tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
+                    ) =>
+                {
+                    tracing::warn!(path = %image.path, error = %status.message(), "debug-info upload refused; connecting again later");
+                    failed.insert(image.build_id.clone(), Instant::now());
+                    client = None;
+                    break;
+                }
                 // The server receives a few uploads at once: this one goes again later.
                 Err(status) if status.code() == tonic::Code::ResourceExhausted => {
                     tracing::debug!(path = %image.path, error = %status.message(), "the server is busy with other uploads");
