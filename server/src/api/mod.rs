@@ -154,7 +154,7 @@ impl StackBudget {
                     )
                 } else {
                     format!(
-                        "your own requests hold half of the {} stacks built at once (`{}`); retry when they are answered",
+                        "your own requests hold half of the {} stacks built at once (`{}`) and are waiting for them; retry later",
                         self.total, reader.0
                     )
                 };
