@@ -62,20 +62,55 @@ struct Bucket {
 #[derive(Debug)]
 pub struct Buckets {
     rate: Rate,
-    buckets: Mutex<Kept>,
+    buckets: Mutex<Kept<Bucket>>,
 }
 
+/// Values per key of the clients that asked lately, forgotten when there are many and they no
+/// longer matter. A pruning looks over every key; when most are still needed, the next one waits
+/// until there are twice as many, so that its cost is spread over the keys added in between
+/// rather than paid by every request.
 #[derive(Debug)]
-struct Kept {
-    buckets: HashMap<Arc<str>, Bucket>,
-    /// Above how many buckets the full ones are forgotten next.
+pub struct Kept<V> {
+    values: HashMap<Arc<str>, V>,
+    /// The fewest keys kept before a pruning.
+    floor: usize,
+    /// Above how many keys the next pruning runs.
     prune_above: usize,
 }
 
+impl<V> Kept<V> {
+    pub fn new(floor: usize) -> Kept<V> {
+        Kept {
+            values: HashMap::new(),
+            floor,
+            prune_above: floor,
+        }
+    }
+
+    /// `key`'s value (made by `make` if it has none), after forgetting the values `needed`
+    /// says no longer matter when the map has grown past its bound.
+    pub fn get(&mut self, key: &str, needed: impl Fn(&V) -> bool, make: impl FnOnce() -> V) -> &mut V {
+        if self.values.len() > self.prune_above {
+            self.values.retain(|_, v| needed(v));
+            self.prune_above = self.floor.max(2 * self.values.len());
+        }
+        if !self.values.contains_key(key) {
+            self.values.insert(Arc::from(key), make());
+        }
+        self.values.get_mut(key).expect("inserted above")
+    }
+
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+}
+
 /// Buckets kept before full ones (keys idle long enough to have their whole burst back) are
-/// forgotten: a forgotten bucket and a full one allow the same. When most keys are busy, the
-/// next pruning waits until there are twice as many, so that its cost is spread over the keys
-/// added in between rather than paid by every request.
+/// forgotten: a forgotten bucket and a full one allow the same.
 const PRUNE_ABOVE: usize = 50_000;
 
 impl Buckets {
@@ -85,10 +120,7 @@ impl Buckets {
                 per_second: rate.per_second.max(f64::MIN_POSITIVE),
                 burst: rate.burst.max(1),
             },
-            buckets: Mutex::new(Kept {
-                buckets: HashMap::new(),
-                prune_above: PRUNE_ABOVE,
-            }),
+            buckets: Mutex::new(Kept::new(PRUNE_ABOVE)),
         }
     }
 
@@ -96,19 +128,13 @@ impl Buckets {
     /// a turn again.
     pub fn take(&self, key: &str, now: Instant) -> Result<(), Duration> {
         let (per_second, burst) = (self.rate.per_second, f64::from(self.rate.burst));
+        let refill = seconds(burst / per_second);
         let mut kept = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
-        if kept.buckets.len() > kept.prune_above {
-            let refill = seconds(burst / per_second);
-            kept.buckets.retain(|_, b| now.saturating_duration_since(b.at) < refill);
-            kept.prune_above = PRUNE_ABOVE.max(2 * kept.buckets.len());
-        }
-        let buckets = &mut kept.buckets;
-        if !buckets.contains_key(key) {
-            buckets.insert(Arc::from(key), Bucket { tokens: burst, at: now });
-        }
-        let Some(bucket) = buckets.get_mut(key) else {
-            return Ok(());
-        };
+        let bucket = kept.get(
+            key,
+            |b| now.saturating_duration_since(b.at) < refill,
+            || Bucket { tokens: burst, at: now },
+        );
         let refilled = now.saturating_duration_since(bucket.at).as_secs_f64() * per_second;
         bucket.tokens = (bucket.tokens + refilled).min(burst);
         bucket.at = now;
@@ -184,35 +210,36 @@ mod tests {
         assert_eq!(rates.take("a", t0), Err(Duration::MAX));
     }
 
-    #[test]
-    fn idle_keys_are_forgotten_when_there_are_many() {
+    /// A rate of one a second with no burst, and one key more than are kept before a pruning,
+    /// all taken at `t0`.
+    fn one_more_key_than_kept(t0: Instant) -> Buckets {
         let rates = Buckets::new(Rate {
             per_second: 1.0,
             burst: 1,
         });
-        let t0 = Instant::now();
         for i in 0..=PRUNE_ABOVE {
             rates.take(&format!("n{i}"), t0).unwrap();
         }
+        rates
+    }
+
+    #[test]
+    fn idle_keys_are_forgotten_when_there_are_many() {
+        let t0 = Instant::now();
+        let rates = one_more_key_than_kept(t0);
         let later = t0 + Duration::from_secs(2);
         rates.take("new", later).unwrap();
-        assert_eq!(rates.buckets.lock().unwrap().buckets.len(), 1);
+        assert_eq!(rates.buckets.lock().unwrap().len(), 1);
     }
 
     #[test]
     fn busy_keys_are_not_looked_over_on_every_request() {
-        let rates = Buckets::new(Rate {
-            per_second: 1.0,
-            burst: 1,
-        });
         let t0 = Instant::now();
-        for i in 0..=PRUNE_ABOVE {
-            rates.take(&format!("n{i}"), t0).unwrap();
-        }
+        let rates = one_more_key_than_kept(t0);
         // Every key is busy: the pruning keeps them all and waits for twice as many.
         rates.take("one more", t0).unwrap();
         let kept = rates.buckets.lock().unwrap();
-        assert_eq!(kept.buckets.len(), PRUNE_ABOVE + 2);
+        assert_eq!(kept.len(), PRUNE_ABOVE + 2);
         assert_eq!(kept.prune_above, 2 * (PRUNE_ABOVE + 1));
     }
 

@@ -14,34 +14,22 @@
 
 import { mkdirSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
-import { parseArgs } from 'node:util';
-import { fail, finish, launch, poll } from './harness.mjs';
+import { browserArgs, fail, finish, launch, poll } from './harness.mjs';
 
 const USAGE =
   'usage: node test/alerts-browser.mjs --url http://127.0.0.1:PORT/ --rule NAME --node NAME … --function NAME ' +
   '--screenshot PATH [--range 1h] [--chromium PATH]';
 
-let args;
-try {
-  ({ values: args } = parseArgs({
-    options: {
-      url: { type: 'string' },
-      rule: { type: 'string' },
-      node: { type: 'string', multiple: true, default: [] },
-      function: { type: 'string' },
-      screenshot: { type: 'string' },
-      range: { type: 'string', default: '1h' },
-      chromium: { type: 'string', default: '/usr/bin/chromium' },
-    },
-  }));
-} catch (err) {
-  console.error(`${err.message}\n${USAGE}`);
-  process.exit(2);
-}
-if (!args.url || !args.rule || args.node.length === 0 || !args.function || !args.screenshot) {
-  console.error(`missing an argument\n${USAGE}`);
-  process.exit(2);
-}
+const args = browserArgs(
+  USAGE,
+  {
+    rule: { type: 'string' },
+    node: { type: 'string', multiple: true, default: [] },
+    function: { type: 'string' },
+    range: { type: 'string', default: '1h' },
+  },
+  ['rule', 'node', 'function'],
+);
 
 const screenshotPath = resolve(args.screenshot);
 let browser;

@@ -29,44 +29,28 @@
 
 import { mkdirSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
-import { parseArgs } from 'node:util';
 import { chromium } from 'playwright-core';
+import { browserArgs } from './harness.mjs';
 
 const USAGE =
   'usage: node test/browser.mjs --url http://127.0.0.1:PORT/ [--node NAME] [--event cpu] ' +
   '--expect FRAME [--expect FRAME2 …] --screenshot PATH [--range 1h] [--timeout 30] [--chromium PATH] ' +
   '[--sandwich FUNCTION [--caller NAME …] [--callee NAME …]]';
 
-let args;
-try {
-  ({ values: args } = parseArgs({
-    options: {
-      url: { type: 'string' },
-      node: { type: 'string' },
-      event: { type: 'string', default: 'cpu' },
-      expect: { type: 'string', multiple: true, default: [] },
-      screenshot: { type: 'string' },
-      range: { type: 'string', default: '1h' },
-      timeout: { type: 'string', default: '30' },
-      chromium: { type: 'string', default: '/usr/bin/chromium' },
-      sandwich: { type: 'string' },
-      caller: { type: 'string', multiple: true, default: [] },
-      callee: { type: 'string', multiple: true, default: [] },
-      help: { type: 'boolean', short: 'h', default: false },
-    },
-  }));
-} catch (err) {
-  console.error(`${err.message}\n${USAGE}`);
-  process.exit(2);
-}
-if (args.help) {
-  console.log(USAGE);
-  process.exit(0);
-}
-if (!args.url || args.expect.length === 0 || !args.screenshot) {
-  console.error(`missing --url, --expect or --screenshot\n${USAGE}`);
-  process.exit(2);
-}
+const args = browserArgs(
+  USAGE,
+  {
+    node: { type: 'string' },
+    event: { type: 'string', default: 'cpu' },
+    expect: { type: 'string', multiple: true, default: [] },
+    range: { type: 'string', default: '1h' },
+    timeout: { type: 'string', default: '30' },
+    sandwich: { type: 'string' },
+    caller: { type: 'string', multiple: true, default: [] },
+    callee: { type: 'string', multiple: true, default: [] },
+  },
+  ['expect'],
+);
 
 const timeoutMs = Number(args.timeout) * 1000;
 const screenshotPath = resolve(args.screenshot);

@@ -14,35 +14,23 @@
 
 import { mkdirSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
-import { parseArgs } from 'node:util';
-import { fail, finish, launch, poll } from './harness.mjs';
+import { browserArgs, fail, finish, launch, poll } from './harness.mjs';
 
 const USAGE =
   'usage: node test/compare-browser.mjs --url http://127.0.0.1:PORT/ --slow NODE [--slow NODE …] ' +
   '--function NAME --event EVENT --screenshot PATH [--range 15m] [--timeout 30] [--chromium PATH]';
 
-let args;
-try {
-  ({ values: args } = parseArgs({
-    options: {
-      url: { type: 'string' },
-      slow: { type: 'string', multiple: true, default: [] },
-      function: { type: 'string' },
-      event: { type: 'string' },
-      screenshot: { type: 'string' },
-      range: { type: 'string', default: '15m' },
-      timeout: { type: 'string', default: '30' },
-      chromium: { type: 'string', default: '/usr/bin/chromium' },
-    },
-  }));
-} catch (err) {
-  console.error(`${err.message}\n${USAGE}`);
-  process.exit(2);
-}
-if (!args.url || args.slow.length === 0 || !args.function || !args.event || !args.screenshot) {
-  console.error(`missing an argument\n${USAGE}`);
-  process.exit(2);
-}
+const args = browserArgs(
+  USAGE,
+  {
+    slow: { type: 'string', multiple: true, default: [] },
+    function: { type: 'string' },
+    event: { type: 'string' },
+    range: { type: 'string', default: '15m' },
+    timeout: { type: 'string', default: '30' },
+  },
+  ['slow', 'function', 'event'],
+);
 
 const timeoutMs = Number(args.timeout) * 1000;
 const screenshotPath = resolve(args.screenshot);

@@ -21,34 +21,22 @@
 
 import { mkdirSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
-import { parseArgs } from 'node:util';
-import { fail, finish, launch, poll } from './harness.mjs';
+import { browserArgs, fail, finish, launch, poll } from './harness.mjs';
 
 const USAGE =
   'usage: node test/fleet-browser.mjs --url http://127.0.0.1:PORT/ --node NODE [--node NODE …] ' +
   '--slow NODE [--slow NODE …] --screenshot PATH [--range 15m] [--timeout 30] [--chromium PATH]';
 
-let args;
-try {
-  ({ values: args } = parseArgs({
-    options: {
-      url: { type: 'string' },
-      node: { type: 'string', multiple: true, default: [] },
-      slow: { type: 'string', multiple: true, default: [] },
-      screenshot: { type: 'string' },
-      range: { type: 'string', default: '15m' },
-      timeout: { type: 'string', default: '30' },
-      chromium: { type: 'string', default: '/usr/bin/chromium' },
-    },
-  }));
-} catch (err) {
-  console.error(`${err.message}\n${USAGE}`);
-  process.exit(2);
-}
-if (!args.url || args.node.length === 0 || args.slow.length === 0 || !args.screenshot) {
-  console.error(`missing an argument\n${USAGE}`);
-  process.exit(2);
-}
+const args = browserArgs(
+  USAGE,
+  {
+    node: { type: 'string', multiple: true, default: [] },
+    slow: { type: 'string', multiple: true, default: [] },
+    range: { type: 'string', default: '15m' },
+    timeout: { type: 'string', default: '30' },
+  },
+  ['node', 'slow'],
+);
 
 const timeoutMs = Number(args.timeout) * 1000;
 const screenshotPath = resolve(args.screenshot);

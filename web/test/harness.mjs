@@ -1,10 +1,48 @@
-// What the browser checks of the new pages share (compare-browser.mjs, node-browser.mjs): the
-// Chromium they drive, failures with a reason, polling for a condition, and the way they end
+// What the browser checks share (compare-, node-, fleet-, alerts-, auth-, rate-browser.mjs and
+// browser.mjs): their command line, the Chromium they drive, failures with a reason, polling for a
+// condition, and the way they end
 // (`ok: …` and exit 0, or `FAIL: reason` and exit 1; a full-page screenshot either way).
 
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
+import { parseArgs } from 'node:util';
 import { chromium } from 'playwright-core';
+
+/**
+ * The command line of a browser check: `options` (as node:util's parseArgs takes them) beside
+ * those every check has (--url, --screenshot, --chromium, --help). Prints `usage` and exits 2 on
+ * an unknown option or when --url, --screenshot or one of `required` is missing (an empty list
+ * counts as missing); prints it and exits 0 on --help.
+ */
+export function browserArgs(usage, options, required = []) {
+  let args;
+  try {
+    ({ values: args } = parseArgs({
+      options: {
+        url: { type: 'string' },
+        screenshot: { type: 'string' },
+        chromium: { type: 'string', default: '/usr/bin/chromium' },
+        help: { type: 'boolean', short: 'h', default: false },
+        ...options,
+      },
+    }));
+  } catch (err) {
+    console.error(`${err.message}\n${usage}`);
+    process.exit(2);
+  }
+  if (args.help) {
+    console.log(usage);
+    process.exit(0);
+  }
+  const missing = ['url', 'screenshot', ...required].filter(
+    (name) => args[name] === undefined || (Array.isArray(args[name]) && args[name].length === 0),
+  );
+  if (missing.length > 0) {
+    console.error(`missing ${missing.map((name) => `--${name}`).join(', ')}\n${usage}`);
+    process.exit(2);
+  }
+  return args;
+}
 
 /** A check that did not hold: printed as `FAIL: message`. */
 export class Failure extends Error {}

@@ -16,40 +16,23 @@
 
 import { mkdirSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
-import { parseArgs } from 'node:util';
-import { fail, finish, launch, poll } from './harness.mjs';
+import { browserArgs, fail, finish, launch, poll } from './harness.mjs';
 
 const USAGE =
   'usage: node test/node-browser.mjs --url http://127.0.0.1:PORT/ --node NAME --screenshot PATH ' +
   '[--counter NAME …] [--pid PID …] [--range 15m] [--timeout 30] [--chromium PATH]';
 
-let args;
-try {
-  ({ values: args } = parseArgs({
-    options: {
-      url: { type: 'string' },
-      node: { type: 'string' },
-      screenshot: { type: 'string' },
-      counter: { type: 'string', multiple: true, default: [] },
-      pid: { type: 'string', multiple: true, default: [] },
-      range: { type: 'string', default: '15m' },
-      timeout: { type: 'string', default: '30' },
-      chromium: { type: 'string', default: '/usr/bin/chromium' },
-      help: { type: 'boolean', short: 'h', default: false },
-    },
-  }));
-} catch (err) {
-  console.error(`${err.message}\n${USAGE}`);
-  process.exit(2);
-}
-if (args.help) {
-  console.log(USAGE);
-  process.exit(0);
-}
-if (!args.url || !args.node || !args.screenshot) {
-  console.error(`missing --url, --node or --screenshot\n${USAGE}`);
-  process.exit(2);
-}
+const args = browserArgs(
+  USAGE,
+  {
+    node: { type: 'string' },
+    counter: { type: 'string', multiple: true, default: [] },
+    pid: { type: 'string', multiple: true, default: [] },
+    range: { type: 'string', default: '15m' },
+    timeout: { type: 'string', default: '30' },
+  },
+  ['node'],
+);
 if (args.pid.some((p) => !/^\d+$/.test(p))) {
   console.error(`--pid takes a process id\n${USAGE}`);
   process.exit(2);

@@ -12,21 +12,13 @@
 // Prints `ok: …` and exits 0; on failure it saves a screenshot, prints `FAIL: reason`, exits 1.
 
 import { resolve } from 'node:path';
-import { parseArgs } from 'node:util';
-import { fail, finish, launch, poll } from './harness.mjs';
+import { browserArgs, fail, finish, launch, poll } from './harness.mjs';
 
-const { values: args } = parseArgs({
-  options: {
-    url: { type: 'string' },
-    token: { type: 'string' },
-    screenshot: { type: 'string' },
-    chromium: { type: 'string', default: '/usr/bin/chromium' },
-  },
-});
-if (!args.url || !args.token || !args.screenshot) {
-  console.error('usage: node test/rate-browser.mjs --url URL --token TOKEN --screenshot PATH [--chromium PATH]');
-  process.exit(2);
-}
+const args = browserArgs(
+  'usage: node test/rate-browser.mjs --url URL --token TOKEN --screenshot PATH [--chromium PATH]',
+  { token: { type: 'string' } },
+  ['token'],
+);
 
 let browser;
 let page;

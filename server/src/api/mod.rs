@@ -62,16 +62,8 @@ pub struct Reader(pub Arc<str>);
 pub struct StackBudget {
     stacks: Arc<Semaphore>,
     total: u32,
-    readers: std::sync::Mutex<Readers>,
-}
-
-/// The share of each reader that asked lately.
-#[derive(Debug)]
-struct Readers {
-    shares: std::collections::HashMap<Arc<str>, Arc<Semaphore>>,
-    /// Above how many readers those with nothing under way are forgotten next (doubled when
-    /// most are busy, so that the pruning is not paid by every request).
-    prune_above: usize,
+    /// The share of each reader that asked lately.
+    readers: std::sync::Mutex<crate::rate::Kept<Arc<Semaphore>>>,
 }
 
 /// Stacks held for one request, within its reader's share and the budget; released on drop.
@@ -95,10 +87,7 @@ impl StackBudget {
         StackBudget {
             stacks: Arc::new(Semaphore::new(total as usize)),
             total,
-            readers: std::sync::Mutex::new(Readers {
-                shares: Default::default(),
-                prune_above: READERS_KEPT,
-            }),
+            readers: std::sync::Mutex::new(crate::rate::Kept::new(READERS_KEPT)),
         }
     }
 
@@ -110,15 +99,13 @@ impl StackBudget {
 
     fn reader(&self, reader: &Reader) -> Arc<Semaphore> {
         let mut readers = self.readers.lock().unwrap_or_else(|p| p.into_inner());
-        if readers.shares.len() >= readers.prune_above {
-            // Only this map holds the semaphore of a reader with nothing under way.
-            readers.shares.retain(|_, s| Arc::strong_count(s) > 1);
-            readers.prune_above = READERS_KEPT.max(2 * readers.shares.len());
-        }
+        // Only this map holds the semaphore of a reader with nothing under way.
         readers
-            .shares
-            .entry(reader.0.clone())
-            .or_insert_with(|| Arc::new(Semaphore::new(self.share() as usize)))
+            .get(
+                &reader.0,
+                |s| Arc::strong_count(s) > 1,
+                || Arc::new(Semaphore::new(self.share() as usize)),
+            )
             .clone()
     }
 
