@@ -613,15 +613,45 @@ impl Store {
                 queries::TopFunctions::Listed(&listed)
             }
         };
-        let rows = queries::node_functions(&scope, &reach, top, measures, by_function)
+        // A fleet's read has a row per node and function (over a million at 1,000 nodes): rows
+        // are taken as they arrive, borrowing the node's name, which is copied once per node.
+        let mut cursor = queries::node_functions(&scope, &reach, top, measures, by_function)
             .query(&self.client)
-            .fetch_all::<NodeFunctionRow>()
-            .await
+            .fetch::<NodeFunctionRow<'_>>()
             .map_err(StorageError::query("sum samples per node and function"))?;
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        let mut cells: Vec<(u64, usize, [u64; 4])> = Vec::new();
+        while let Some(r) = cursor
+            .next()
+            .await
+            .map_err(StorageError::query("sum samples per node and function"))?
+        {
+            let n = match seen.get(r.node) {
+                Some(&n) => n,
+                None => {
+                    let n = seen.len();
+                    seen.insert(r.node.to_owned(), n);
+                    n
+                }
+            };
+            cells.push((
+                r.function_id,
+                n,
+                [r.self_count, r.self_value, r.total_count, r.total_value],
+            ));
+        }
+        // Nodes sorted by name, and where each one read went.
+        let mut nodes: Vec<(String, usize)> = seen.into_iter().collect();
+        nodes.sort_unstable();
+        let mut column = vec![0; nodes.len()];
+        for (sorted, (_, read)) in nodes.iter().enumerate() {
+            column[*read] = sorted;
+        }
+        let nodes: Vec<String> = nodes.into_iter().map(|(name, _)| name).collect();
         // Largest total over the nodes read first (what the ranking in ClickHouse used).
         let mut totals: HashMap<u64, u64> = HashMap::new();
-        for r in &rows {
-            *totals.entry(r.function_id).or_default() += r.total_value;
+        for (function_id, _, values) in &cells {
+            *totals.entry(*function_id).or_default() += values[3];
         }
         let mut top: Vec<(u64, u64)> = totals.into_iter().collect();
         top.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
@@ -629,10 +659,6 @@ impl Store {
         let mut sorted = ids.clone();
         sorted.sort_unstable();
         let names = self.functions(&sorted).await?;
-        let mut nodes: Vec<String> = rows.iter().map(|r| r.node.clone()).collect();
-        nodes.sort_unstable();
-        nodes.dedup();
-        let node_index: HashMap<&str, usize> = nodes.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect();
         let function_index: HashMap<u64, usize> = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
         let mut functions: Vec<FunctionValues> = top
             .iter()
@@ -650,15 +676,13 @@ impl Store {
                 total_values: vec![0; nodes.len()],
             })
             .collect();
-        for r in &rows {
-            let (Some(&f), Some(&n)) = (function_index.get(&r.function_id), node_index.get(r.node.as_str())) else {
-                continue;
-            };
-            let f = &mut functions[f];
-            f.self_samples[n] = r.self_count;
-            f.self_values[n] = r.self_value;
-            f.total_samples[n] = r.total_count;
-            f.total_values[n] = r.total_value;
+        for (function_id, read, [self_count, self_value, total_count, total_value]) in cells {
+            let f = &mut functions[function_index[&function_id]];
+            let n = column[read];
+            f.self_samples[n] = self_count;
+            f.self_values[n] = self_value;
+            f.total_samples[n] = total_count;
+            f.total_values[n] = total_value;
         }
         Ok(NodeFunctions { nodes, functions })
     }

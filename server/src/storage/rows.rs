@@ -262,9 +262,11 @@ pub(super) struct NodeDataRow {
     pub value: u64,
 }
 
+/// Borrowed: a fleet's read has a row per node and function, and the name is copied once per
+/// node, not once per row.
 #[derive(Row, Deserialize)]
-pub(super) struct NodeFunctionRow {
-    pub node: String,
+pub(super) struct NodeFunctionRow<'a> {
+    pub node: &'a str,
     pub function_id: u64,
     pub self_count: u64,
     pub self_value: u64,
