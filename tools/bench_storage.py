@@ -45,7 +45,7 @@ MINUTE_TABLES = ["samples", "function_samples", "node_totals", "fleet_samples", 
 DIMENSIONS = ["stacks", "frames", "functions", "processes", "nodes", "event_sources", "rollups"]
 # The 10-minute tables the query window reads, each filled from its per-minute table.
 COARSE = {"samples_10m": "samples", "function_samples_10m": "function_samples",
-          "function_nodes_10m": "function_samples",
+          "function_nodes_10m": "function_samples", "data_objects_10m": "data_samples",
           "fleet_samples_10m": "fleet_samples", "fleet_function_samples_10m": "fleet_function_samples"}
 # Columns holding counts or values (scaled when a bucket holds several copies of the window).
 VALUES = {"count", "value", "self_count", "self_value", "total_count", "total_value"}
@@ -200,7 +200,10 @@ def copy_forward(sql, window, span, start):
     for coarse, minute in COARSE.items():
         if not columns(sql, coarse):
             continue  # an older schema (an A/B against an older build)
-        cols = [c for c in columns(sql, minute) if c != "time"]
+        # The minute table's columns that the 10-minute one keeps (data_objects_10m drops the
+        # process and stack of data_samples).
+        kept = set(columns(sql, coarse))
+        cols = [c for c in columns(sql, minute) if c != "time" and c in kept]
         picked = [f"{c} * {scale}" if c in VALUES else c for c in cols]
         out.append(f"TRUNCATE TABLE {coarse}")
         for bucket in range(aligned(start), aligned(start) + span, 600):
@@ -385,7 +388,8 @@ def run_chdb(result, runs, out):
         "SELECT name FROM system.tables WHERE database = 'bimodal' AND engine LIKE '%MergeTree'")]
     # The window as the views would have stored it: its 10-minute rows from its minute rows.
     for coarse, minute in COARSE.items():
-        cols = [c for c in columns(rows, minute) if c != "time"]
+        kept = set(columns(rows, coarse))
+        cols = [c for c in columns(rows, minute) if c != "time" and c in kept]
         s.query(f"INSERT INTO {coarse} (time, {', '.join(cols)}) SELECT toDateTime(intDiv(toUInt32(time), 600) * 600), "
                 f"{', '.join(cols)} FROM {minute}")
     merge()

@@ -54,6 +54,11 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
         include_str!("../../migrations/010_function_nodes.sql"),
     ),
     (11, "alerts", include_str!("../../migrations/011_alerts.sql")),
+    (
+        12,
+        "data_objects",
+        include_str!("../../migrations/012_data_objects.sql"),
+    ),
 ];
 
 /// The first migration of the current schema: a new database starts here.

@@ -229,7 +229,7 @@ pub struct Store {
     processes: quick_cache::sync::Cache<u64, Arc<ProcessRow>>,
     functions: quick_cache::sync::Cache<u64, Arc<FunctionName>>,
     /// Sample time from which each [`Rollup`] holds every sample; `u32::MAX` until read.
-    rollups_from: [std::sync::atomic::AtomicU32; 2],
+    rollups_from: [std::sync::atomic::AtomicU32; 3],
 }
 
 /// Tables filled from the moment a migration created them (`rollups` says from which sample
@@ -240,6 +240,8 @@ enum Rollup {
     Fleet,
     /// `function_nodes_10m`: per-node function values ordered by function.
     FunctionNodes,
+    /// `data_objects_10m`: per-node data objects per 10 minutes.
+    DataObjects,
 }
 
 impl Rollup {
@@ -247,6 +249,7 @@ impl Rollup {
         match self {
             Rollup::Fleet => "fleet",
             Rollup::FunctionNodes => "function_nodes",
+            Rollup::DataObjects => "data_objects",
         }
     }
 }
@@ -343,7 +346,7 @@ impl Store {
             frames: quick_cache::sync::Cache::new(entries),
             processes: quick_cache::sync::Cache::new(entries),
             functions: quick_cache::sync::Cache::new(entries),
-            rollups_from: [(); 2].map(|_| std::sync::atomic::AtomicU32::new(u32::MAX)),
+            rollups_from: [(); 3].map(|_| std::sync::atomic::AtomicU32::new(u32::MAX)),
         })
     }
 
@@ -545,20 +548,27 @@ impl Store {
         let Some((scope, reach)) = self.per_node(scope).await? else {
             return Ok(NodeDataObjects::default());
         };
+        let rolled_up = scope.from >= self.rollup_from(Rollup::DataObjects).await?;
         // Whole objects, and the hottest lines of file-backed ones (where false sharing shows).
         let (objects, lines) = tokio::try_join!(
-            queries::node_data_objects(&scope, &reach, limit, false)
+            queries::node_data_objects(&scope, &reach, limit, false, rolled_up)
                 .query(&self.client)
                 .fetch_all::<NodeDataRow>(),
-            queries::node_data_objects(&scope, &reach, limit, true)
+            queries::node_data_objects(&scope, &reach, limit, true, rolled_up)
                 .query(&self.client)
                 .fetch_all::<NodeDataRow>(),
         )
         .map_err(StorageError::query("sum data samples per node and object"))?;
         let rows: Vec<NodeDataRow> = objects.into_iter().chain(lines).collect();
-        let mut nodes: Vec<String> = rows.iter().map(|r| r.node.clone()).collect();
+        // Deduplicated before they are copied and sorted: a row per node and object.
+        let mut nodes: Vec<String> = rows
+            .iter()
+            .map(|r| r.node.as_str())
+            .collect::<std::collections::HashSet<&str>>()
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
         nodes.sort_unstable();
-        nodes.dedup();
         let column: HashMap<&str, usize> = nodes.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect();
         let mut objects: BTreeMap<DataObject, Vec<u64>> = BTreeMap::new();
         for r in &rows {

@@ -541,38 +541,41 @@ pub(super) fn node_functions(
 }
 
 /// The `limit` data objects (mapping kind, path, symbol) with the most of `scope`'s event
-/// (one source) over the nodes selected, and their value on each node.
-pub(super) fn node_data_objects(scope: &Scope, reach: &Reach, limit: u32, lines: bool) -> Sql {
-    let filter = || {
-        let mut sql = range_filter(
-            scope.event,
-            scope.source.as_deref(),
-            scope.from / MINUTE * MINUTE,
-            scope.to,
-        );
-        sql.append(selector_filter(&scope.selector, reach.per_node()));
-        if lines {
-            // Lines of file-backed data only: there a line is a file offset, the same on every
-            // node; elsewhere it is a virtual address, which differs from process to process.
-            sql.push(" AND cache_line != 0 AND mapping_path != ''");
-        }
-        sql
-    };
+/// (one source) over the nodes selected, and their value on each node; with `lines`, the
+/// hottest cache lines of file-backed objects instead. The whole 10-minute buckets of the range
+/// are read from `data_objects_10m` when `rolled_up` (a value per node and object), the rest
+/// from `data_samples` (a row per minute, process, stack and line: two orders of magnitude more).
+pub(super) fn node_data_objects(scope: &Scope, reach: &Reach, limit: u32, lines: bool, rolled_up: bool) -> Sql {
     let (line, key) = match lines {
         true => ("cache_line", "mapping_kind, mapping_path, symbol, cache_line"),
         false => ("toUInt64(0) AS cache_line", "mapping_kind, mapping_path, symbol"),
     };
-    let mut sql = Sql::new(&format!(
-        "SELECT node, mapping_kind, mapping_path, symbol, {line}, sum(value) AS value FROM data_samples WHERE "
-    ));
-    sql.append(filter())
-        .push(&format!(
-            " AND ({key}) GLOBAL IN (SELECT {key} FROM data_samples WHERE "
-        ))
-        .append(filter())
-        .push(&format!(" GROUP BY {key} ORDER BY sum(value) DESC LIMIT "))
+    // Lines of file-backed data only: there a line is a file offset, the same on every node;
+    // elsewhere it is a virtual address, which differs from process to process.
+    let extra = match lines {
+        true => Sql::new(" AND cache_line != 0 AND mapping_path != ''"),
+        false => Sql::default(),
+    };
+    let coarse = match rolled_up {
+        true => "data_objects_10m",
+        false => "data_samples",
+    };
+    let rows = |columns: &str, extra: &Sql| union_of("data_samples", coarse, columns, scope, reach.per_node(), extra);
+    let mut top = Sql::new(&format!(" AND ({key}) GLOBAL IN (SELECT {key} FROM ("));
+    top.append(rows(&format!("{key}, value"), &extra))
+        .push(&format!(") GROUP BY {key} ORDER BY sum(value) DESC LIMIT "))
         .bind(Value::U32(limit))
-        .push(&format!(") GROUP BY node, {key}"));
+        .push(")");
+    let mut chosen = extra.clone();
+    chosen.append(top);
+    let mut sql = Sql::new(&format!(
+        "SELECT node, mapping_kind, mapping_path, symbol, {line}, sum(value) AS value FROM ("
+    ));
+    sql.append(rows(
+        "node, mapping_kind, mapping_path, symbol, cache_line, value",
+        &chosen,
+    ))
+    .push(&format!(") GROUP BY node, {key}"));
     sql
 }
 
@@ -858,8 +861,9 @@ pub fn examples(client: &Client) -> Vec<String> {
             true,
         ),
         top_functions(&nodes_only, &minus, 200),
-        node_data_objects(&nodes_only, &matching, 100, false),
-        node_data_objects(&short, &Reach::Fleet, 100, true),
+        node_data_objects(&nodes_only, &matching, 100, false, true),
+        node_data_objects(&short, &Reach::Fleet, 100, true, true),
+        node_data_objects(&scope, &minus, 100, false, false),
         nodes(&selector, 1_795_000_000, 1_795_003_600),
         by_ids("stacks", "stack_id", "stack_id, frame_ids", &[1, 2]),
         by_ids(

@@ -54,6 +54,7 @@ const TABLES: &[(&str, Partition, Keep)] = &[
     ("fleet_function_samples", Partition::Day, Keep::Retention),
     ("fleet_function_samples_10m", Partition::Day, Keep::Retention),
     ("data_samples", Partition::Day, Keep::Retention),
+    ("data_objects_10m", Partition::Day, Keep::Retention),
     ("counters", Partition::Day, Keep::Retention),
     ("placements", Partition::Day, Keep::Retention),
     ("alerts", Partition::Month, Keep::Retention),

@@ -869,7 +869,9 @@ async fn counted_cycles_and_cache_misses_give_cpi_and_misses_per_kilo_instructio
 /// False sharing on some nodes (simulated PMU batches with data addresses, over real gRPC into a
 /// real ClickHouse): every node takes cache misses on line 0x1000 of `counters` (.bss of the
 /// database); on three of eight, line 0x1040 of the same variable misses fifty times as often.
-/// Compare's data explanation names that line, not only the variable.
+/// Compare's data explanation names that line, not only the variable: over a few seconds (read
+/// from `data_samples`, a row per minute) and over the hour around them (whole 10-minute buckets,
+/// read from the `data_objects_10m` rollup).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hot_cache_line_on_the_slow_nodes_is_named() {
     let server = TestServer::start().await;
@@ -916,32 +918,32 @@ async fn a_hot_cache_line_on_the_slow_nodes_is_named() {
         });
         send_node(&server, &format!("line-{node}"), batches).await;
     }
-    let (status, body) = server
-        .get(&format!(
-            "/api/v1/compare?from={start}&to={}&metric=cache_miss",
-            super::common::unix_now() + 1
-        ))
-        .await;
-    assert_eq!(status, 200, "{body}");
-    let answer: Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(
-        answer["bands"]["high"],
-        serde_json::json!(["line-1", "line-3", "line-6"]),
-        "{answer:#}"
-    );
-    let data = answer["explanation"]["data"].as_array().unwrap();
-    let line = data
-        .iter()
-        .find(|d| d["object"] == "line 0x1040 of counters (bss of /usr/bin/scylla)")
-        .unwrap_or_else(|| panic!("the hot line is not named: {data:#?}"));
-    assert_eq!(line["effect"], 1.0, "{line:#}");
-    assert_eq!(line["event"], "cache_miss");
-    // The line every node misses on alike does not differ.
-    assert!(
-        !data
+    let end = super::common::unix_now() + 1;
+    for (from, to) in [(start, end), (end - 3600, end)] {
+        let (status, body) = server
+            .get(&format!("/api/v1/compare?from={from}&to={to}&metric=cache_miss"))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        let answer: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            answer["bands"]["high"],
+            serde_json::json!(["line-1", "line-3", "line-6"]),
+            "{answer:#}"
+        );
+        let data = answer["explanation"]["data"].as_array().unwrap();
+        let line = data
             .iter()
-            .any(|d| d["object"] == "line 0x1000 of counters (bss of /usr/bin/scylla)"),
-        "{data:#?}"
-    );
+            .find(|d| d["object"] == "line 0x1040 of counters (bss of /usr/bin/scylla)")
+            .unwrap_or_else(|| panic!("the hot line is not named over [{from}, {to}): {data:#?}"));
+        assert_eq!(line["effect"], 1.0, "{line:#}");
+        assert_eq!(line["event"], "cache_miss");
+        // The line every node misses on alike does not differ.
+        assert!(
+            !data
+                .iter()
+                .any(|d| d["object"] == "line 0x1000 of counters (bss of /usr/bin/scylla)"),
+            "{data:#?}"
+        );
+    }
     server.stop().await;
 }
