@@ -41,7 +41,8 @@ HZ = os.sysconf("SC_CLK_TCK")
 # Fleet size -> (seconds of history ingested for real, seconds the query window spans).
 PLANS = {100: (300, 3600), 1000: (60, 3600), 10000: (10, 3600)}
 # Tables exported to chdb: the per-minute fact tables of the ingested window, and the dimensions.
-MINUTE_TABLES = ["samples", "function_samples", "node_totals", "fleet_samples", "fleet_function_samples"]
+MINUTE_TABLES = ["samples", "function_samples", "node_totals", "fleet_samples", "fleet_function_samples",
+                 "data_samples"]
 DIMENSIONS = ["stacks", "frames", "functions", "processes", "nodes", "event_sources", "rollups"]
 # The 10-minute tables the query window reads, each filled from its per-minute table.
 COARSE = {"samples_10m": "samples", "function_samples_10m": "function_samples",
@@ -169,7 +170,10 @@ def copy_forward(sql, window, span, start):
     of the 10-minute tables holding the window's rows with their values scaled to 10 minutes
     (what their views would have written had the window repeated). The per-minute stack and
     function tables are not copied: 10-minute-aligned reads of an hour do not touch them."""
-    copies = max(1, span // window) + 1
+    # Enough copies to reach the query window's end: it starts at the first 10-minute boundary
+    # after `start`, up to 540 s later (before, the last minutes of the window had no node totals
+    # and counters while the 10-minute tables were full).
+    copies = (aligned(start) + span - start) // window + 2
     # The ingested history's rows: its `window` seconds lie in up to one minute more of the
     # per-minute tables (a 60 s history from 12:00:30 has rows at 12:00 and 12:01, and a node's
     # first batch may fall in either). Copies `window` apart then give every minute a whole
@@ -389,6 +393,8 @@ def run_chdb(result, runs, out):
     # The window as the views would have stored it: its 10-minute rows from its minute rows.
     for coarse, minute in COARSE.items():
         kept = set(columns(rows, coarse))
+        if not kept:
+            continue  # an older schema (an A/B against an older build)
         cols = [c for c in columns(rows, minute) if c != "time" and c in kept]
         s.query(f"INSERT INTO {coarse} (time, {', '.join(cols)}) SELECT toDateTime(intDiv(toUInt32(time), 600) * 600), "
                 f"{', '.join(cols)} FROM {minute}")

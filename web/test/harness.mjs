@@ -11,8 +11,8 @@ import { chromium } from 'playwright-core';
 /**
  * The command line of a browser check: `options` (as node:util's parseArgs takes them) beside
  * those every check has (--url, --screenshot, --chromium, --help). Prints `usage` and exits 2 on
- * an unknown option or when --url, --screenshot or one of `required` is missing (an empty list
- * counts as missing); prints it and exits 0 on --help.
+ * an unknown option or when --url, --screenshot or one of `required` is missing (an empty value or
+ * list counts as missing); prints it and exits 0 on --help.
  */
 export function browserArgs(usage, options, required = []) {
   let args;
@@ -35,7 +35,7 @@ export function browserArgs(usage, options, required = []) {
     process.exit(0);
   }
   const missing = ['url', 'screenshot', ...required].filter(
-    (name) => args[name] === undefined || (Array.isArray(args[name]) && args[name].length === 0),
+    (name) => !args[name] || (Array.isArray(args[name]) && args[name].length === 0),
   );
   if (missing.length > 0) {
     console.error(`missing ${missing.map((name) => `--${name}`).join(', ')}\n${usage}`);

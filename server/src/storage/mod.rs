@@ -510,7 +510,7 @@ impl Store {
     /// How a read of `scope` sums its nodes: the fleet rollups when it covers every node,
     /// the rollups minus the others when it covers most, else the nodes it matches.
     pub async fn reach(&self, scope: &Scope) -> Result<Reach, StorageError> {
-        let held = scope.from >= self.rollup_from(Rollup::Fleet).await?;
+        let held = queries::first_read(scope.from) >= self.rollup_from(Rollup::Fleet).await?;
         if scope.selector.node_matchers().next().is_none() {
             return Ok(Reach::choose(None, held));
         }
@@ -548,7 +548,7 @@ impl Store {
         let Some((scope, reach)) = self.per_node(scope).await? else {
             return Ok(NodeDataObjects::default());
         };
-        let rolled_up = scope.from >= self.rollup_from(Rollup::DataObjects).await?;
+        let rolled_up = queries::first_read(scope.from) >= self.rollup_from(Rollup::DataObjects).await?;
         // Whole objects, and the hottest lines of file-backed ones (where false sharing shows).
         let (objects, lines) = tokio::try_join!(
             queries::node_data_objects(&scope, &reach, limit, false, rolled_up)
@@ -599,8 +599,8 @@ impl Store {
         };
         // A few nodes' rows lie together in the table ordered by node; most of a fleet's, for a
         // few functions, in the one ordered by function.
-        let by_function =
-            !matches!(reach, Reach::Matching(_)) && scope.from >= self.rollup_from(Rollup::FunctionNodes).await?;
+        let by_function = !matches!(reach, Reach::Matching(_))
+            && queries::first_read(scope.from) >= self.rollup_from(Rollup::FunctionNodes).await?;
         let listed: Vec<u64>;
         let top = match self.dialect.modern {
             true => queries::TopFunctions::Ranked(limit),

@@ -277,11 +277,17 @@ fn range_filter(event: &str, source: Option<&str>, from: u32, to: u32) -> Sql {
     sql
 }
 
+/// The first second a read of a range starting at `from` covers: a minute bucket holds samples
+/// taken in [time, time + 60), and reads take whole minutes. A rollup that is complete from some
+/// time on may serve a range only if this is not before that time.
+pub(super) fn first_read(from: u32) -> u32 {
+    from / MINUTE * MINUTE
+}
+
 /// The pieces of [from, to) to read: (table suffix, from, to), per-minute buckets at the edges
 /// and 10-minute buckets inside when the range is long.
 pub(super) fn pieces(from: u32, to: u32) -> Vec<(&'static str, u32, u32)> {
-    // A minute bucket holds samples taken in [time, time + 60).
-    let from = from / MINUTE * MINUTE;
+    let from = first_read(from);
     let coarse_from = from.div_ceil(TEN_MINUTES) * TEN_MINUTES;
     let coarse_to = to / TEN_MINUTES * TEN_MINUTES;
     if to - from < COARSE_FROM_SECS || coarse_to <= coarse_from {
@@ -543,7 +549,8 @@ pub(super) fn node_functions(
 /// The `limit` data objects (mapping kind, path, symbol) with the most of `scope`'s event
 /// (one source) over the nodes selected, and their value on each node; with `lines`, the
 /// hottest cache lines of file-backed objects instead. The whole 10-minute buckets of the range
-/// are read from `data_objects_10m` when `rolled_up` (a value per node and object), the rest
+/// are read from `data_objects_10m` when `rolled_up` (a value per node, object and file-backed
+/// line per 10 minutes), the rest
 /// from `data_samples` (a row per minute, process, stack and line: two orders of magnitude more).
 pub(super) fn node_data_objects(scope: &Scope, reach: &Reach, limit: u32, lines: bool, rolled_up: bool) -> Sql {
     let (line, key) = match lines {
