@@ -200,6 +200,15 @@ def copy_forward(sql, window, span, start):
         "INSERT INTO nodes (node, first_seen, last_seen, label_keys, label_values, agent_version, facts, version) "
         f"SELECT node, first_seen, toDateTime({aligned(start) + span - 1}), label_keys, label_values, "
         "agent_version, facts, version + 1000000000000 FROM nodes")
+    # The counter rollups as their views would have written them from the copies.
+    for rollup, bucket in (("counters_1m", 60), ("counters_10m", 600)):
+        if not columns(sql, rollup):
+            continue  # an older schema (an A/B against an older build)
+        out.append(f"TRUNCATE TABLE {rollup}")
+        out.append(
+            f"INSERT INTO {rollup} (time, node, name, value) "
+            f"SELECT toDateTime(intDiv(toUInt32(time), {bucket}) * {bucket}) AS t, node, name, sum(value) "
+            "FROM counters GROUP BY t, node, name")
     scale = max(1, 600 // window)
     for coarse, minute in COARSE.items():
         if not columns(sql, coarse):

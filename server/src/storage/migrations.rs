@@ -59,6 +59,11 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
         "data_objects",
         include_str!("../../migrations/012_data_objects.sql"),
     ),
+    (
+        13,
+        "node_counters",
+        include_str!("../../migrations/013_node_counters.sql"),
+    ),
 ];
 
 /// The first migration of the current schema: a new database starts here.

@@ -229,19 +229,21 @@ pub struct Store {
     processes: quick_cache::sync::Cache<u64, Arc<ProcessRow>>,
     functions: quick_cache::sync::Cache<u64, Arc<FunctionName>>,
     /// Sample time from which each [`Rollup`] holds every sample; `u32::MAX` until read.
-    rollups_from: [std::sync::atomic::AtomicU32; 3],
+    rollups_from: [std::sync::atomic::AtomicU32; 4],
 }
 
 /// Tables filled from the moment a migration created them (`rollups` says from which sample
 /// time on they hold everything).
 #[derive(Clone, Copy, Debug)]
-enum Rollup {
+pub(super) enum Rollup {
     /// The `fleet_` tables: samples summed over nodes.
     Fleet,
     /// `function_nodes_10m`: per-node function values ordered by function.
     FunctionNodes,
     /// `data_objects_10m`: per-node data objects per 10 minutes.
     DataObjects,
+    /// `counters_1m` and `counters_10m`: node counters per minute and per 10 minutes.
+    Counters,
 }
 
 impl Rollup {
@@ -250,6 +252,7 @@ impl Rollup {
             Rollup::Fleet => "fleet",
             Rollup::FunctionNodes => "function_nodes",
             Rollup::DataObjects => "data_objects",
+            Rollup::Counters => "counters",
         }
     }
 }
@@ -346,7 +349,7 @@ impl Store {
             frames: quick_cache::sync::Cache::new(entries),
             processes: quick_cache::sync::Cache::new(entries),
             functions: quick_cache::sync::Cache::new(entries),
-            rollups_from: [(); 3].map(|_| std::sync::atomic::AtomicU32::new(u32::MAX)),
+            rollups_from: [(); 4].map(|_| std::sync::atomic::AtomicU32::new(u32::MAX)),
         })
     }
 
@@ -481,7 +484,7 @@ impl Store {
 
     /// Sample time from which `rollup` is complete (`u32::MAX`: not known yet, as right after
     /// a cluster's migration, whose row reaches the shards shortly after).
-    async fn rollup_from(&self, rollup: Rollup) -> Result<u32, StorageError> {
+    pub(super) async fn rollup_from(&self, rollup: Rollup) -> Result<u32, StorageError> {
         use std::sync::atomic::Ordering;
         let cached = &self.rollups_from[rollup as usize];
         let known = cached.load(Ordering::Relaxed);

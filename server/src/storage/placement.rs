@@ -226,7 +226,10 @@ impl Store {
             name: String,
             value: u64,
         }
-        let rows = queries::node_counters(nodes, from, to)
+        // Whole minutes and 10-minute buckets from the tables ordered by time once they hold
+        // every counter; before, the intervals from `counters`, ordered by node.
+        let rolled_up = queries::first_read(from) >= self.rollup_from(super::Rollup::Counters).await?;
+        let rows = queries::node_counters(nodes, from, to, rolled_up)
             .query(&self.client)
             .fetch_all::<Row>()
             .await

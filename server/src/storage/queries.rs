@@ -689,15 +689,42 @@ pub(super) fn node_sources(nodes: &[String], from: u32, to: u32) -> Sql {
     sql
 }
 
-/// Each node's counters summed over [from, to), for the nodes listed.
-pub(super) fn node_counters(nodes: &[String], from: u32, to: u32) -> Sql {
-    let mut sql = Sql::new("SELECT node, name, sum(value) AS value FROM counters WHERE time >= toDateTime(");
-    sql.bind(Value::U32(from))
+/// Each node's counters summed over [from, to), for the nodes listed: from `counters_10m` for
+/// whole 10-minute buckets and `counters_1m` at the edges when `rolled_up` (whole minutes, as
+/// the sample reads), else from the per-interval `counters`.
+pub(super) fn node_counters(nodes: &[String], from: u32, to: u32, rolled_up: bool) -> Sql {
+    let pieces = match rolled_up {
+        true => pieces(from, to)
+            .into_iter()
+            .map(|(suffix, from, to)| {
+                (
+                    if suffix.is_empty() {
+                        "counters_1m"
+                    } else {
+                        "counters_10m"
+                    },
+                    from,
+                    to,
+                )
+            })
+            .collect(),
+        false => vec![("counters", from, to)],
+    };
+    let mut sql = Sql::new("SELECT node, name, sum(value) AS value FROM (");
+    for (i, (table, from, to)) in pieces.into_iter().enumerate() {
+        if i > 0 {
+            sql.push(" UNION ALL ");
+        }
+        sql.push(&format!(
+            "SELECT node, name, value FROM {table} WHERE time >= toDateTime("
+        ))
+        .bind(Value::U32(from))
         .push(") AND time < toDateTime(")
         .bind(Value::U32(to))
         .push(")")
-        .append(selector_filter(&Selector::all(), Nodes::In(nodes)))
-        .push(" GROUP BY node, name ORDER BY node, name");
+        .append(selector_filter(&Selector::all(), Nodes::In(nodes)));
+    }
+    sql.push(") GROUP BY node, name ORDER BY node, name");
     sql
 }
 
@@ -888,6 +915,8 @@ pub fn examples(client: &Client) -> Vec<String> {
         placements(&["web-1".into()], 1_795_000_000, 1_795_000_900),
         counters("web-1", &["pgfault".into()], 1_795_000_000, 1_795_000_900),
         counters("web-1", &[], 1_795_000_000, 1_795_000_900),
+        node_counters(&["web-1".into(), "web-2".into()], 1_795_000_030, 1_795_003_630, true),
+        node_counters(&["web-1".into()], 1_795_000_030, 1_795_003_630, false),
     ]
     .iter()
     .map(|q| q.query(client).sql_display().to_string())

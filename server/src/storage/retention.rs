@@ -56,6 +56,8 @@ const TABLES: &[(&str, Partition, Keep)] = &[
     ("data_samples", Partition::Day, Keep::Retention),
     ("data_objects_10m", Partition::Day, Keep::Retention),
     ("counters", Partition::Day, Keep::Retention),
+    ("counters_1m", Partition::Day, Keep::Retention),
+    ("counters_10m", Partition::Day, Keep::Retention),
     ("placements", Partition::Day, Keep::Retention),
     ("alerts", Partition::Month, Keep::Retention),
 ];

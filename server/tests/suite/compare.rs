@@ -812,45 +812,45 @@ async fn counted_cycles_and_cache_misses_give_cpi_and_misses_per_kilo_instructio
         });
         send_node(&server, &format!("pmu-{node}"), batches).await;
     }
-    let (status, body) = server
-        .get(&format!(
-            "/api/v1/compare?from={start}&to={}",
-            super::common::unix_now() + 1
-        ))
-        .await;
-    assert_eq!(status, 200, "{body}");
-    let answer: Value = serde_json::from_str(&body).unwrap();
-    let nodes: Vec<&str> = answer["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n.as_str().unwrap())
-        .collect();
-    for (name, which) in [("cpi", 0), ("cache_miss per kilo-instruction", 1)] {
-        let expected = |n: usize| if which == 0 { cpi_of(n).0 } else { cpi_of(n).1 };
-        let metric = answer["metrics"]
+    // Seconds read per minute (counters_1m), and the hour around them in 10-minute buckets
+    // (counters_10m).
+    let end = super::common::unix_now() + 1;
+    for (from, to) in [(start, end), (end - 3600, end)] {
+        let (status, body) = server.get(&format!("/api/v1/compare?from={from}&to={to}")).await;
+        assert_eq!(status, 200, "{body}");
+        let answer: Value = serde_json::from_str(&body).unwrap();
+        let nodes: Vec<&str> = answer["nodes"]
             .as_array()
             .unwrap()
             .iter()
-            .find(|m| m["name"] == name)
-            .unwrap_or_else(|| panic!("no {name}: {answer:#}"));
-        assert_eq!(metric["kind"], "ratio", "{metric:#}");
-        for (i, node) in nodes.iter().enumerate() {
-            let n: usize = node.trim_start_matches("pmu-").parse().unwrap();
-            let value = &metric["values"][i];
-            if n == 8 {
-                assert!(value.is_null(), "{name} of a node without a PMU: {metric:#}");
-            } else {
-                let v = value.as_f64().unwrap();
-                assert!((v - expected(n)).abs() < 1e-3 * expected(n), "{name} of {node}: {v}");
+            .map(|n| n.as_str().unwrap())
+            .collect();
+        for (name, which) in [("cpi", 0), ("cache_miss per kilo-instruction", 1)] {
+            let expected = |n: usize| if which == 0 { cpi_of(n).0 } else { cpi_of(n).1 };
+            let metric = answer["metrics"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|m| m["name"] == name)
+                .unwrap_or_else(|| panic!("no {name} over [{from}, {to}): {answer:#}"));
+            assert_eq!(metric["kind"], "ratio", "{metric:#}");
+            for (i, node) in nodes.iter().enumerate() {
+                let n: usize = node.trim_start_matches("pmu-").parse().unwrap();
+                let value = &metric["values"][i];
+                if n == 8 {
+                    assert!(value.is_null(), "{name} of a node without a PMU: {metric:#}");
+                } else {
+                    let v = value.as_f64().unwrap();
+                    assert!((v - expected(n)).abs() < 1e-3 * expected(n), "{name} of {node}: {v}");
+                }
             }
+            assert_eq!(metric["bands"]["found"], true, "{metric:#}");
+            assert_eq!(
+                metric["bands"]["high"],
+                serde_json::json!(["pmu-2", "pmu-5", "pmu-7"]),
+                "{metric:#}"
+            );
         }
-        assert_eq!(metric["bands"]["found"], true, "{metric:#}");
-        assert_eq!(
-            metric["bands"]["high"],
-            serde_json::json!(["pmu-2", "pmu-5", "pmu-7"]),
-            "{metric:#}"
-        );
     }
     // Asked for by name.
     let (status, body) = server
