@@ -190,6 +190,25 @@ def copy_forward(sql, window, span, start):
             f"SELECT toDateTime(toUInt32(time) + k * {window}), {', '.join(cols)} FROM {table} "
             f"ARRAY JOIN arrayMap(x -> x + 1, range({copies - 1})) AS k "
             f"WHERE time < toDateTime({end})")
+    # The ledger of a fleet that has run for a day before the window's end (the server keeps
+    # two): compare reads which sources each node sampled with, and a read that cannot skip the
+    # ledger's other hours shows only when it holds them (design 024). Copies of the ingested
+    # batches with new ids, `window` apart, capped at 20 M rows (the 10,000-node fleet holds
+    # fewer hours); the views on the ledger fill `node_sources` from them.
+    ledger_rows = int(sql("SELECT count() AS n FROM ledger")[0]["n"])
+    day = min(86400 // window, 20_000_000 // max(ledger_rows, 1))
+    shift = aligned(start) + span - day * window - start
+    cols = [c for c in columns(sql, "ledger") if c not in ("batch_id", "start_time", "end_time")]
+    out.append("CREATE TABLE ledger_seed ENGINE = Memory AS SELECT * FROM ledger")
+    for first in range(0, day, 60):
+        out.append(
+            f"INSERT INTO ledger (batch_id, start_time, end_time, {', '.join(cols)}) "
+            "SELECT CAST(concat(reinterpretAsString(cityHash64(batch_id, k)), "
+            "reinterpretAsString(cityHash64(k, batch_id))) AS FixedString(16)), "
+            f"toDateTime(toUInt32(start_time) + {shift} + k * {window}), "
+            f"toDateTime(toUInt32(end_time) + {shift} + k * {window}), {', '.join(cols)} FROM ledger_seed "
+            f"ARRAY JOIN arrayMap(x -> x + {first}, range({min(60, day - first)})) AS k")
+    out.append("DROP TABLE ledger_seed")
     # The nodes report through the window too (compare lists the nodes seen in its range). The
     # copied rows' version is above any the server writes later: its idle refresh rewrites a
     # node's row up to a minute after the node's last batch, with the ingested last_seen; with

@@ -205,8 +205,9 @@ impl Window {
                 evidence: None,
             });
         }
-        // Which (event, source) each node's agent sampled with, for the nodes the ledger still
-        // covers (it is kept for days, samples for weeks: older nodes count as sampling all).
+        // Which (event, source) each node's agent sampled with (kept as long as samples; nodes
+        // without any, as before `node_sources` where only the ledger's days tell, count as
+        // sampling all).
         let sampled_with = store.node_sources(&names, from, to).await?;
         let sampled: std::collections::HashSet<(usize, &str, &str)> = sampled_with
             .iter()

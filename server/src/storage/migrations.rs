@@ -64,6 +64,11 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
         "node_counters",
         include_str!("../../migrations/013_node_counters.sql"),
     ),
+    (
+        14,
+        "node_sources",
+        include_str!("../../migrations/014_node_sources.sql"),
+    ),
 ];
 
 /// The first migration of the current schema: a new database starts here.

@@ -229,7 +229,7 @@ pub struct Store {
     processes: quick_cache::sync::Cache<u64, Arc<ProcessRow>>,
     functions: quick_cache::sync::Cache<u64, Arc<FunctionName>>,
     /// Sample time from which each [`Rollup`] holds every sample; `u32::MAX` until read.
-    rollups_from: [std::sync::atomic::AtomicU32; 4],
+    rollups_from: [std::sync::atomic::AtomicU32; 5],
 }
 
 /// Tables filled from the moment a migration created them (`rollups` says from which sample
@@ -244,6 +244,8 @@ pub(super) enum Rollup {
     DataObjects,
     /// `counters_1m` and `counters_10m`: node counters per minute and per 10 minutes.
     Counters,
+    /// `node_sources`: the event sources of each node's batches per 10 minutes.
+    NodeSources,
 }
 
 impl Rollup {
@@ -253,6 +255,7 @@ impl Rollup {
             Rollup::FunctionNodes => "function_nodes",
             Rollup::DataObjects => "data_objects",
             Rollup::Counters => "counters",
+            Rollup::NodeSources => "node_sources",
         }
     }
 }
@@ -349,7 +352,7 @@ impl Store {
             frames: quick_cache::sync::Cache::new(entries),
             processes: quick_cache::sync::Cache::new(entries),
             functions: quick_cache::sync::Cache::new(entries),
-            rollups_from: [(); 4].map(|_| std::sync::atomic::AtomicU32::new(u32::MAX)),
+            rollups_from: [(); 5].map(|_| std::sync::atomic::AtomicU32::new(u32::MAX)),
         })
     }
 

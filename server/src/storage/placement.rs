@@ -201,9 +201,12 @@ impl Store {
             event: String,
             source: String,
         }
+        // Per 10 minutes from the table ordered by time once it holds every batch's sources;
+        // before, from the ledger, keyed by batch id (every row of each day it touches).
+        let rolled_up = queries::sources_from(from, true) >= self.rollup_from(super::Rollup::NodeSources).await?;
         let mut out = Vec::new();
         for chunk in nodes.chunks(1000) {
-            let rows = queries::node_sources(chunk, from, to)
+            let rows = queries::node_sources(chunk, from, to, rolled_up)
                 .query(&self.client)
                 .fetch_all::<Row>()
                 .await

@@ -674,15 +674,29 @@ pub(super) fn counters(node: &str, names: &[String], from: u32, to: u32) -> Sql 
     sql
 }
 
-/// The (event, source) pairs each listed node's agent sampled with in [from, to), from the
-/// ledger (every batch names its sources).
-pub(super) fn node_sources(nodes: &[String], from: u32, to: u32) -> Sql {
-    let mut sql = Sql::new(
-        "SELECT DISTINCT node, event, source FROM ledger ARRAY JOIN source_events AS event, source_names AS source \
-         WHERE start_time >= toDateTime(",
-    );
-    sql.bind(Value::U32(from.saturating_sub(600)))
-        .push(") AND start_time < toDateTime(")
+/// The first second the sources of a range starting at `from` are read from: batches that
+/// started up to 10 minutes before it may cover it (whole 10-minute buckets in `node_sources`).
+pub(super) fn sources_from(from: u32, rolled_up: bool) -> u32 {
+    match rolled_up {
+        true => (from / TEN_MINUTES * TEN_MINUTES).saturating_sub(TEN_MINUTES),
+        false => from.saturating_sub(TEN_MINUTES),
+    }
+}
+
+/// The (event, source) pairs each listed node's agent sampled with in [from, to) (every batch
+/// names its sources): from `node_sources`, per 10 minutes and ordered by time, when
+/// `rolled_up`, else from the ledger, a row per batch.
+pub(super) fn node_sources(nodes: &[String], from: u32, to: u32, rolled_up: bool) -> Sql {
+    let mut sql = match rolled_up {
+        true => Sql::new("SELECT DISTINCT node, event, source FROM node_sources WHERE time >= toDateTime("),
+        false => Sql::new(
+            "SELECT DISTINCT node, event, source FROM ledger ARRAY JOIN source_events AS event, source_names AS source \
+             WHERE start_time >= toDateTime(",
+        ),
+    };
+    let time = if rolled_up { "time" } else { "start_time" };
+    sql.bind(Value::U32(sources_from(from, rolled_up)))
+        .push(&format!(") AND {time} < toDateTime("))
         .bind(Value::U32(to))
         .push(")")
         .append(selector_filter(&Selector::all(), Nodes::In(nodes)));
@@ -917,6 +931,8 @@ pub fn examples(client: &Client) -> Vec<String> {
         counters("web-1", &[], 1_795_000_000, 1_795_000_900),
         node_counters(&["web-1".into(), "web-2".into()], 1_795_000_030, 1_795_003_630, true),
         node_counters(&["web-1".into()], 1_795_000_030, 1_795_003_630, false),
+        node_sources(&["web-1".into(), "web-2".into()], 1_795_000_030, 1_795_003_630, true),
+        node_sources(&["web-1".into()], 1_795_000_030, 1_795_003_630, false),
     ]
     .iter()
     .map(|q| q.query(client).sql_display().to_string())

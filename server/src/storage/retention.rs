@@ -58,6 +58,7 @@ const TABLES: &[(&str, Partition, Keep)] = &[
     ("counters", Partition::Day, Keep::Retention),
     ("counters_1m", Partition::Day, Keep::Retention),
     ("counters_10m", Partition::Day, Keep::Retention),
+    ("node_sources", Partition::Day, Keep::Retention),
     ("placements", Partition::Day, Keep::Retention),
     ("alerts", Partition::Month, Keep::Retention),
 ];
