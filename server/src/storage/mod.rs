@@ -235,7 +235,7 @@ pub struct Store {
 /// Tables filled from the moment a migration created them (`rollups` says from which sample
 /// time on they hold everything).
 #[derive(Clone, Copy, Debug)]
-pub(super) enum Rollup {
+enum Rollup {
     /// The `fleet_` tables: samples summed over nodes.
     Fleet,
     /// `function_nodes_10m`: per-node function values ordered by function.
@@ -487,7 +487,7 @@ impl Store {
 
     /// Sample time from which `rollup` is complete (`u32::MAX`: not known yet, as right after
     /// a cluster's migration, whose row reaches the shards shortly after).
-    pub(super) async fn rollup_from(&self, rollup: Rollup) -> Result<u32, StorageError> {
+    async fn rollup_from(&self, rollup: Rollup) -> Result<u32, StorageError> {
         use std::sync::atomic::Ordering;
         let cached = &self.rollups_from[rollup as usize];
         let known = cached.load(Ordering::Relaxed);

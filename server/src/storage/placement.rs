@@ -216,7 +216,8 @@ impl Store {
         Ok(out)
     }
 
-    /// Each listed node's counters summed over [from, to): (node, counter, increase).
+    /// Each listed node's counters summed over [from, to) (whole minutes once the counter
+    /// rollups are complete, see [`queries::counter_pieces`]): (node, counter, increase).
     pub async fn node_counters(
         &self,
         nodes: &[String],

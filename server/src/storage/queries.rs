@@ -675,7 +675,8 @@ pub(super) fn counters(node: &str, names: &[String], from: u32, to: u32) -> Sql 
 }
 
 /// The first second the sources of a range starting at `from` are read from: batches that
-/// started up to 10 minutes before it may cover it (whole 10-minute buckets in `node_sources`).
+/// started up to 10 minutes before it may cover it. `node_sources` holds whole 10-minute
+/// buckets: its read takes the bucket before `from`'s, up to 10 minutes more than the ledger's.
 pub(super) fn sources_from(from: u32, rolled_up: bool) -> u32 {
     match rolled_up {
         true => (from / TEN_MINUTES * TEN_MINUTES).saturating_sub(TEN_MINUTES),
@@ -685,7 +686,9 @@ pub(super) fn sources_from(from: u32, rolled_up: bool) -> u32 {
 
 /// The (event, source) pairs each listed node's agent sampled with in [from, to) (every batch
 /// names its sources): from `node_sources`, per 10 minutes and ordered by time, when
-/// `rolled_up`, else from the ledger, a row per batch.
+/// `rolled_up`, else from the ledger, a row per batch. The buckets are whole at both ends: a
+/// range whose `to` is not on a 10-minute boundary also counts batches that started up to 10
+/// minutes after it (compare's ranges of 30 minutes and more are on boundaries).
 pub(super) fn node_sources(nodes: &[String], from: u32, to: u32, rolled_up: bool) -> Sql {
     let mut sql = match rolled_up {
         true => Sql::new("SELECT DISTINCT node, event, source FROM node_sources WHERE time >= toDateTime("),
@@ -703,29 +706,28 @@ pub(super) fn node_sources(nodes: &[String], from: u32, to: u32, rolled_up: bool
     sql
 }
 
-/// Each node's counters summed over [from, to), for the nodes listed: from `counters_10m` for
-/// whole 10-minute buckets and `counters_1m` at the edges when `rolled_up` (whole minutes, as
-/// the sample reads), else from the per-interval `counters`.
-pub(super) fn node_counters(nodes: &[String], from: u32, to: u32, rolled_up: bool) -> Sql {
-    let pieces = match rolled_up {
+/// The tables and ranges a sum of counters over [from, to) reads: `counters_10m` for whole
+/// 10-minute buckets and `counters_1m` for the minutes at the edges when `rolled_up` (whole
+/// minutes, as the sample reads: from the minute `from` lies in to the end of the one `to` lies
+/// in), else the per-interval `counters` over exactly [from, to).
+pub(super) fn counter_pieces(from: u32, to: u32, rolled_up: bool) -> Vec<(&'static str, u32, u32)> {
+    match rolled_up {
         true => pieces(from, to)
             .into_iter()
-            .map(|(suffix, from, to)| {
-                (
-                    if suffix.is_empty() {
-                        "counters_1m"
-                    } else {
-                        "counters_10m"
-                    },
-                    from,
-                    to,
-                )
+            .map(|(suffix, from, to)| match suffix {
+                "" => ("counters_1m", from, to),
+                _ => ("counters_10m", from, to),
             })
             .collect(),
         false => vec![("counters", from, to)],
-    };
+    }
+}
+
+/// Each node's counters summed over [from, to), for the nodes listed, from the tables
+/// [`counter_pieces`] picks.
+pub(super) fn node_counters(nodes: &[String], from: u32, to: u32, rolled_up: bool) -> Sql {
     let mut sql = Sql::new("SELECT node, name, sum(value) AS value FROM (");
-    for (i, (table, from, to)) in pieces.into_iter().enumerate() {
+    for (i, (table, from, to)) in counter_pieces(from, to, rolled_up).into_iter().enumerate() {
         if i > 0 {
             sql.push(" UNION ALL ");
         }
@@ -979,6 +981,37 @@ mod tests {
             whole_buckets(1_795_000_059, 1_795_000_301),
             (1_795_000_020, 1_795_000_320)
         );
+    }
+
+    /// Counters: whole 10-minute buckets from `counters_10m`, the edges' whole minutes from
+    /// `counters_1m`; before the rollups, exactly the range from the per-interval table.
+    #[test]
+    fn counters_are_read_in_the_pieces_of_the_sample_reads() {
+        assert_eq!(
+            counter_pieces(1_795_000_030, 1_795_003_630, true),
+            vec![
+                ("counters_1m", 1_795_000_020, 1_795_000_200),
+                ("counters_10m", 1_795_000_200, 1_795_003_200),
+                ("counters_1m", 1_795_003_200, 1_795_003_630),
+            ]
+        );
+        assert_eq!(
+            counter_pieces(1_795_000_030, 1_795_000_330, true),
+            vec![("counters_1m", 1_795_000_020, 1_795_000_330)]
+        );
+        assert_eq!(
+            counter_pieces(1_795_000_030, 1_795_003_630, false),
+            vec![("counters", 1_795_000_030, 1_795_003_630)]
+        );
+    }
+
+    /// Sources: from the 10-minute bucket before `from`'s (the ledger: 10 minutes before it).
+    #[test]
+    fn sources_are_read_from_ten_minutes_before_the_range() {
+        assert_eq!(sources_from(1_795_000_030, true), 1_794_999_000);
+        assert_eq!(sources_from(1_794_999_600, true), 1_794_999_000);
+        assert_eq!(sources_from(1_795_000_030, false), 1_794_999_430);
+        assert_eq!(sources_from(30, true), 0);
     }
 
     /// The rollups minus the nodes not matching: signed sums, groups left with samples only.
