@@ -438,28 +438,23 @@ mod tests {
 }
 
 #[cfg(test)]
+#[path = "../../testdata/fixtures/pki.rs"]
+mod pki;
+
+#[cfg(test)]
 mod tls_tests {
     use super::*;
     use tokio::io::AsyncReadExt;
 
     /// The TLS files of a server for 127.0.0.1, and a client config trusting its CA.
     fn certificates(dir: &std::path::Path) -> (crate::tls::TlsFiles, rustls::ClientConfig) {
-        use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-        let key = KeyPair::generate().unwrap();
-        let cert = CertificateParams::new(vec!["127.0.0.1".to_owned()])
-            .unwrap()
-            .signed_by(&key, &ca)
-            .unwrap();
+        let ca = super::pki::Ca::new();
         let files = crate::tls::TlsFiles {
             cert: dir.join("cert.pem"),
             key: dir.join("key.pem"),
             client_ca: None,
         };
-        std::fs::write(&files.cert, cert.pem()).unwrap();
-        std::fs::write(&files.key, key.serialize_pem()).unwrap();
+        ca.sign(&["127.0.0.1"], &files.cert, &files.key);
         let mut roots = rustls::RootCertStore::empty();
         roots.add(ca.der().clone()).unwrap();
         let client = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))

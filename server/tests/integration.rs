@@ -7,4 +7,6 @@ mod fixture;
 mod golden;
 #[path = "../../testdata/fixtures/http.rs"]
 mod http;
+#[path = "../../testdata/fixtures/pki.rs"]
+mod pki;
 mod suite;

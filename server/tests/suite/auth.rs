@@ -233,19 +233,10 @@ async fn without_tokens_the_server_stays_on_loopback() {
 /// A CA, and a certificate it signed for `localhost` and 127.0.0.1, written as PEM files:
 /// (ca.pem, cert.pem, key.pem).
 fn certificates(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
-    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let cert = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
-        .unwrap()
-        .signed_by(&key, &ca)
-        .unwrap();
+    let ca = crate::pki::Ca::new();
     let paths = (dir.join("ca.pem"), dir.join("cert.pem"), dir.join("key.pem"));
-    std::fs::write(&paths.0, ca.pem()).unwrap();
-    std::fs::write(&paths.1, cert.pem()).unwrap();
-    std::fs::write(&paths.2, key.serialize_pem()).unwrap();
+    ca.write(&paths.0);
+    ca.sign(&["localhost", "127.0.0.1"], &paths.1, &paths.2);
     paths
 }
 
@@ -431,26 +422,17 @@ fn client_certificates(
     prefix: &str,
     nodes: &[&str],
 ) -> (std::path::PathBuf, Vec<bimodal_proto::client::ClientIdentity>) {
-    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let ca = crate::pki::Ca::new();
     let ca_path = dir.join(format!("{prefix}-ca.pem"));
-    std::fs::write(&ca_path, ca.pem()).unwrap();
+    ca.write(&ca_path);
     let identities = nodes
         .iter()
         .map(|node| {
-            let key = KeyPair::generate().unwrap();
-            let cert = CertificateParams::new(vec![node.to_string()])
-                .unwrap()
-                .signed_by(&key, &ca)
-                .unwrap();
             let id = bimodal_proto::client::ClientIdentity {
                 cert: dir.join(format!("{prefix}-{node}.pem")),
                 key: dir.join(format!("{prefix}-{node}.key")),
             };
-            std::fs::write(&id.cert, cert.pem()).unwrap();
-            std::fs::write(&id.key, key.serialize_pem()).unwrap();
+            ca.sign(&[node], &id.cert, &id.key);
             id
         })
         .collect();
