@@ -7,3 +7,4 @@ pub mod debugfile;
 pub mod elf;
 pub mod files;
 pub mod maps;
+pub mod memory;

@@ -253,6 +253,7 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
             if batches_tx.blocking_send(b).is_err() || done {
                 return Ok(summary);
             }
+            crate::host::memory::release_freed();
         }
     });
 
