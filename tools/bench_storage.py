@@ -41,8 +41,8 @@ HZ = os.sysconf("SC_CLK_TCK")
 # Fleet size -> (seconds of history ingested for real, seconds the query window spans).
 PLANS = {100: (300, 3600), 1000: (60, 3600), 10000: (10, 3600)}
 # Tables exported to chdb: the per-minute fact tables of the ingested window, and the dimensions.
-MINUTE_TABLES = ["samples", "function_samples", "node_totals", "fleet_samples", "fleet_function_samples",
-                 "data_samples"]
+MINUTE_TABLES = ["samples", "function_samples", "node_totals", "node_totals_by_hour", "fleet_samples",
+                 "fleet_function_samples", "data_samples"]
 DIMENSIONS = ["stacks", "frames", "functions", "processes", "nodes", "event_sources", "rollups"]
 # The 10-minute tables the query window reads, each filled from its per-minute table.
 COARSE = {"samples_10m": "samples", "function_samples_10m": "function_samples",
@@ -219,6 +219,11 @@ def copy_forward(sql, window, span, start):
         "INSERT INTO nodes (node, first_seen, last_seen, label_keys, label_values, agent_version, facts, version) "
         f"SELECT node, first_seen, toDateTime({aligned(start) + span - 1}), label_keys, label_values, "
         "agent_version, facts, version + 1000000000000 FROM nodes")
+    # The totals keyed by hour hold the same rows as `node_totals` (their views both read the
+    # samples' INSERTs).
+    if columns(sql, "node_totals_by_hour"):
+        out.append("TRUNCATE TABLE node_totals_by_hour")
+        out.append("INSERT INTO node_totals_by_hour SELECT * FROM node_totals")
     # The counter rollups as their views would have written them from the copies.
     for rollup, bucket in (("counters_1m", 60), ("counters_10m", 600)):
         if not columns(sql, rollup):
@@ -333,7 +338,7 @@ def run_fleet(nodes, runs, out):
                 result["sql"][name] = reads(selector, reach, listed, start, span)[READ_OF[name.split(",")[0]]]
         # Bands: a tenth of the nodes (names ending in 0) fault three times as often in every
         # function (their page-fault rows counted three times); compare then also explains them.
-        for table in ("node_totals", "function_samples_10m", "function_nodes_10m"):
+        for table in ("node_totals", "node_totals_by_hour", "function_samples_10m", "function_nodes_10m"):
             cols = ", ".join(c for c in columns(fleet.rows, table))
             if not cols:
                 continue

@@ -69,6 +69,11 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
         "node_sources",
         include_str!("../../migrations/014_node_sources.sql"),
     ),
+    (
+        15,
+        "node_totals_by_hour",
+        include_str!("../../migrations/015_node_totals_by_hour.sql"),
+    ),
 ];
 
 /// The first migration of the current schema: a new database starts here.

@@ -229,7 +229,7 @@ pub struct Store {
     processes: quick_cache::sync::Cache<u64, Arc<ProcessRow>>,
     functions: quick_cache::sync::Cache<u64, Arc<FunctionName>>,
     /// Sample time from which each [`Rollup`] holds every sample; `u32::MAX` until read.
-    rollups_from: [std::sync::atomic::AtomicU32; 5],
+    rollups_from: [std::sync::atomic::AtomicU32; 6],
 }
 
 /// Tables filled from the moment a migration created them (`rollups` says from which sample
@@ -246,6 +246,8 @@ enum Rollup {
     Counters,
     /// `node_sources`: the event sources of each node's batches per 10 minutes.
     NodeSources,
+    /// `node_totals_by_hour`: per-node totals keyed by the hour before the node.
+    NodeTotals,
 }
 
 impl Rollup {
@@ -256,6 +258,7 @@ impl Rollup {
             Rollup::DataObjects => "data_objects",
             Rollup::Counters => "counters",
             Rollup::NodeSources => "node_sources",
+            Rollup::NodeTotals => "node_totals",
         }
     }
 }
@@ -352,7 +355,7 @@ impl Store {
             frames: quick_cache::sync::Cache::new(entries),
             processes: quick_cache::sync::Cache::new(entries),
             functions: quick_cache::sync::Cache::new(entries),
-            rollups_from: [(); 5].map(|_| std::sync::atomic::AtomicU32::new(u32::MAX)),
+            rollups_from: [(); 6].map(|_| std::sync::atomic::AtomicU32::new(u32::MAX)),
         })
     }
 
@@ -470,7 +473,9 @@ impl Store {
         if reach == Reach::Nothing {
             return Ok(Vec::new());
         }
-        Ok(queries::node_totals(scope, &reach)
+        let by_hour = queries::totals_by_hour(&reach, scope.from, scope.to)
+            && queries::first_read(scope.from) >= self.rollup_from(Rollup::NodeTotals).await?;
+        Ok(queries::node_totals(scope, &reach, by_hour)
             .query(&self.client)
             .fetch_all::<NodeTotalRow>()
             .await

@@ -46,6 +46,7 @@ const TABLES: &[(&str, Partition, Keep)] = &[
     ("samples", Partition::Day, Keep::Retention),
     ("samples_10m", Partition::Day, Keep::Retention),
     ("node_totals", Partition::Day, Keep::Retention),
+    ("node_totals_by_hour", Partition::Day, Keep::Retention),
     ("function_samples", Partition::Day, Keep::Retention),
     ("function_samples_10m", Partition::Day, Keep::Retention),
     ("function_nodes_10m", Partition::Day, Keep::Retention),
