@@ -2,8 +2,9 @@
 -- read of every node (compare, diff, alerts, the fleet's totals) takes over a range. In
 -- `node_totals`, keyed by node, such a read takes every minute of the event in each day it
 -- touches (1.2 M rows for an hour of page faults with a day of 1,000 nodes held, against 82 K
--- here). Reads of a few nodes keep `node_totals`, where a node's minutes lie together. From
--- `rollups` ('node_totals') on, both hold every minute. docs/design/025 has the measurements.
+-- here). A few nodes over many hours keep reading `node_totals`, where a node's minutes lie
+-- together. From `rollups` ('node_totals') on, both hold every minute. docs/design/025 has the
+-- measurements.
 
 CREATE TABLE IF NOT EXISTS {{local:node_totals_by_hour}} {{on_cluster}} (
     time DateTime {{time_codec}},
