@@ -1083,8 +1083,6 @@ mod tests {
         assert_eq!(aligned, [("_10m", 1_795_000_200, 1_795_003_800)]);
     }
 
-    /// Node labels and names go through the newest labels in `nodes`, process labels through
-    /// `processes`; every value is a bound parameter.
     /// A few nodes over many hours read the table keyed by node; the rest the one keyed by hour.
     #[test]
     fn totals_of_few_nodes_over_long_ranges_are_read_by_node() {
@@ -1120,6 +1118,8 @@ mod tests {
         );
     }
 
+    /// Node labels and names go through the newest labels in `nodes`, process labels through
+    /// `processes`; every value is a bound parameter.
     #[test]
     fn selectors_become_bound_conditions() {
         let s = Selector::parse(r#"{node=~"web-.*", zone="a'b", namespace!="kube-system"}"#).unwrap();
