@@ -64,6 +64,10 @@ struct Cli {
     /// Most rows buffered for writing; beyond it agents are told to retry later.
     #[arg(long, env = "BIMODAL_MAX_BUFFERED_ROWS", default_value_t = 2_000_000)]
     max_buffered_rows: usize,
+    /// How long a batch, decoded and turned into rows, waits for room among them before its
+    /// agent is told to retry (and the batch must be decoded again when it comes back).
+    #[arg(long, env = "BIMODAL_WAIT_FOR_ROOM", value_parser = humantime::parse_duration, default_value = "60s")]
+    wait_for_room: std::time::Duration,
     /// Alert rules (YAML; `bimodal rules check FILE` checks one): this server then evaluates
     /// them (one server at a time does, whatever the number of servers) and serves
     /// /api/v1/alerts.
@@ -431,6 +435,7 @@ async fn main() -> std::process::ExitCode {
             flush_rows: cli.flush_rows.max(1),
             flush_interval: cli.flush_interval,
             max_buffered_rows: cli.max_buffered_rows.max(1),
+            wait_for_room: cli.wait_for_room,
             ..WriterConfig::default()
         },
     };

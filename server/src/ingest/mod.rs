@@ -307,11 +307,13 @@ impl IngestService {
                         let admitted = match limited {
                             Some(reply) => Err(reply),
                             None => match (in_flight.admit(head.len, id.as_deref().unwrap_or_default()).await, id) {
-                                (Err(retry_after), Some(id)) => Err(retry(
+                                (Err(retry_after), Some(id)) => Err({
+                                    count_refused("in_flight");
+                                    retry(
                                     id,
                                     "the server holds as many batches as it may: retry later".into(),
                                     retry_after,
-                                )),
+                                )}),
                                 (held, _) => Ok(held),
                             },
                         };
@@ -518,12 +520,15 @@ async fn store(
             ack(batch_id, v1::ack::Status::Stored, String::new(), 0)
         }
         Outcome::Duplicate => ack(batch_id, v1::ack::Status::Duplicate, String::new(), 0),
-        Outcome::Retry { after, reason } => ack(
-            batch_id,
-            v1::ack::Status::Retry,
-            reason,
-            after.as_millis().min(u128::from(u32::MAX)) as u32,
-        ),
+        Outcome::Retry { after, cause, reason } => {
+            count_refused(cause);
+            ack(
+                batch_id,
+                v1::ack::Status::Retry,
+                reason,
+                after.as_millis().min(u128::from(u32::MAX)) as u32,
+            )
+        }
     }
 }
 

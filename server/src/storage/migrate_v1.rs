@@ -347,7 +347,7 @@ async fn copy_held(client: &Client, writer: &Writer) -> Result<(), StorageError>
             loop {
                 match writer.submit(rows.clone(), ()).await {
                     Outcome::Stored | Outcome::Duplicate => break,
-                    Outcome::Retry { after, reason } => {
+                    Outcome::Retry { after, reason, .. } => {
                         tracing::info!(%reason, "copying v1 rows: waiting");
                         tokio::time::sleep(after).await;
                     }

@@ -50,7 +50,10 @@ pub struct WriterConfig {
     pub flush_interval: Duration,
     /// Most rows buffered or being written; beyond it streams wait, then get "retry later".
     pub max_buffered_rows: usize,
-    /// How long a stream waits for room in the buffer before its batch is answered "retry".
+    /// How long a batch's rows wait for room in the buffer before the batch is answered
+    /// "retry". They are built by then: a retry throws that work away and the batch comes back
+    /// to be decoded and built again, while a waiting batch holds its share of ingest's bound,
+    /// so that the batches beyond it are refused before they are decoded.
     pub wait_for_room: Duration,
     /// How long a failing flush is tried again before its batches are answered "retry".
     pub retry_for: Duration,
@@ -69,7 +72,7 @@ impl Default for WriterConfig {
             flush_rows: 500_000,
             flush_interval: Duration::from_secs(2),
             max_buffered_rows: 2_000_000,
-            wait_for_room: Duration::from_secs(5),
+            wait_for_room: Duration::from_secs(60),
             retry_for: Duration::from_secs(60),
             attempt_timeout: Duration::from_secs(30),
             claim_lease: Duration::from_secs(120),
@@ -85,8 +88,13 @@ pub enum Outcome {
     Stored,
     /// It was stored before; nothing was written.
     Duplicate,
-    /// Not stored: send it again after `after`.
-    Retry { after: Duration, reason: String },
+    /// Not stored: send it again after `after`. `cause` names why in a metric label
+    /// (`write_buffer`, `stopping`, `storage`, `claimed`), `reason` in words.
+    Retry {
+        after: Duration,
+        cause: &'static str,
+        reason: String,
+    },
 }
 
 struct Pending {
@@ -155,6 +163,7 @@ impl Writer {
                 _ => {
                     return Outcome::Retry {
                         after: Duration::from_secs(5),
+                        cause: "write_buffer",
                         reason: "the server's write buffer is full: ClickHouse is falling behind".into(),
                     }
                 }
@@ -170,11 +179,13 @@ impl Writer {
         if self.messages.send(Message::Batch(Box::new(pending))).is_err() {
             return Outcome::Retry {
                 after: Duration::from_secs(5),
+                cause: "stopping",
                 reason: "the server is stopping".into(),
             };
         }
         answer.await.unwrap_or(Outcome::Retry {
             after: Duration::from_secs(5),
+            cause: "stopping",
             reason: "the server is stopping".into(),
         })
     }
@@ -398,6 +409,7 @@ impl Flusher {
                     break vec![
                         Outcome::Retry {
                             after: Duration::from_secs(5),
+                            cause: "storage",
                             reason: "storage is unavailable".into(),
                         };
                         batches.len()
@@ -447,6 +459,7 @@ impl Flusher {
                     let wait = 1000 + u64::from(uuid::Uuid::new_v4().as_bytes()[0]) * 4;
                     outcome = Some(Outcome::Retry {
                         after: Duration::from_millis(wait),
+                        cause: "claimed",
                         reason: "another server is storing this batch".into(),
                     });
                 }

@@ -296,3 +296,13 @@ pub fn web_test(script: &str, args: &[&str]) -> String {
     assert!(stdout.contains("ok:"), "{stdout}");
     stdout
 }
+
+/// The value of counter `name` with `reason`, from the server's /metrics (0 when absent).
+pub async fn refusals(server: &TestServer, name: &str, reason: &str) -> f64 {
+    let (_, metrics) = server.get("/metrics").await;
+    let prefix = format!("{name}{{reason=\"{reason}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map_or(0.0, |v| v.trim().parse().unwrap())
+}

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use bimodal_proto::v1::{self, ack::Status};
 
-use super::common::{selector, TestServer};
+use super::common::{refusals, selector, TestServer};
 use super::wire::{self, exchange, req};
 
 fn hello() -> v1::IngestRequest {
@@ -156,16 +156,6 @@ async fn streams_must_start_with_hello() {
         "a stream without a Hello is not counted: {before} -> {after}"
     );
     server.stop().await;
-}
-
-/// The value of counter `name` with `reason`, from the server's /metrics (0 when absent).
-async fn refusals(server: &TestServer, name: &str, reason: &str) -> f64 {
-    let (_, metrics) = server.get("/metrics").await;
-    let prefix = format!("{name}{{reason=\"{reason}\"}} ");
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .map_or(0.0, |v| v.trim().parse().unwrap())
 }
 
 /// A server serves `--max-streams` agent streams at once: one more is told RESOURCE_EXHAUSTED

@@ -13,7 +13,7 @@ use bimodal_server::storage::{Dialect, Store, StoreConfig};
 use bimodal_server::Config;
 
 use super::clickhouse_cluster::ClickHouseCluster;
-use super::common::{log_if_asked, selector, test_config, TestServer};
+use super::common::{log_if_asked, refusals, selector, test_config, TestServer};
 use super::wire::{self, exchange, exchange_with, req};
 use crate::fixture;
 
@@ -482,6 +482,8 @@ async fn a_full_write_buffer_answers_retry_and_nothing_acknowledged_is_lost() {
         None,
     )
     .await;
+    let refused = |cause| refusals(&server, "bimodal_ingest_rejected_batches_total", cause);
+    let before = refused("write_buffer").await + refused("storage").await;
     let pid = ch.pid();
     freeze(pid).await;
     let asked = Instant::now();
@@ -510,6 +512,10 @@ async fn a_full_write_buffer_answers_retry_and_nothing_acknowledged_is_lost() {
         started.elapsed() < Duration::from_secs(30),
         "answered while ClickHouse is frozen"
     );
+    // Counted by why: no room among the rows buffered, or a flush that failed (other tests
+    // count alongside).
+    let counted = refused("write_buffer").await + refused("storage").await - before;
+    assert!(counted >= 12.0, "{counted} refusals counted");
 
     // The agent resends after the delay: every batch stored once.
     let deadline = Instant::now() + Duration::from_secs(120);
