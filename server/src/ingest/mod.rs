@@ -307,13 +307,14 @@ impl IngestService {
                         let admitted = match limited {
                             Some(reply) => Err(reply),
                             None => match (in_flight.admit(head.len, id.as_deref().unwrap_or_default()).await, id) {
-                                (Err(retry_after), Some(id)) => Err({
+                                (Err(retry_after), Some(id)) => {
                                     count_refused("in_flight");
-                                    retry(
-                                    id,
-                                    "the server holds as many batches as it may: retry later".into(),
-                                    retry_after,
-                                )}),
+                                    Err(retry(
+                                        id,
+                                        "the server holds as many batches as it may: retry later".into(),
+                                        retry_after,
+                                    ))
+                                }
                                 (held, _) => Ok(held),
                             },
                         };
