@@ -7,7 +7,8 @@
 #
 #   tools/bench-ingest.sh 1000 "--wait-for-room 5s" "--wait-for-room 60s"
 #
-# Needs the release binaries (`cargo build --release -p bimodal-server -p bimodal-agent`).
+# Needs the release binaries (`cargo build --release -p bimodal-server --bins`). The last run's server
+# and loadgen logs are in target/bench/ingest.
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: $0 NODES SERVER_FLAGS [SERVER_FLAGS...]" >&2; exit 2; }
 cd "$(dirname "$0")/.."
@@ -20,13 +21,18 @@ listen=127.0.0.1:7272
 dir=target/bench/ingest
 rounds=${ROUNDS:-1}
 
+pid=
+# A run that fails leaves no server (and its ClickHouse) behind.
+trap '[ -z "$pid" ] || { kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; }' EXIT
+ticks=$(getconf CLK_TCK)
+
 run() {
 	local flags=$1
 	rm -rf "$dir" && mkdir -p "$dir"
 	# shellcheck disable=SC2086 # the flags are words
 	"$server" --listen "$listen" --data-dir "$dir" --node-batch-rate 1000000 --node-batch-burst 1000000 \
 		$flags >"$dir/server.log" 2>&1 &
-	local pid=$!
+	pid=$!
 	until curl -s -o /dev/null "http://$listen/healthz"; do
 		kill -0 "$pid" 2>/dev/null || { echo "the server did not start: $dir/server.log" >&2; exit 1; }
 		sleep 0.5
@@ -34,18 +40,19 @@ run() {
 	local before after
 	before=$(awk '{print $14 + $15}' "/proc/$pid/stat")
 	"$loadgen" --server-url "http://$listen" --nodes "$nodes" --backfill 60s --in-flight 4 \
-		--connections "$((nodes < 200 ? nodes : 200))" 2>/dev/null | tail -1 >"$dir/loadgen.json"
+		--connections "$((nodes < 200 ? nodes : 200))" 2>"$dir/loadgen.log" | tail -1 >"$dir/loadgen.json"
 	after=$(awk '{print $14 + $15}' "/proc/$pid/stat")
 	local refused peak
 	refused=$(curl -s "http://$listen/metrics" |
 		sed -n 's/^bimodal_ingest_rejected_batches_total{reason="\([a-z_]*\)"} \([0-9]*\)$/\1 \2/p' | tr '\n' ' ')
 	peak=$(awk '/VmHWM/ {print int($2 / 1024)}' "/proc/$pid/status")
 	kill "$pid" && wait "$pid" 2>/dev/null || true
-	python3 - "$flags" "$((after - before))" "$refused" "$peak" "$dir/loadgen.json" <<'EOF'
+	pid=
+	python3 - "$flags" "$((after - before))" "$ticks" "$refused" "$peak" "$dir/loadgen.json" <<'EOF'
 import json, sys
-flags, ticks, refused, peak, report = sys.argv[1:]
+flags, used, per_second, refused, peak, report = sys.argv[1:]
 r = json.load(open(report))
-cpu = int(ticks) / 100
+cpu = int(used) / int(per_second)
 print(f"{flags}: {r['samples_acked']:,} samples stored in {r['elapsed_seconds']:.0f} s, server CPU {cpu:.1f} s: "
       f"{r['samples_acked'] / cpu:,.0f} samples per core·s; sent again {r['batches_retried']:,} "
       f"({refused.strip() or 'none'}); ack p50 {r['ack_latency_p50_ms'] / 1000:.1f} s; server peak RSS {peak} MiB")

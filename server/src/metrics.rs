@@ -96,7 +96,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     );
     registry.register(
         "bimodal_ingest_rejected_batches",
-        "Batches and streams refused, by reason (invalid_batch, undecodable and invalid_hello for good; in_flight before decoding; write_buffer, storage, claimed and stopping after: to be sent again)",
+        "Batches and streams refused, by reason: for good invalid_batch, undecodable, invalid_hello; to be sent again rate, stream_rate, too_many_streams, slow, in_flight (before decoding), write_buffer, storage, claimed, stopping (after)",
         m.ingest_rejected.clone(),
     );
     registry.register(

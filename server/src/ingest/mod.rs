@@ -474,12 +474,14 @@ async fn store(
     let held = match held {
         Ok(held) => held,
         Err(retry_after) => {
+            // Refused by the bound as above, decoded only to find its id.
+            count_refused("in_flight");
             return ack(
                 batch.batch_id,
                 v1::ack::Status::Retry,
                 "the server holds as many batches as it may: retry later".into(),
                 retry_after,
-            )
+            );
         }
     };
     if let Err(invalid) = validate::batch(&batch, unix_now()) {
