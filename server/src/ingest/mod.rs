@@ -307,14 +307,7 @@ impl IngestService {
                         let admitted = match limited {
                             Some(reply) => Err(reply),
                             None => match (in_flight.admit(head.len, id.as_deref().unwrap_or_default()).await, id) {
-                                (Err(retry_after), Some(id)) => {
-                                    count_refused("in_flight");
-                                    Err(retry(
-                                        id,
-                                        "the server holds as many batches as it may: retry later".into(),
-                                        retry_after,
-                                    ))
-                                }
+                                (Err(retry_after), Some(id)) => Err(held_back(id, retry_after)),
                                 (held, _) => Ok(held),
                             },
                         };
@@ -400,6 +393,18 @@ pub(crate) fn time_to_receive(bytes: usize) -> std::time::Duration {
     std::time::Duration::from_secs(10 + (bytes as u64 >> 20))
 }
 
+/// The answer to a batch refused by the bound on batches held (`in_flight`): send it again
+/// after `retry_after` ms.
+fn held_back(batch_id: Vec<u8>, retry_after: u32) -> v1::IngestResponse {
+    count_refused("in_flight");
+    ack(
+        batch_id,
+        v1::ack::Status::Retry,
+        "the server holds as many batches as it may: retry later".into(),
+        retry_after,
+    )
+}
+
 /// Counts a batch or stream refused, under `reason` (`bimodal_ingest_rejected_batches_total`).
 fn count_refused(reason: &'static str) {
     metrics().ingest_rejected.get_or_create(&label("reason", reason)).inc();
@@ -473,16 +478,8 @@ async fn store(
 ) -> v1::IngestResponse {
     let held = match held {
         Ok(held) => held,
-        Err(retry_after) => {
-            // Refused by the bound as above, decoded only to find its id.
-            count_refused("in_flight");
-            return ack(
-                batch.batch_id,
-                v1::ack::Status::Retry,
-                "the server holds as many batches as it may: retry later".into(),
-                retry_after,
-            );
-        }
+        // Refused by the bound as a batch with an id is, decoded only to find its id.
+        Err(retry_after) => return held_back(batch.batch_id, retry_after),
     };
     if let Err(invalid) = validate::batch(&batch, unix_now()) {
         tracing::warn!(node = %sender.node, error = %invalid, "rejected a malformed batch");
