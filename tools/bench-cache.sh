@@ -7,12 +7,16 @@
 # longer run). Reports the agent's peak RSS (GNU time) and the processes run, for this build
 # and, side by side, for BIMODAL_AGENT_B when given (an older build, e.g. one whose caches had no
 # bound). Prints a Markdown table, also written to $BENCH_OUT/cache.md.
+# BENCH_CACHE_SERVER_URL=URL sends the batches to that server instead (frames named there, as
+# `run` does by default); BENCH_CACHE_EVENTS="" samples every kind the machine has instead of cpu.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 agent_a=${BIMODAL_AGENT:-target/release/bimodal-agent}
 agent_b=${BIMODAL_AGENT_B:-}
 seconds=${BENCH_CACHE_SECONDS:-15 45}
+server_url=${BENCH_CACHE_SERVER_URL:-}
+events=${BENCH_CACHE_EVENTS-cpu}
 out=${BENCH_OUT:-target/bench}
 runs=$out/cache
 mkdir -p "$runs"
@@ -30,8 +34,10 @@ command -v python3 >/dev/null || die "python3 is missing"
 measure() {
 	local agent=$1 secs=$2 label=$3
 	rm -rf "$runs/batches-$label-$secs"
-	/usr/bin/time -f '%M' -o "$runs/time-$label-$secs" timeout -s TERM "$secs" "$agent" run --event cpu \
-		--node-name "cache-$label" --interval 5s --output-dir "$runs/batches-$label-$secs" \
+	local to=(--output-dir "$runs/batches-$label-$secs")
+	[ -n "$server_url" ] && to=(--server-url "$server_url")
+	/usr/bin/time -f '%M' -o "$runs/time-$label-$secs" timeout -s TERM "$secs" "$agent" run \
+		${events:+--event "$events"} --node-name "cache-$label" --interval 5s "${to[@]}" \
 		2>"$runs/agent-$label-$secs.log" &
 	local ag=$! n=0
 	while kill -0 "$ag" 2>/dev/null; do
@@ -46,6 +52,10 @@ while time.monotonic() < t: sum(range(1000))'
 }
 
 {
+	named="on the node"
+	[ -n "$server_url" ] && named="by the server ($server_url)"
+	echo "events: ${events:-every kind the machine has}; frames named $named"
+	echo
 	echo "| build | recording | processes run | agent peak RSS |"
 	echo "|---|---|---|---|"
 	for secs in $seconds; do

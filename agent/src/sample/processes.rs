@@ -6,29 +6,82 @@
 //! that lives less than one drain interval is read within milliseconds of its first sample,
 //! instead of never.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::host::maps::{self, Mapping};
+use crate::host::maps::{self, Mapping, MappingClass};
 
 /// Remembered mappings are read again after this long (libraries loaded since, a reused pid).
 pub const REMEMBER_FOR: Duration = Duration::from_secs(30);
 /// At most this many processes' mappings are kept; the oldest go first.
 pub const REMEMBERED_PROCESSES: usize = 4096;
 
-/// A process's file mappings, as they were when it was last seen alive.
+/// A process's executable file mappings, as they were when it was last seen alive: what naming
+/// and unwinding a frame need (frames lie in code), and no more. A node of short processes
+/// remembers hundreds of them at once.
 #[derive(Debug)]
 struct Remembered {
-    mappings: Vec<Mapping>,
+    mappings: Box<[CodeMapping]>,
     at: Instant,
+}
+
+/// One executable mapping of a file; its path shared with every other process mapping that file.
+#[derive(Debug)]
+struct CodeMapping {
+    start: u64,
+    end: u64,
+    offset: u64,
+    device: Arc<str>,
+    inode: u64,
+    path: Arc<str>,
+}
+
+impl CodeMapping {
+    fn to_mapping(&self) -> Mapping {
+        let path = self.path.to_string();
+        Mapping {
+            start: self.start,
+            end: self.end,
+            perms: "r-xp".into(),
+            offset: self.offset,
+            device: self.device.to_string(),
+            inode: self.inode,
+            image: Some(path.clone()),
+            path: Some(path),
+            class: MappingClass::Text,
+            policy: None,
+            pages_per_node: Default::default(),
+            page_size_bytes: None,
+            anon_pages: None,
+            dirty_pages: None,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    processes: HashMap<u32, Remembered>,
+    /// Paths and devices of remembered mappings, each held once.
+    names: HashSet<Arc<str>>,
+}
+
+impl Inner {
+    fn name(&mut self, text: &str) -> Arc<str> {
+        if let Some(name) = self.names.get(text) {
+            return Arc::clone(name);
+        }
+        let name: Arc<str> = Arc::from(text);
+        self.names.insert(Arc::clone(&name));
+        name
+    }
 }
 
 /// The file mappings of processes seen alive, by tgid; shared by the thread that reads them at
 /// a process's first sample and the symbolizer that names its frames. Cloning shares them.
 #[derive(Clone, Debug, Default)]
-pub struct ProcessMaps(Arc<Mutex<HashMap<u32, Remembered>>>);
+pub struct ProcessMaps(Arc<Mutex<Inner>>);
 
 /// Where an address of an exited process lay, from its remembered mappings.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,21 +100,28 @@ impl ProcessMaps {
         let Ok(all) = maps::read_mappings(Path::new("/"), tgid) else {
             return None;
         };
-        let executable: Vec<Mapping> = all.iter().filter(|m| m.is_executable()).cloned().collect();
+        let executable: Vec<Mapping> = all.into_iter().filter(Mapping::is_executable).collect();
+        let mut inner = self.0.lock().expect("not poisoned");
         // Only files can name frames; a deleted file cannot be opened by path later.
-        let mappings: Vec<Mapping> = all
-            .into_iter()
-            .filter(|m| {
-                m.path
-                    .as_deref()
-                    .is_some_and(|p| p.starts_with('/') && !p.ends_with(" (deleted)"))
+        let mappings: Box<[CodeMapping]> = executable
+            .iter()
+            .filter_map(|m| {
+                let path = m.path.as_deref()?;
+                (path.starts_with('/') && !path.ends_with(" (deleted)")).then(|| CodeMapping {
+                    start: m.start,
+                    end: m.end,
+                    offset: m.offset,
+                    device: inner.name(&m.device),
+                    inode: m.inode,
+                    path: inner.name(path),
+                })
             })
             .collect();
         // A process that has exited but is not reaped yet maps nothing: keep what was read.
         if mappings.is_empty() {
             return None;
         }
-        self.0.lock().expect("not poisoned").insert(
+        inner.processes.insert(
             tgid,
             Remembered {
                 mappings,
@@ -77,6 +137,7 @@ impl ProcessMaps {
             .0
             .lock()
             .expect("not poisoned")
+            .processes
             .get(&tgid)
             .is_some_and(|r| r.at.elapsed() < REMEMBER_FOR);
         if !fresh {
@@ -87,15 +148,15 @@ impl ProcessMaps {
     /// Where each of `addrs` lay in `tgid`'s remembered mappings (`None`: in no file); `None`
     /// when nothing is remembered of `tgid`.
     pub fn locate(&self, tgid: u32, addrs: &[u64]) -> Option<Vec<Option<Located>>> {
-        let remembered = self.0.lock().expect("not poisoned");
-        let r = remembered.get(&tgid)?;
+        let inner = self.0.lock().expect("not poisoned");
+        let r = inner.processes.get(&tgid)?;
         Some(
             addrs
                 .iter()
                 .map(|&addr| {
                     let m = r.mappings.iter().find(|m| m.start <= addr && addr < m.end)?;
                     Some(Located {
-                        path: m.path.clone().unwrap_or_default(),
+                        path: m.path.to_string(),
                         file_offset: addr - m.start + m.offset,
                     })
                 })
@@ -108,15 +169,17 @@ impl ProcessMaps {
         self.0
             .lock()
             .expect("not poisoned")
+            .processes
             .get(&tgid)
-            .map(|r| r.mappings.iter().filter(|m| m.is_executable()).cloned().collect())
+            .map(|r| r.mappings.iter().map(CodeMapping::to_mapping).collect())
             .unwrap_or_default()
     }
 
     /// Forgets exited processes remembered long enough that their last samples were drained,
-    /// and the oldest beyond [`REMEMBERED_PROCESSES`].
+    /// and the oldest beyond [`REMEMBERED_PROCESSES`]; and the names no process maps any more.
     pub fn tidy(&self) {
-        let mut remembered = self.0.lock().expect("not poisoned");
+        let mut inner = self.0.lock().expect("not poisoned");
+        let remembered = &mut inner.processes;
         remembered.retain(|tgid, r| r.at.elapsed() < 4 * REMEMBER_FOR || Path::new(&format!("/proc/{tgid}")).exists());
         if remembered.len() > REMEMBERED_PROCESSES {
             let mut ages: Vec<(Instant, u32)> = remembered.iter().map(|(t, r)| (r.at, *t)).collect();
@@ -125,6 +188,7 @@ impl ProcessMaps {
                 remembered.remove(tgid);
             }
         }
+        inner.names.retain(|name| Arc::strong_count(name) > 1);
     }
 }
 
@@ -146,5 +210,46 @@ mod tests {
             maps.locate(u32::MAX, &[here]).is_none(),
             "nothing remembered of a pid never read"
         );
+    }
+
+    /// Two processes mapping the same library remember its path once.
+    #[test]
+    fn processes_share_the_paths_they_map() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep runs");
+        let maps = ProcessMaps::default();
+        let read = |tgid: u32| {
+            // The child may still be exec'ing: its mappings are read once they are sleep's.
+            for _ in 0..100 {
+                let text = maps.read_now(tgid).unwrap_or_default();
+                if text
+                    .iter()
+                    .any(|m| m.path.as_deref().is_some_and(|p| p.contains("libc")))
+                {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            panic!("process {tgid} maps no libc");
+        };
+        read(child.id());
+        read(std::process::id());
+        let _ = child.kill();
+        let _ = child.wait();
+        let inner = maps.0.lock().unwrap();
+        let libc_of = |tgid: u32| {
+            let r = &inner.processes[&tgid];
+            let m = r
+                .mappings
+                .iter()
+                .find(|m| m.path.contains("libc"))
+                .expect("libc remembered");
+            Arc::clone(&m.path)
+        };
+        let (theirs, mine) = (libc_of(child.id()), libc_of(std::process::id()));
+        assert_eq!(theirs, mine, "sleep and this test map the system's libc");
+        assert!(Arc::ptr_eq(&theirs, &mine), "one copy of {mine}");
     }
 }

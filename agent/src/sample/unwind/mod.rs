@@ -183,10 +183,9 @@ fn vdso() -> Option<&'static Image> {
         .as_ref()
 }
 
-/// The unwinder of one process: its modules and framehop's rule cache.
+/// The unwinder of one process: its modules.
 struct Process {
     unwinder: UnwinderX86_64<Section>,
-    cache: CacheX86_64,
     /// Executable ranges the modules cover.
     covered: Vec<Range<u64>>,
     built: Instant,
@@ -213,8 +212,20 @@ pub struct Unwinder {
     /// The mappings of processes read while they ran: a snapshot handled after its process
     /// exited is unwound with them (and the images on the host).
     remembered: ProcessMaps,
+    /// framehop's rule cache, one for every process: its entries are keyed by a modules
+    /// generation drawn from a counter global to the agent, so processes never read each
+    /// other's rules. One per process was 16 KiB each, and a node of short processes (shell
+    /// scripts) has hundreds alive between two sweeps.
+    cache: CacheX86_64,
+    /// Modules generations drawn since `cache` was made: it is made anew before the 16-bit
+    /// counter can wrap around to a generation it still holds.
+    generations: u32,
     pub stats: UnwindStats,
 }
+
+/// Generations drawn (one per unwinder made, one per module added) before the shared rule cache
+/// is made anew: well below the 65,536 after which framehop's counter wraps around.
+const GENERATIONS_PER_CACHE: u32 = 1 << 15;
 
 impl std::fmt::Debug for Unwinder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -250,6 +261,8 @@ impl Unwinder {
             processes: HashMap::new(),
             images: lru::LruCache::new(cap),
             remembered,
+            cache: CacheX86_64::new(),
+            generations: 0,
             stats: UnwindStats::default(),
         }
     }
@@ -271,12 +284,13 @@ impl Unwinder {
             self.rebuild(tgid);
         }
         let process = self.processes.get_mut(&tgid).expect("built above");
-        let (mut frames, mut complete) = process.walk(snapshot);
+        let (mut frames, mut complete) = process.walk(snapshot, &mut self.cache);
         // A chain that ends in code no module covers: a library mapped after the modules were
         // read (a young process whose loader was still at work), read again and walked again.
         if !complete && frames.last().is_some_and(|&a| !process.covers(a)) && process.may_rebuild() {
             self.rebuild(tgid);
-            (frames, complete) = self.processes.get_mut(&tgid).expect("built above").walk(snapshot);
+            let process = self.processes.get_mut(&tgid).expect("built above");
+            (frames, complete) = process.walk(snapshot, &mut self.cache);
         }
         if !complete {
             self.stats.truncated += 1;
@@ -305,7 +319,6 @@ impl Unwinder {
     fn build(&mut self, tgid: u32) -> Process {
         let mut process = Process {
             unwinder: UnwinderX86_64::new(),
-            cache: CacheX86_64::new(),
             covered: Vec::new(),
             built: Instant::now(),
             rebuilds: 0,
@@ -351,6 +364,12 @@ impl Unwinder {
                 .add_module(image.module(name, mapping.start..mapping.end, bias));
             process.covered.push(mapping.start..mapping.end);
         }
+        // One generation for the unwinder, one per module added.
+        self.generations += 1 + process.covered.len() as u32;
+        if self.generations >= GENERATIONS_PER_CACHE {
+            self.cache = CacheX86_64::new();
+            self.generations = 0;
+        }
         process
     }
 }
@@ -370,7 +389,7 @@ impl Process {
     }
 
     /// Unwinds `snapshot` with the modules as they are; true when the chain reached its root.
-    fn walk(&mut self, snapshot: &Snapshot<'_>) -> (Vec<u64>, bool) {
+    fn walk(&mut self, snapshot: &Snapshot<'_>, cache: &mut CacheX86_64) -> (Vec<u64>, bool) {
         let stack = snapshot.stack;
         let sp = snapshot.sp;
         let mut read_stack = |address: u64| -> Result<u64, ()> {
@@ -380,9 +399,7 @@ impl Process {
         };
         let regs = UnwindRegsX86_64::new(snapshot.ip, snapshot.sp, snapshot.bp);
         let mut frames = Vec::new();
-        let mut iter = self
-            .unwinder
-            .iter_frames(snapshot.ip, regs, &mut self.cache, &mut read_stack);
+        let mut iter = self.unwinder.iter_frames(snapshot.ip, regs, cache, &mut read_stack);
         let complete = loop {
             match iter.next() {
                 Ok(Some(frame)) if frames.len() < MAX_DEPTH => frames.push(frame.address()),
@@ -432,6 +449,23 @@ mod tests {
             process.covered
         );
         assert_eq!(unwinder.images(), 1, "one image kept parsed");
+    }
+
+    /// The rule cache every process shares is made anew before framehop's 16-bit modules
+    /// generation can come round to one it still holds.
+    #[test]
+    fn the_shared_rule_cache_is_made_anew_before_generations_wrap() {
+        let mut unwinder = Unwinder::default();
+        let me = std::process::id();
+        let modules = unwinder.build(me).covered.len() as u32;
+        assert_eq!(
+            unwinder.generations,
+            1 + modules,
+            "one for the unwinder, one per module"
+        );
+        unwinder.generations = GENERATIONS_PER_CACHE - 1;
+        unwinder.build(me);
+        assert_eq!(unwinder.generations, 0, "made anew past the bound");
     }
 
     #[test]
