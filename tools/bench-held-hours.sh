@@ -25,6 +25,10 @@ ch="http://127.0.0.1:$port"
 hours=${HOURS:-10}
 rounds=${ROUNDS:-2}
 listen=127.0.0.1:7171
+# shellcheck source=tools/lib/server.sh
+. tools/lib/server.sh
+trap stop_server EXIT
+log=target/bench/held-hours-server.log
 q() { curl -sS --max-time 1800 "$ch/?database=bimodal" --data-binary "$1"; }
 
 # Query logging, for the rows read.
@@ -47,10 +51,8 @@ for ((h = 2; ${#shifts[@]} < hours && h < 24; h++)); do
 done
 # Every server migrates the store once first (a newer one may add tables the copies fill).
 for server in "$@"; do
-	"$server" --listen "$listen" --clickhouse-url "$ch" >/dev/null 2>&1 &
-	pid=$!
-	until curl -s -o /dev/null "http://$listen/api/v1/nodes"; do sleep 0.5; done
-	kill "$pid" && wait "$pid" 2>/dev/null || true
+	start_server "$server" "$listen" "$log" --clickhouse-url "$ch"
+	stop_server
 done
 by_hour=$(q "EXISTS TABLE node_totals_by_hour")
 held=$(q "SELECT count() FROM node_totals WHERE abs(toInt64(toStartOfHour(time)) - $((from / 3600 * 3600))) >= 7200 AND toDate(time) = toDate(toDateTime($from))")
@@ -85,9 +87,7 @@ flamegraph="http://$listen/api/v1/flamegraph?from=$from&to=$to&selector=$selecto
 totals="http://$listen/api/v1/totals?from=$from&to=$to&event=page_fault"
 for round in $(seq "$rounds"); do
 	for server in "$@"; do
-		"$server" --listen "$listen" --clickhouse-url "$ch" >/dev/null 2>&1 &
-		pid=$!
-		until curl -s -o /dev/null "http://$listen/api/v1/nodes"; do sleep 0.5; done
+		start_server "$server" "$listen" "$log" --clickhouse-url "$ch"
 		for read in compare flamegraph totals; do
 			url=${!read}
 			curl -s -o /dev/null "$url"
@@ -104,6 +104,6 @@ for round in $(seq "$rounds"); do
 		curl -sS "$ch" --data-binary "SYSTEM FLUSH LOGS"
 		echo "  rows read by one compare, per table:"
 		curl -sS "$ch" --data-binary "SELECT extract(query, 'FROM ([a-z_0-9]+)') AS t, sum(read_rows) AS rows FROM system.query_log WHERE type = 2 AND event_time >= toDateTime($start) AND query NOT LIKE '%system.%' GROUP BY t ORDER BY rows DESC FORMAT TSV" | sed 's/^/    /'
-		kill "$pid" && wait "$pid" 2>/dev/null || true
+		stop_server
 	done
 done

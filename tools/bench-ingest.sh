@@ -21,22 +21,19 @@ listen=127.0.0.1:7272
 dir=target/bench/ingest
 rounds=${ROUNDS:-1}
 
-pid=
+# shellcheck source=tools/lib/server.sh
+. tools/lib/server.sh
 # A run that fails leaves no server (and its ClickHouse) behind.
-trap '[ -z "$pid" ] || { kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; }' EXIT
+trap stop_server EXIT
 ticks=$(getconf CLK_TCK)
 
 run() {
 	local flags=$1
 	rm -rf "$dir" && mkdir -p "$dir"
 	# shellcheck disable=SC2086 # the flags are words
-	"$server" --listen "$listen" --data-dir "$dir" --node-batch-rate 1000000 --node-batch-burst 1000000 \
-		$flags >"$dir/server.log" 2>&1 &
-	pid=$!
-	until curl -s -o /dev/null "http://$listen/healthz"; do
-		kill -0 "$pid" 2>/dev/null || { echo "the server did not start: $dir/server.log" >&2; exit 1; }
-		sleep 0.5
-	done
+	start_server "$server" "$listen" "$dir/server.log" --data-dir "$dir" \
+		--node-batch-rate 1000000 --node-batch-burst 1000000 $flags || exit 1
+	local pid=$server_pid
 	local before after
 	before=$(awk '{print $14 + $15}' "/proc/$pid/stat")
 	"$loadgen" --server-url "http://$listen" --nodes "$nodes" --backfill 60s --in-flight 4 \
@@ -46,8 +43,7 @@ run() {
 	refused=$(curl -s "http://$listen/metrics" |
 		sed -n 's/^bimodal_ingest_rejected_batches_total{reason="\([a-z_]*\)"} \([0-9]*\)$/\1 \2/p' | tr '\n' ' ')
 	peak=$(awk '/VmHWM/ {print int($2 / 1024)}' "/proc/$pid/status")
-	kill "$pid" && wait "$pid" 2>/dev/null || true
-	pid=
+	stop_server
 	python3 - "$flags" "$((after - before))" "$ticks" "$refused" "$peak" "$dir/loadgen.json" <<'EOF'
 import json, sys
 flags, used, per_second, refused, peak, report = sys.argv[1:]

@@ -26,8 +26,11 @@ die() {
 [ -x "$image" ] || die "$image is missing (apt-get install chromium)"
 [ -x /usr/bin/time ] || die "GNU time is missing (apt-get install time)"
 
+# shellcheck source=tools/lib/server.sh
+. tools/lib/server.sh
 pids=()
 cleanup() {
+	stop_server
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
 }
@@ -46,13 +49,8 @@ measure() {
 	local agent=$1 label=$2
 	local data=$runs/server-$label port
 	rm -rf "$data"
-	port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-	"$server" --listen "127.0.0.1:$port" --data-dir "$data" 2>"$runs/server-$label.log" &
-	local srv=$!
-	for _ in $(seq 1 150); do
-		curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break
-		sleep 0.2
-	done
+	port=$(free_port)
+	start_server "$server" "127.0.0.1:$port" "$runs/server-$label.log" --data-dir "$data" || die "no server"
 	local start=$SECONDS
 	RUST_LOG=info /usr/bin/time -f '%M %e' -o "$runs/time-$label" "$agent" run --server-url "http://127.0.0.1:$port" \
 		--node-name "upload-$label" --pid "$browser" --event cpu --cpu-frequency 499 --interval 1s \
@@ -66,8 +64,7 @@ measure() {
 	# GNU time ignores SIGINT while it waits: the agent is its child.
 	pkill -INT -P "$ag" || true
 	wait "$ag" || true
-	kill "$srv"
-	wait "$srv" || true
+	stop_server
 	grep -q "uploaded for symbolization.*$(basename "$image")" "$runs/agent-$label.log" || die "$label never uploaded $image: $runs/agent-$label.log"
 	read -r peak _ <"$runs/time-$label"
 	printf '| %s | %s | %d MiB | ≤ %d s |\n' "$label" "$agent" $((peak / 1024)) "$took"
