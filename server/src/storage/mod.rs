@@ -229,7 +229,7 @@ pub struct Store {
     processes: quick_cache::sync::Cache<u64, Arc<ProcessRow>>,
     functions: quick_cache::sync::Cache<u64, Arc<FunctionName>>,
     /// Sample time from which each [`Rollup`] holds every sample; `u32::MAX` until read.
-    rollups_from: [std::sync::atomic::AtomicU32; 6],
+    rollups_from: [std::sync::atomic::AtomicU32; Rollup::ALL.len()],
 }
 
 /// Tables filled from the moment a migration created them (`rollups` says from which sample
@@ -250,7 +250,26 @@ enum Rollup {
     NodeTotals,
 }
 
+// Checked when compiled: each rollup in `Rollup::ALL` sits at the index of its discriminant.
+const _: () = {
+    let mut i = 0;
+    while i < Rollup::ALL.len() {
+        assert!(Rollup::ALL[i] as usize == i, "Rollup::ALL out of order");
+        i += 1;
+    }
+};
+
 impl Rollup {
+    /// Every rollup, each at the index of its discriminant (`rollups_from` is indexed by it).
+    const ALL: [Rollup; 6] = [
+        Rollup::Fleet,
+        Rollup::FunctionNodes,
+        Rollup::DataObjects,
+        Rollup::Counters,
+        Rollup::NodeSources,
+        Rollup::NodeTotals,
+    ];
+
     fn name(self) -> &'static str {
         match self {
             Rollup::Fleet => "fleet",
@@ -355,7 +374,7 @@ impl Store {
             frames: quick_cache::sync::Cache::new(entries),
             processes: quick_cache::sync::Cache::new(entries),
             functions: quick_cache::sync::Cache::new(entries),
-            rollups_from: [(); 6].map(|_| std::sync::atomic::AtomicU32::new(u32::MAX)),
+            rollups_from: Rollup::ALL.map(|_| std::sync::atomic::AtomicU32::new(u32::MAX)),
         })
     }
 
