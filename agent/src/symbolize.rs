@@ -105,13 +105,19 @@ impl Frames {
 
     /// The separate debug file of the frame's image, if one is installed (cached by build id).
     fn debug_file(&self, tgid: u32, frame: &v1::Frame) -> Option<PathBuf> {
-        if frame.build_id.is_empty() || frame.module.is_empty() {
+        self.debug_file_of(tgid, &frame.module, &frame.build_id)
+    }
+
+    /// The separate debug file of `image` (a path as process `tgid` sees it) with `build_id`, if
+    /// one is installed (cached by build id).
+    fn debug_file_of(&self, tgid: u32, image: &str, build_id: &[u8]) -> Option<PathBuf> {
+        if build_id.is_empty() || image.is_empty() {
             return None;
         }
         self.debug_files
             .borrow_mut()
-            .entry(frame.build_id.clone())
-            .or_insert_with(|| debugfile::find(tgid, &frame.module, &frame.build_id, &self.debug_dirs))
+            .entry(build_id.to_vec())
+            .or_insert_with(|| debugfile::find(tgid, image, build_id, &self.debug_dirs))
             .clone()
     }
 
@@ -561,8 +567,13 @@ impl Frames {
                     .or_insert_with(|| elf::read_header(&file).is_none_or(|h| h.position_independent));
                 let vaddr = if pie { address - base } else { address };
                 object.cache_line = vaddr & !(CACHE_LINE - 1);
+                // Variables are named from symbol tables: the installed debug file's (a stripped
+                // image keeps only its exported ones), else the image's.
+                let symbols = self
+                    .debug_file_of(tgid, image, &self.build_id_of(&file))
+                    .unwrap_or(file);
                 lookups
-                    .entry(file.to_string_lossy().into_owned())
+                    .entry(symbols.to_string_lossy().into_owned())
                     .or_default()
                     .push((out.len(), vaddr));
             }
@@ -570,7 +581,11 @@ impl Frames {
         }
         for (file, wanted) in lookups {
             let vaddrs: Vec<u64> = wanted.iter().map(|w| w.1).collect();
-            let source = Source::Elf(blazesym::symbolize::source::Elf::new(&file));
+            // Symbols only: DWARF (often compressed in debug files) names code lines, not
+            // variables, and would be decompressed and kept for nothing.
+            let mut elf = blazesym::symbolize::source::Elf::new(&file);
+            elf.debug_syms = false;
+            let source = Source::Elf(elf);
             let symbolizer = self.symbolizer(&file);
             if let Ok(symbols) = symbolizer.symbolize(&source, Input::VirtOffset(&vaddrs)) {
                 for ((index, _), sym) in wanted.iter().zip(symbols) {

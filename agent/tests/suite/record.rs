@@ -189,6 +189,38 @@ fn build_id_hex(path: &Path) -> String {
     id.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// A stripped executable's variables are named from the symbol table of its installed debug
+/// file (found by build id): its page faults on a `.bss` array land on `[bss] fault_table`, where
+/// the image's own tables have no entry for it. The agent reads symbols alone for variables,
+/// not the debug file's DWARF.
+#[test]
+fn variables_of_a_stripped_binary_are_named_from_its_installed_debug_file() {
+    let build = fixture::stripped_workload();
+    let dir = tempfile::tempdir().unwrap();
+    let debug_dir = dir.path().join("usr-lib-debug");
+    let hex = build_id_hex(&build.binary);
+    let by_id = debug_dir
+        .join(".build-id")
+        .join(&hex[..2])
+        .join(format!("{}.debug", &hex[2..]));
+    std::fs::create_dir_all(by_id.parent().unwrap()).unwrap();
+    std::fs::copy(&build.debug_file, &by_id).unwrap();
+    let running = fixture::spawn(&build.binary, &["global", "30"]);
+    let folded = record_folded(
+        "page_fault",
+        running.pid(),
+        3,
+        dir.path(),
+        &["--data-objects", "--debug-dir", debug_dir.to_str().unwrap()],
+    );
+    let s = share(&folded, "[bss] fault_table");
+    assert!(
+        s > 0.8,
+        "only {:.0}% of faults on [bss] fault_table: {folded:?}",
+        s * 100.0
+    );
+}
+
 /// A stripped executable is named from its separate debug file, found the ways distributions
 /// and builds install one: by build id under a debug directory (`.build-id/xx/rest.debug`, as
 /// Debian's -dbgsym packages do), and through its `.gnu_debuglink` in a `.debug/` directory
