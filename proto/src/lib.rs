@@ -76,8 +76,8 @@ pub const KERNEL_MODULE: &str = "vmlinux";
 /// and imported batches alike (an agent's own counter of this name is ignored).
 pub const REPORTED_COUNTER: &str = "reported_ms";
 
-/// Bytes of file data per `DebuginfoChunk`.
-pub const DEBUGINFO_CHUNK_BYTES: usize = 1 << 20;
+/// Bytes of file data per `DebuginfoChunk`: an agent holds three at once while it uploads.
+pub const DEBUGINFO_CHUNK_BYTES: usize = 256 << 10;
 
 /// The messages of one `Debuginfo.Upload`: the first names the file, all carry its data in
 /// order, none more than [`DEBUGINFO_CHUNK_BYTES`].

@@ -111,7 +111,7 @@ pub fn chunks(
     file_name: &str,
 ) -> tokio_stream::wrappers::ReceiverStream<v1::DebuginfoChunk> {
     use std::io::Read;
-    let (tx, rx) = mpsc::channel(2);
+    let (tx, rx) = mpsc::channel(1);
     let (build_id, file_name) = (build_id.to_vec(), file_name.to_owned());
     tokio::task::spawn_blocking(move || {
         let Opened { mut file, size } = opened;
