@@ -1,7 +1,7 @@
 //! `bimodal-agent record` against fixture processes with known stacks.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::fixture;
@@ -125,7 +125,7 @@ fn cpu_samples_are_attributed_to_the_spinning_function() {
     );
 }
 
-fn go() -> Option<std::path::PathBuf> {
+fn go() -> Option<PathBuf> {
     ["go", "/usr/local/go/bin/go", "/usr/lib/go/bin/go"]
         .into_iter()
         .find(|g| {
@@ -189,6 +189,19 @@ fn build_id_hex(path: &Path) -> String {
     id.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Installs the stripped fixture's debug file under `debug_dir` by its build id
+/// (`.build-id/xx/rest.debug`, as Debian's -dbgsym packages do); returns `debug_dir`.
+fn install_by_build_id(build: &fixture::Stripped, debug_dir: &Path) -> PathBuf {
+    let hex = build_id_hex(&build.binary);
+    let by_id = debug_dir
+        .join(".build-id")
+        .join(&hex[..2])
+        .join(format!("{}.debug", &hex[2..]));
+    std::fs::create_dir_all(by_id.parent().unwrap()).unwrap();
+    std::fs::copy(&build.debug_file, &by_id).unwrap();
+    debug_dir.to_path_buf()
+}
+
 /// A stripped executable's variables are named from the symbol table of its installed debug
 /// file (found by build id): its page faults on a `.bss` array land on `[bss] fault_table`, where
 /// the image's own tables have no entry for it. The agent reads symbols alone for variables,
@@ -197,14 +210,7 @@ fn build_id_hex(path: &Path) -> String {
 fn variables_of_a_stripped_binary_are_named_from_its_installed_debug_file() {
     let build = fixture::stripped_workload();
     let dir = tempfile::tempdir().unwrap();
-    let debug_dir = dir.path().join("usr-lib-debug");
-    let hex = build_id_hex(&build.binary);
-    let by_id = debug_dir
-        .join(".build-id")
-        .join(&hex[..2])
-        .join(format!("{}.debug", &hex[2..]));
-    std::fs::create_dir_all(by_id.parent().unwrap()).unwrap();
-    std::fs::copy(&build.debug_file, &by_id).unwrap();
+    let debug_dir = install_by_build_id(build, &dir.path().join("usr-lib-debug"));
     let running = fixture::spawn(&build.binary, &["global", "30"]);
     let folded = record_folded(
         "page_fault",
@@ -247,14 +253,7 @@ fn a_stripped_binary_is_named_from_its_installed_debug_file() {
     drop(running);
 
     // By build id under a debug directory.
-    let debug_dir = dir.path().join("usr-lib-debug");
-    let hex = build_id_hex(&build.binary);
-    let by_id = debug_dir
-        .join(".build-id")
-        .join(&hex[..2])
-        .join(format!("{}.debug", &hex[2..]));
-    std::fs::create_dir_all(by_id.parent().unwrap()).unwrap();
-    std::fs::copy(&build.debug_file, &by_id).unwrap();
+    let debug_dir = install_by_build_id(build, &dir.path().join("usr-lib-debug"));
     let running = fixture::spawn(&build.binary, &["spin", "30"]);
     let folded = record_folded(
         "cpu",
