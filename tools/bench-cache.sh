@@ -33,25 +33,32 @@ die() {
 command -v python3 >/dev/null || die "python3 is missing"
 # shellcheck source=tools/lib/server.sh
 . tools/lib/server.sh
-# The server is started for its own runs only: an agent naming frames on the node samples the
-# whole machine, and would name the server's ClickHouse too.
+# A fresh server for each run named by it (unless BENCH_CACHE_SERVER_URL names one): each build
+# uploads its images to a server that has none, and no server runs while frames are named on the
+# node (the agent samples the whole machine and would name the server's ClickHouse too).
 serve() {
-	[ -z "$server_url" ] || return 0
 	[ -x "$server" ] || die "run make release first"
 	rm -rf "$runs/server"
-	local address=127.0.0.1:$(free_port)
-	start_server "$server" "$address" "$runs/server.log" --data-dir "$runs/server" || die "no server"
-	server_url=http://$address
+	local port
+	port=$(free_port)
+	start_server "$server" "127.0.0.1:$port" "$runs/server.log" --data-dir "$runs/server" || die "no server"
+	echo "http://127.0.0.1:$port"
 }
 
 # One measurement: the agent for $2 seconds, frames named as $4 says, while short processes run
 # one after another.
 measure() {
+	# Run as a process substitution: its own shell, whose server is stopped when it ends.
+	trap stop_server EXIT
 	local agent=$1 secs=$2 label=$3 named=$4
 	local name=$label-$named-$secs
 	rm -rf "$runs/batches-$name"
 	local to=(--output-dir "$runs/batches-$name")
-	[ "$named" = server ] && to=(--server-url "$server_url")
+	if [ "$named" = server ]; then
+		local url=$server_url
+		[ -n "$url" ] || { serve >"$runs/url" && url=$(cat "$runs/url"); }
+		to=(--server-url "$url")
+	fi
 	/usr/bin/time -f '%M' -o "$runs/time-$name" timeout -s TERM "$secs" "$agent" run \
 		${events:+--event "$events"} --node-name "cache-$label" --interval 5s "${to[@]}" \
 		2>"$runs/agent-$name.log" &
@@ -63,6 +70,7 @@ while time.monotonic() < t: sum(range(1000))'
 		n=$((n + 1))
 	done
 	wait "$ag" || true
+	stop_server
 	grep -q "ERROR" "$runs/agent-$name.log" && die "the agent failed: $runs/agent-$name.log"
 	echo "$(($(tail -n1 "$runs/time-$name") / 1024)) $n"
 }
@@ -75,8 +83,7 @@ while time.monotonic() < t: sum(range(1000))'
 	echo "|---|---|---|---|---|"
 	for named in $naming; do
 		case $named in
-		server) serve ;;
-		node) ;;
+		server | node) ;;
 		*) die "BENCH_CACHE_NAMING: $named is neither server nor node" ;;
 		esac
 		for secs in $seconds; do

@@ -76,6 +76,8 @@ size=$(stat -c %s "$image")
 	echo
 	echo "| build | binary | agent peak RSS | until uploaded |"
 	echo "| --- | --- | --- | --- |"
+	# The server started in a run is the group's own (a subshell): stopped there if it fails.
+	trap stop_server EXIT
 	measure "$agent_a" a
-	[ -n "$agent_b" ] && measure "$agent_b" b
+	if [ -n "$agent_b" ]; then measure "$agent_b" b; fi
 } | tee "$runs/../upload.md"

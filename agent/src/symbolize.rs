@@ -531,9 +531,9 @@ impl Frames {
         };
         let mut out = Vec::with_capacity(addresses.len());
         // ELF virtual addresses to symbolize, per image: (index in `out`, vaddr).
-        let mut lookups: std::collections::HashMap<String, Vec<(usize, u64)>> = Default::default();
+        let mut lookups: HashMap<&str, Vec<(usize, u64)>> = HashMap::new();
         // Whether each image is position independent: one ELF header read per image, not per address.
-        let mut pie_of: std::collections::HashMap<&str, bool> = Default::default();
+        let mut pie_of: HashMap<&str, bool> = HashMap::new();
         for &address in addresses {
             let Some(m) = mappings.iter().find(|m| m.start <= address && address < m.end) else {
                 out.push(DataObject {
@@ -561,41 +561,51 @@ impl Frames {
                     .map(|x| x.start.saturating_sub(x.offset))
                     .min()
                     .unwrap_or(0);
-                let file = in_process(tgid, image);
-                let pie = *pie_of
-                    .entry(image)
-                    .or_insert_with(|| elf::read_header(&file).is_none_or(|h| h.position_independent));
+                let pie = *pie_of.entry(image).or_insert_with(|| {
+                    elf::read_header(&in_process(tgid, image)).is_none_or(|h| h.position_independent)
+                });
                 let vaddr = if pie { address - base } else { address };
                 object.cache_line = vaddr & !(CACHE_LINE - 1);
-                // Variables are named from symbol tables: the installed debug file's (a stripped
-                // image keeps only its exported ones), else the image's.
-                let symbols = self
-                    .debug_file_of(tgid, image, &self.build_id_of(&file))
-                    .unwrap_or(file);
-                lookups
-                    .entry(symbols.to_string_lossy().into_owned())
-                    .or_default()
-                    .push((out.len(), vaddr));
+                lookups.entry(image).or_default().push((out.len(), vaddr));
             }
             out.push(object);
         }
-        for (file, wanted) in lookups {
+        for (image, wanted) in lookups {
             let vaddrs: Vec<u64> = wanted.iter().map(|w| w.1).collect();
-            // Symbols only: DWARF (often compressed in debug files) names code lines, not
-            // variables, and would be decompressed and kept for nothing.
-            let mut elf = blazesym::symbolize::source::Elf::new(&file);
-            elf.debug_syms = false;
-            let source = Source::Elf(elf);
-            let symbolizer = self.symbolizer(&file);
-            if let Ok(symbols) = symbolizer.symbolize(&source, Input::VirtOffset(&vaddrs)) {
-                for ((index, _), sym) in wanted.iter().zip(symbols) {
-                    if let Symbolized::Sym(sym) = sym {
-                        out[*index].symbol = sym.name.into_owned();
-                    }
-                }
+            let file = in_process(tgid, image);
+            // Variables are named from symbol tables: the installed debug file's (a stripped
+            // image keeps only its exported ones), else, or when it cannot be read, the image's.
+            let debug_file = self.debug_file_of(tgid, image, &self.build_id_of(&file));
+            let symbols = debug_file
+                .iter()
+                .chain([&file])
+                .find_map(|symbols| self.variables(symbols, &vaddrs));
+            for ((index, _), sym) in wanted.iter().zip(symbols.unwrap_or_default()) {
+                out[*index].symbol = sym;
             }
         }
         out
+    }
+
+    /// The names of the variables at `vaddrs` in the symbol table of `file` (empty where none
+    /// holds the address); `None` when `file` cannot be read. Symbols only: DWARF (often
+    /// compressed in debug files) names lines of code, not variables, and would be decompressed
+    /// and kept for nothing.
+    fn variables(&self, file: &Path, vaddrs: &[u64]) -> Option<Vec<String>> {
+        let mut elf = blazesym::symbolize::source::Elf::new(file);
+        elf.debug_syms = false;
+        let source = Source::Elf(elf);
+        let symbolizer = self.symbolizer(&file.to_string_lossy());
+        let symbols = symbolizer.symbolize(&source, Input::VirtOffset(vaddrs)).ok()?;
+        Some(
+            symbols
+                .into_iter()
+                .map(|sym| match sym {
+                    Symbolized::Sym(sym) => sym.name.into_owned(),
+                    Symbolized::Unknown(_) => String::new(),
+                })
+                .collect(),
+        )
     }
 }
 

@@ -20,7 +20,10 @@ start_server() {
 	server_pid=$!
 	local tries
 	for ((tries = 0; tries < 600; tries++)); do
-		curl -sf -o /dev/null "http://$address/healthz" && return 0
+		# Answered by this server, not by one already on the port that it failed to bind.
+		if curl -sf --max-time 2 -o /dev/null "http://$address/healthz" && kill -0 "$server_pid" 2>/dev/null; then
+			return 0
+		fi
 		if ! kill -0 "$server_pid" 2>/dev/null; then
 			server_pid=
 			echo "the server exited before answering: $log" >&2

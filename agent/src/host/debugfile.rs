@@ -94,7 +94,13 @@ fn is_debug_file_of(path: &Path, build_id: &[u8], link: Option<&DebugLink>) -> b
 /// The debug file of `image` (a path in process `pid`'s mount namespace) with `build_id`, or
 /// `None`. `dirs` are the debug directories ([`DEFAULT_DIRS`] unless configured).
 pub fn find(pid: u32, image: &str, build_id: &[u8], dirs: &[PathBuf]) -> Option<PathBuf> {
-    let roots = [PathBuf::from(format!("/proc/{pid}/root")), PathBuf::from("/")];
+    // A process whose root is the host's is searched as the host: the path found then stays
+    // good after the process exits (callers cache it by build id).
+    let own_root = PathBuf::from(format!("/proc/{pid}/root"));
+    let roots = match same_file(&own_root, Path::new("/")) {
+        true => vec![PathBuf::from("/")],
+        false => vec![own_root, PathBuf::from("/")],
+    };
     let link = roots
         .iter()
         .find_map(|root| debug_link(&root.join(image.trim_start_matches('/'))));
@@ -114,6 +120,15 @@ pub fn find(pid: u32, image: &str, build_id: &[u8], dirs: &[PathBuf]) -> Option<
     None
 }
 
+/// Whether `a` and `b` are the same file (directory), as their device and inode say.
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
 /// [`DEFAULT_DIRS`] as paths.
 pub fn default_dirs() -> Vec<PathBuf> {
     DEFAULT_DIRS.iter().map(PathBuf::from).collect()
@@ -122,6 +137,15 @@ pub fn default_dirs() -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// This process's root is the host's: debug files found for it are host paths, good after
+    /// it exits.
+    #[test]
+    fn a_process_sharing_the_host_root_is_searched_as_the_host() {
+        let me = std::process::id();
+        assert!(same_file(Path::new(&format!("/proc/{me}/root")), Path::new("/")));
+        assert!(!same_file(Path::new("/proc"), Path::new("/")));
+    }
 
     #[test]
     fn candidates_follow_gdb_order() {

@@ -78,7 +78,7 @@ impl Inner {
     }
 }
 
-/// The file mappings of processes seen alive, by tgid; shared by the thread that reads them at
+/// The executable file mappings of processes seen alive, by tgid; shared by the thread that reads them at
 /// a process's first sample and the symbolizer that names its frames. Cloning shares them.
 #[derive(Clone, Debug, Default)]
 pub struct ProcessMaps(Arc<Mutex<Inner>>);

@@ -217,8 +217,9 @@ pub struct Unwinder {
     /// other's rules. One per process was 16 KiB each, and a node of short processes (shell
     /// scripts) has hundreds alive between two sweeps.
     cache: CacheX86_64,
-    /// Modules generations drawn since `cache` was made: it is made anew before the 16-bit
-    /// counter can wrap around to a generation it still holds.
+    /// Modules generations drawn since `cache` was made. Before the 16-bit counter can come
+    /// round to a generation drawn in that time, the cache is made anew and every process
+    /// forgotten (a long-lived process keeps the generation it was built with).
     generations: u32,
     pub stats: UnwindStats,
 }
@@ -367,6 +368,9 @@ impl Unwinder {
         // One generation for the unwinder, one per module added.
         self.generations += 1 + process.covered.len() as u32;
         if self.generations >= GENERATIONS_PER_CACHE {
+            // The processes built before keep their generations, which the counter will come
+            // round to: they are built anew (with new ones) at their next snapshot.
+            self.processes.clear();
             self.cache = CacheX86_64::new();
             self.generations = 0;
         }
@@ -463,9 +467,12 @@ mod tests {
             1 + modules,
             "one for the unwinder, one per module"
         );
+        unwinder.rebuild(me);
+        assert_eq!(unwinder.processes(), 1);
         unwinder.generations = GENERATIONS_PER_CACHE - 1;
         unwinder.build(me);
         assert_eq!(unwinder.generations, 0, "made anew past the bound");
+        assert_eq!(unwinder.processes(), 0, "processes built before are built anew");
     }
 
     #[test]
