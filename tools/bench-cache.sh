@@ -36,13 +36,14 @@ command -v python3 >/dev/null || die "python3 is missing"
 # A fresh server for each run named by it (unless BENCH_CACHE_SERVER_URL names one): each build
 # uploads its images to a server that has none, and no server runs while frames are named on the
 # node (the agent samples the whole machine and would name the server's ClickHouse too).
+# Sets served_url.
 serve() {
 	[ -x "$server" ] || die "run make release first"
 	rm -rf "$runs/server"
 	local port
 	port=$(free_port)
 	start_server "$server" "127.0.0.1:$port" "$runs/server.log" --data-dir "$runs/server" || die "no server"
-	echo "http://127.0.0.1:$port"
+	served_url=http://127.0.0.1:$port
 }
 
 # One measurement: the agent for $2 seconds, frames named as $4 says, while short processes run
@@ -55,9 +56,9 @@ measure() {
 	rm -rf "$runs/batches-$name"
 	local to=(--output-dir "$runs/batches-$name")
 	if [ "$named" = server ]; then
-		local url=$server_url
-		[ -n "$url" ] || { serve >"$runs/url" && url=$(cat "$runs/url"); }
-		to=(--server-url "$url")
+		served_url=$server_url
+		[ -n "$served_url" ] || serve
+		to=(--server-url "$served_url")
 	fi
 	/usr/bin/time -f '%M' -o "$runs/time-$name" timeout -s TERM "$secs" "$agent" run \
 		${events:+--event "$events"} --node-name "cache-$label" --interval 5s "${to[@]}" \

@@ -103,11 +103,6 @@ impl Frames {
         self
     }
 
-    /// The separate debug file of the frame's image, if one is installed (cached by build id).
-    fn debug_file(&self, tgid: u32, frame: &v1::Frame) -> Option<PathBuf> {
-        self.debug_file_of(tgid, &frame.module, &frame.build_id)
-    }
-
     /// The separate debug file of `image` (a path as process `tgid` sees it) with `build_id`, if
     /// one is installed (cached by build id).
     fn debug_file_of(&self, tgid: u32, image: &str, build_id: &[u8]) -> Option<PathBuf> {
@@ -243,7 +238,8 @@ impl Frames {
         let mut by_file: HashMap<PathBuf, Vec<usize>> = HashMap::new();
         let mut rest = Vec::new();
         for i in local {
-            match (frames[i].elf_address, self.debug_file(tgid, &frames[i])) {
+            let debug_file = self.debug_file_of(tgid, &frames[i].module, &frames[i].build_id);
+            match (frames[i].elf_address, debug_file) {
                 (address, Some(path)) if address != 0 => by_file.entry(path).or_default().push(i),
                 _ => rest.push(i),
             }
