@@ -354,6 +354,19 @@ fn parse_event(s: &str) -> Result<EventKind, String> {
         })
 }
 
+/// Threads of the async runtime: it streams batches, uploads images and answers `/metrics`, while
+/// sampling, unwinding and naming run on threads of their own. A fixed number, not one per CPU:
+/// the agent's cost must not grow with the node's CPUs.
+const RUNTIME_WORKERS: usize = 2;
+
+fn async_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(RUNTIME_WORKERS)
+        .enable_all()
+        .build()
+        .context("failed to start the async runtime")
+}
+
 fn parse_label(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.trim().to_owned())),
@@ -362,6 +375,7 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
 }
 
 fn main() -> std::process::ExitCode {
+    bimodal_agent::host::memory::set_up_allocator();
     let cli = Cli::parse();
     let level = match cli.verbose {
         0 => "warn",
@@ -426,7 +440,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Import(a) => {
-            let runtime = tokio::runtime::Runtime::new().context("failed to start the async runtime")?;
+            let runtime = async_runtime()?;
             for dir in &a.dirs {
                 let sent = runtime.block_on(bimodal_proto::stream::import(dir, &a.server.address()))?;
                 eprintln!(
@@ -501,7 +515,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 output_dir: a.output_dir,
                 metrics_listen: a.metrics_listen,
             };
-            let runtime = tokio::runtime::Runtime::new().context("failed to start the async runtime")?;
+            let runtime = async_runtime()?;
             let duration = a.duration;
             let started = std::time::Instant::now();
             let summary = runtime.block_on(async {
