@@ -17,6 +17,12 @@
 //!   tiny skew is not called a band, and differ by a factor of at least
 //!   [`BandConfig::min_ratio`], so that two tight clusters 1% apart are not either.
 //!
+//! - **shape**, for a band of the smallest size allowed: its median must lie at least
+//!   [`BandConfig::min_edge_depth`] robust standard deviations of the other band past the cut.
+//!   The most extreme nodes of a heavy tail score the best d at the edge of the sizes allowed
+//!   (d grows as the split moves out into the tail) and trail off from the cut; a band gathers
+//!   beyond it (design 027).
+//!
 //! All must hold; otherwise the answer is "no bands", with the reason. Medians and MADs make the
 //! effect test robust to a few outliers; the minimum band size keeps one or two outliers from
 //! being a band on their own.
@@ -40,6 +46,9 @@ pub struct BandConfig {
     /// Smallest ratio of the bands' medians: nodes that differ by less are one band however
     /// tightly each side clusters (a node-wide counter read over windows a second apart).
     pub min_ratio: f64,
+    /// How far past the cut a band of the smallest size allowed must have its median, in robust
+    /// standard deviations of the other band: less, and it is the end of a tail.
+    pub min_edge_depth: f64,
     /// Null fleets drawn per fleet size (the smallest p-value is 1 / (draws + 1)).
     pub null_draws: usize,
     /// Seed of the null fleets: the same data always gets the same answer.
@@ -54,6 +63,7 @@ impl Default for BandConfig {
             alpha: 0.01,
             min_separation: 2.0,
             min_ratio: 1.1,
+            min_edge_depth: 1.25,
             null_draws: 999,
             seed: 0x6269_6d6f_6461_6c21,
         }
@@ -120,6 +130,10 @@ pub enum NoBands {
     TooClose { separation: f64 },
     #[error("the bands' medians differ by only {percent:.1}%")]
     TooSimilar { percent: f64 },
+    #[error(
+        "the best split is the {nodes} most extreme nodes, which trail off from the rest like the end of a tail (their median lies {depth:.1} standard deviations past the cut, not {needed})"
+    )]
+    Tail { nodes: usize, depth: f64, needed: f64 },
     #[error("a node of the higher band rests on only {events} samples (at least {needed} are needed)")]
     Stray { events: f64, needed: f64 },
 }
@@ -174,7 +188,9 @@ pub fn detect_counts(
         .collect();
     // The low values of counts are shaped by Poisson noise and the floor, not by how nodes
     // vary: a lower tail heavier than a normal one is expected, and no reason to test against
-    // heavier tails (the band's events are held to MIN_BAND_EVENTS instead).
+    // heavier tails or to hold a small band to the shape test, whose yardstick (the rest's
+    // spread) those few distinct values inflate (the band's events are held to MIN_BAND_EVENTS
+    // instead).
     match detect_in(&floored, config, null, false) {
         Bands::Two(mut split) => {
             let fewest = split
@@ -212,8 +228,8 @@ pub fn detect(values: &[f64], config: &BandConfig, null: &mut NullCache) -> Band
     detect_in(values, config, null, true)
 }
 
-/// [`detect`], testing against one-band fleets with the tails of the fleet (`match_tails`) or
-/// normal ones.
+/// [`detect`], testing against one-band fleets with the tails of the fleet and holding a band of
+/// the smallest size to the shape test (`match_tails`), or against normal ones alone.
 fn detect_in(values: &[f64], config: &BandConfig, null: &mut NullCache, match_tails: bool) -> Bands {
     let n = values.len();
     if n < config.min_fleet() {
@@ -299,6 +315,21 @@ fn detect_in(values: &[f64], config: &BandConfig, null: &mut NullCache, match_ta
             reason: NoBands::TooSimilar { percent },
             best: Some(split),
         };
+    }
+    let nodes = k.min(n - k);
+    if match_tails && nodes == min_band {
+        let (band, rest) = if k < n - k { (lo, hi) } else { (hi, lo) };
+        let depth = (median(band) - 0.5 * (sorted[k - 1] + sorted[k])).abs() / robust_sd(rest);
+        if depth < config.min_edge_depth {
+            return Bands::None {
+                reason: NoBands::Tail {
+                    nodes,
+                    depth,
+                    needed: config.min_edge_depth,
+                },
+                best: Some(split),
+            };
+        }
     }
     Bands::Two(split)
 }
@@ -610,6 +641,63 @@ mod tests {
             })
             .collect();
         assert!(found.len() <= 2, "bands in fleets {found:?}");
+    }
+
+    /// In fleets of 100, a heavy tail's far side often weighs like a normal one (three or so
+    /// extreme values say little), and the tail's extreme nodes then beat normal one-band
+    /// fleets. They are the smallest band allowed and trail off from the cut: without the shape
+    /// test 8 of these 40 fleets had a band, with it 3.
+    #[test]
+    fn the_end_of_a_tail_is_not_a_band() {
+        let mut null = NullCache::default();
+        let config = BandConfig::default();
+        let bands = |config: &BandConfig, null: &mut NullCache| -> Vec<u64> {
+            (0..40)
+                .filter(|&seed| {
+                    matches!(
+                        detect(&heavy_fleet(seed, 100, 0, 1.0, 3.0), config, null),
+                        Bands::Two(_)
+                    )
+                })
+                .collect()
+        };
+        let shapeless = BandConfig {
+            min_edge_depth: 0.0,
+            ..config.clone()
+        };
+        let before = bands(&shapeless, &mut null);
+        assert!(before.len() >= 6, "the fleets no longer test the rule: {before:?}");
+        let after = bands(&config, &mut null);
+        assert!(after.len() <= 3, "bands in fleets {after:?} (before: {before:?})");
+        let seed = *before
+            .iter()
+            .find(|s| !after.contains(s))
+            .expect("a fleet the rule changed");
+        let got = detect(&heavy_fleet(seed, 100, 0, 1.0, 3.0), &config, &mut null);
+        assert!(
+            matches!(
+                got,
+                Bands::None {
+                    reason: NoBands::Tail { nodes: 5, .. },
+                    ..
+                }
+            ),
+            "seed {seed}: {got:?}"
+        );
+    }
+
+    /// A band of the smallest size allowed that gathers beyond the cut (5 of 100 nodes 2x
+    /// slower, 5% noise) is a band.
+    #[test]
+    fn a_small_band_that_gathers_is_found() {
+        let mut null = NullCache::default();
+        for seed in 0..10 {
+            let got = detect(&fleet(seed, 100, 5, 2.0, 0.05), &BandConfig::default(), &mut null);
+            let Bands::Two(split) = got else {
+                panic!("seed {seed}: no bands: {got:?}");
+            };
+            assert_eq!(split.high, [0, 1, 2, 3, 4], "seed {seed}");
+        }
     }
 
     /// The same heavy-tailed noise with a tenth of the nodes 3x slower: that tenth is the band.
