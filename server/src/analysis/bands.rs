@@ -3,7 +3,7 @@
 //! A fleet metric (CPU per unit of work, page faults per CPU-second, …) is compared in log space:
 //! slowness is a factor, and node-to-node noise is multiplicative. Every split of the sorted
 //! values that leaves at least [`BandConfig::min_band`] nodes on each side is scored by Cohen's d
-//! between the two sides, and the best split is kept. Two tests decide whether it is a band:
+//! between the two sides, and the best split is kept. Three tests decide whether it is a band:
 //!
 //! - **significance**: the best split's d is compared with the best split's d in fleets of the
 //!   same size drawn from one distribution (in log space): a normal one (log-normal noise), or,
@@ -16,7 +16,6 @@
 //!   standard deviations (1.4826 × MAD within each band, pooled) apart, so that a large fleet's
 //!   tiny skew is not called a band, and differ by a factor of at least
 //!   [`BandConfig::min_ratio`], so that two tight clusters 1% apart are not either.
-//!
 //! - **shape**, for a band of the smallest size allowed: its median must lie at least
 //!   [`BandConfig::min_edge_depth`] robust standard deviations of the other band past the cut.
 //!   The most extreme nodes of a heavy tail score the best d at the edge of the sizes allowed
@@ -131,9 +130,15 @@ pub enum NoBands {
     #[error("the bands' medians differ by only {percent:.1}%")]
     TooSimilar { percent: f64 },
     #[error(
-        "the best split is the {nodes} most extreme nodes, which trail off from the rest like the end of a tail (their median lies {depth:.1} standard deviations past the cut, not {needed})"
+        "the best split is the {nodes} {end} nodes, which trail off from the rest like the end of a tail: their median lies only {depth:.1} of the rest's standard deviations past the cut (at least {needed} are needed)"
     )]
-    Tail { nodes: usize, depth: f64, needed: f64 },
+    EndOfTail {
+        nodes: usize,
+        /// "highest" or "lowest".
+        end: &'static str,
+        depth: f64,
+        needed: f64,
+    },
     #[error("a node of the higher band rests on only {events} samples (at least {needed} are needed)")]
     Stray { events: f64, needed: f64 },
 }
@@ -190,7 +195,7 @@ pub fn detect_counts(
     // vary: a lower tail heavier than a normal one is expected, and no reason to test against
     // heavier tails or to hold a small band to the shape test, whose yardstick (the rest's
     // spread) those few distinct values inflate (the band's events are held to MIN_BAND_EVENTS
-    // instead).
+    // instead). Values without evidence above go through `detect`, with both.
     match detect_in(&floored, config, null, false) {
         Bands::Two(mut split) => {
             let fewest = split
@@ -228,9 +233,10 @@ pub fn detect(values: &[f64], config: &BandConfig, null: &mut NullCache) -> Band
     detect_in(values, config, null, true)
 }
 
-/// [`detect`], testing against one-band fleets with the tails of the fleet and holding a band of
-/// the smallest size to the shape test (`match_tails`), or against normal ones alone.
-fn detect_in(values: &[f64], config: &BandConfig, null: &mut NullCache, match_tails: bool) -> Bands {
+/// [`detect`]. `heavy_tails`: the node-to-node noise may have heavy tails, so the split is tested
+/// against one-band fleets with the tails of the fleet and a band of the smallest size is held
+/// to the shape test; else against normal one-band fleets alone.
+fn detect_in(values: &[f64], config: &BandConfig, null: &mut NullCache, heavy_tails: bool) -> Bands {
     let n = values.len();
     if n < config.min_fleet() {
         return Bands::None {
@@ -269,7 +275,7 @@ fn detect_in(values: &[f64], config: &BandConfig, null: &mut NullCache, match_ta
         return Bands::None { reason, best: None };
     };
     // Weighed on the tail away from the smaller band: the band cannot weigh in there.
-    let tail = match match_tails {
+    let tail = match heavy_tails {
         true => null.tail(n, tail_weight(&sorted, n - k > k), config),
         false => 0,
     };
@@ -317,13 +323,20 @@ fn detect_in(values: &[f64], config: &BandConfig, null: &mut NullCache, match_ta
         };
     }
     let nodes = k.min(n - k);
-    if match_tails && nodes == min_band {
-        let (band, rest) = if k < n - k { (lo, hi) } else { (hi, lo) };
+    if heavy_tails && nodes == min_band {
+        let ((band, rest), end) = if k < n - k {
+            ((lo, hi), "lowest")
+        } else {
+            ((hi, lo), "highest")
+        };
+        // Never zero: the cut lies between two different values. A rest of equal values
+        // (no spread) leaves the band infinitely deep.
         let depth = (median(band) - 0.5 * (sorted[k - 1] + sorted[k])).abs() / robust_sd(rest);
         if depth < config.min_edge_depth {
             return Bands::None {
-                reason: NoBands::Tail {
+                reason: NoBands::EndOfTail {
                     nodes,
+                    end,
                     depth,
                     needed: config.min_edge_depth,
                 },
@@ -678,7 +691,7 @@ mod tests {
             matches!(
                 got,
                 Bands::None {
-                    reason: NoBands::Tail { nodes: 5, .. },
+                    reason: NoBands::EndOfTail { nodes: 5, .. },
                     ..
                 }
             ),
