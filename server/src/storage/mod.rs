@@ -47,6 +47,8 @@ pub enum StorageError {
     },
     #[error("ClickHouse did not answer within {0:?}")]
     Timeout(std::time::Duration),
+    #[error("ClickHouse still runs {0} write(s) an earlier attempt gave up on")]
+    StillWriting(u64),
     #[error("ClickHouse failed to run `{statement}`: {source}")]
     Statement {
         statement: String,

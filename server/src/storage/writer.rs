@@ -16,6 +16,9 @@
 //!
 //! A failed flush is tried again (from step 1, with step 2 for every batch) until
 //! `retry_for` has passed; then its batches are answered "retry later" and the agents keep them.
+//! An attempt that timed out may have left an INSERT running in ClickHouse, which then stores
+//! its rows after the attempt gave up: no attempt begins while one does (its queries carry the
+//! attempt's id), or step 2 would read those rows as missing and write them again.
 //! The buffer is bounded in rows: a stream that finds it full waits a little, then its batch is
 //! answered "retry later" with a delay, which the agent honours.
 
@@ -290,6 +293,8 @@ struct Flusher {
     nodes: HashMap<Arc<str>, NodeState>,
     sources: HashMap<(&'static str, Arc<str>), Instant>,
     dimensions: Arc<Dimensions>,
+    /// Query ids of attempts that failed, whose queries may still run in ClickHouse.
+    unsettled: Vec<String>,
 }
 
 impl Flusher {
@@ -303,6 +308,7 @@ impl Flusher {
             sources: HashMap::new(),
             dimensions,
             config,
+            unsettled: Vec::new(),
         }
     }
 
@@ -393,9 +399,14 @@ impl Flusher {
         let mut attempt = 0;
         let outcomes = loop {
             let attempt_timeout = self.config.attempt_timeout;
-            let result = tokio::time::timeout(attempt_timeout, self.write(&batches, attempt > 0))
+            // Every query of the attempt carries this id (ClickHouse's query_id).
+            let id = format!("bimodal-flush-{}", uuid::Uuid::new_v4().simple());
+            let result = tokio::time::timeout(attempt_timeout, self.write(&batches, attempt > 0, &id))
                 .await
                 .unwrap_or_else(|_| Err(StorageError::Timeout(attempt_timeout).counted("write")));
+            if result.is_err() {
+                self.unsettled.push(id);
+            }
             match result {
                 Ok(outcomes) => break outcomes,
                 Err(e) if Instant::now() + backoff < deadline => {
@@ -429,10 +440,32 @@ impl Flusher {
         }
     }
 
-    /// One attempt at writing `batches`; `again` when an earlier attempt may have written part.
-    async fn write(&mut self, batches: &[Pending], again: bool) -> Result<Vec<Outcome>, StorageError> {
+    /// Whether a query of an attempt that failed still runs in ClickHouse: forgets those that
+    /// do not; an error while one does.
+    async fn settle(&mut self, client: &Client) -> Result<(), StorageError> {
+        if self.unsettled.is_empty() {
+            return Ok(());
+        }
+        let running: Vec<String> = client
+            .query("SELECT query_id FROM system.processes WHERE has(?, query_id)")
+            .bind(&self.unsettled)
+            .fetch_all()
+            .await
+            .map_err(StorageError::query("read which writes still run"))?;
+        self.unsettled.retain(|id| running.contains(id));
+        match self.unsettled.len() {
+            0 => Ok(()),
+            n => Err(StorageError::StillWriting(n as u64).counted("write")),
+        }
+    }
+
+    /// One attempt at writing `batches`, its queries under the query id `id`; `again` when an
+    /// earlier attempt may have written part.
+    async fn write(&mut self, batches: &[Pending], again: bool, id: &str) -> Result<Vec<Outcome>, StorageError> {
         let store = self.store.clone();
-        let client = store.writer_client();
+        // 0. No write given up on still runs: it could store rows step 2 reads as missing.
+        self.settle(&store.writer_client()).await?;
+        let client = store.writer_client().with_setting("query_id", id);
         let me = store.server_id;
         let lease_ms = self.config.claim_lease.as_millis() as u64;
 
