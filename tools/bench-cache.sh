@@ -4,7 +4,7 @@
 # (python3, 0.1 s of work each, every one a new process whose mappings the agent reads and whose
 # files it may open anew), for BENCH_CACHE_SECONDS (15 and 45 by default: memory that grows with
 # the processes seen shows as a larger peak for the longer run). Reports the agent's peak RSS
-# (GNU time) and the processes run, for this build and, side by side, for BIMODAL_AGENT_B when
+# and CPU time (GNU time) and the processes run, for this build and, side by side, for BIMODAL_AGENT_B when
 # given (an older build), with frames named by the server (what `run` does by default; a fresh
 # server is started, or BENCH_CACHE_SERVER_URL's is used) and on the node (`--output-dir`), as
 # BENCH_CACHE_NAMING lists ("node server" by default). BENCH_CACHE_EVENTS="" samples every kind
@@ -60,7 +60,7 @@ measure() {
 		[ -n "$served_url" ] || serve
 		to=(--server-url "$served_url")
 	fi
-	/usr/bin/time -f '%M' -o "$runs/time-$name" timeout -s TERM "$secs" "$agent" run \
+	/usr/bin/time -f '%M %U %S' -o "$runs/time-$name" timeout -s TERM "$secs" "$agent" run \
 		${events:+--event "$events"} --node-name "cache-$label" --interval 5s "${to[@]}" \
 		2>"$runs/agent-$name.log" &
 	local ag=$! n=0
@@ -73,15 +73,17 @@ while time.monotonic() < t: sum(range(1000))'
 	wait "$ag" || true
 	stop_server
 	grep -q "ERROR" "$runs/agent-$name.log" && die "the agent failed: $runs/agent-$name.log"
-	echo "$(($(tail -n1 "$runs/time-$name") / 1024)) $n"
+	local kib user sys
+	read -r kib user sys < <(tail -n1 "$runs/time-$name")
+	echo "$((kib / 1024)) $n $(awk -v u="$user" -v s="$sys" 'BEGIN { print u + s }')"
 }
 
 {
 	trap stop_server EXIT
 	echo "events: ${events:-every kind the machine has}"
 	echo
-	echo "| build | frames named | recording | processes run | agent peak RSS |"
-	echo "|---|---|---|---|---|"
+	echo "| build | frames named | recording | processes run | agent peak RSS | agent CPU (user + sys) |"
+	echo "|---|---|---|---|---|---|"
 	for named in $naming; do
 		case $named in
 		server | node) ;;
@@ -90,10 +92,10 @@ while time.monotonic() < t: sum(range(1000))'
 		for secs in $seconds; do
 			for pair in "A:$agent_a" ${agent_b:+"B:$agent_b"}; do
 				label=${pair%%:*} agent=${pair#*:}
-				read -r rss n < <(measure "$agent" "$secs" "$label" "$named")
+				read -r rss n cpu < <(measure "$agent" "$secs" "$label" "$named")
 				where="by the server"
 				[ "$named" = node ] && where="on the node"
-				echo "| $label ($agent) | $where | ${secs} s | $n | $rss MiB |"
+				echo "| $label ($agent) | $where | ${secs} s | $n | $rss MiB | $cpu s |"
 			done
 		done
 	done
