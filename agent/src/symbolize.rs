@@ -10,7 +10,7 @@ use blazesym::symbolize::source::{Kernel, Process, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use blazesym::Pid;
 
-use crate::host::files::{in_process, shares_host_root};
+use crate::host::files::in_process;
 use crate::host::maps::MappingClass;
 use crate::host::{debugfile, elf};
 use crate::sample::processes::ProcessMaps;
@@ -203,26 +203,19 @@ impl Frames {
             .clone()
     }
 
-    /// Names the frames `local` from their image files by ELF address, each file parsed once for
-    /// every process that maps it. `root`: the process whose root the files are seen through, or
-    /// `None` for the host's (a process that shares it, or has exited). Returns the frames whose
-    /// file could not be read.
-    fn name_from_images(&self, root: Option<u32>, frames: &mut [v1::Frame], local: Vec<usize>) -> Vec<usize> {
+    /// Names the frames `local` from their images on the host, by ELF address (for a process
+    /// that has exited).
+    fn name_from_images(&self, frames: &mut [v1::Frame], local: Vec<usize>) {
         let mut by_image: HashMap<String, Vec<usize>> = HashMap::new();
         for i in local {
             if frames[i].elf_address != 0 && !frames[i].module.is_empty() {
                 by_image.entry(frames[i].module.clone()).or_default().push(i);
             }
         }
-        let mut failed = Vec::new();
         for (image, wanted) in by_image {
             let vaddrs: Vec<u64> = wanted.iter().map(|&i| frames[i].elf_address).collect();
-            let path = match root {
-                Some(tgid) => in_process(tgid, &image),
-                None => PathBuf::from(image),
-            };
-            let source = Source::Elf(blazesym::symbolize::source::Elf::new(&path));
-            let symbolizer = self.symbolizer(&path.to_string_lossy());
+            let source = Source::Elf(blazesym::symbolize::source::Elf::new(&image));
+            let symbolizer = self.symbolizer(&image);
             match symbolizer.symbolize(&source, Input::VirtOffset(&vaddrs)) {
                 Ok(symbols) => {
                     for (i, sym) in wanted.into_iter().zip(symbols) {
@@ -230,14 +223,12 @@ impl Frames {
                     }
                 }
                 Err(e) => {
-                    for &i in &wanted {
+                    for i in wanted {
                         frames[i].unsymbolized_reason = format!("symbolization failed: {e}");
                     }
-                    failed.extend(wanted);
                 }
             }
         }
-        failed
     }
 
     /// Names the frames `local` (indices into `frames`) whose images have a separate debug file
@@ -379,30 +370,15 @@ impl Frames {
         }
         if exited {
             // No process to read: each image is read from the host.
-            self.name_from_images(None, &mut frames, local);
+            self.name_from_images(&mut frames, local);
             return frames;
         }
-        // Frames in image files are named from the files, each parsed once for every process
-        // that maps it (through the process, its files are opened by /proc/PID/map_files and
-        // parsed anew for each process); the rest (a JIT's code, named by its perf map, or a
-        // file that could not be read) through the process.
-        let (in_files, rest): (Vec<usize>, Vec<usize>) = local
-            .into_iter()
-            .partition(|&i| frames[i].elf_address != 0 && !frames[i].module.is_empty());
-        let root = (!shares_host_root(tgid)).then_some(tgid);
-        let mut local = self.name_from_images(root, &mut frames, in_files);
-        local.extend(rest);
-        if local.is_empty() {
-            return frames;
-        }
-        local.sort_unstable();
         let local_addrs: Vec<u64> = local.iter().map(|&i| addrs[i]).collect();
         let mut process = Process::new(Pid::from(tgid));
         // JIT runtimes publish symbols in /tmp/perf-PID.map.
         process.perf_map = true;
         let source = Source::Process(process);
         // Its files are opened through /proc/PID/map_files: cached apart from any other process's.
-        // Only frames no file names come here.
         let symbolizer = self.symbolizer(&format!("process {tgid}"));
         match symbolizer.symbolize(&source, Input::AbsAddr(&local_addrs)) {
             Ok(symbolized) => {
@@ -430,7 +406,7 @@ impl Frames {
             .filter(|&i| frames[i].function.is_empty() && !frames[i].module.is_empty())
             .collect();
         if !unnamed.is_empty() && has_exited(tgid) {
-            self.name_from_images(None, &mut frames, unnamed);
+            self.name_from_images(&mut frames, unnamed);
         }
         frames
     }
@@ -636,59 +612,6 @@ mod tests {
     #[inline(never)]
     fn a_function_to_name() -> u64 {
         std::hint::black_box(a_function_to_name as *const () as u64)
-    }
-
-    /// The start of the first executable mapping of `path_end` in process `pid`, once it maps one
-    /// (a child just spawned may not have exec'd yet).
-    fn code_of(pid: u32, path_end: &str) -> u64 {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        loop {
-            let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-            let start = maps.lines().find_map(|line| {
-                let fields: Vec<&str> = line.split_whitespace().collect();
-                let (range, perms, path) = (fields[0], fields[1], fields.get(5)?);
-                (perms.starts_with("r-x") && path.ends_with(path_end))
-                    .then(|| u64::from_str_radix(range.split('-').next()?, 16).ok())?
-            });
-            if let Some(start) = start {
-                return start;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "process {pid} never mapped {path_end}"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-    }
-
-    /// Live processes of one image share its parsed tables: frames of three `sleep`s name from
-    /// one parsed image, where each process was one before (its files opened through its own
-    /// /proc/PID/map_files).
-    #[test]
-    fn processes_of_one_image_share_its_parsed_tables() {
-        let frames = Frames::default();
-        let mut sleeps: Vec<std::process::Child> = (0..3)
-            .map(|_| {
-                std::process::Command::new("sleep")
-                    .arg("60")
-                    .spawn()
-                    .expect("sleep runs")
-            })
-            .collect();
-        for sleep in &sleeps {
-            let ip = [Ip {
-                address: code_of(sleep.id(), "/sleep") + 0x10,
-                leaf: true,
-            }];
-            let frame = &frames.user(sleep.id(), &ip)[0];
-            assert!(frame.module.ends_with("/sleep"), "{frame:?}");
-        }
-        for sleep in &mut sleeps {
-            let _ = sleep.kill();
-            let _ = sleep.wait();
-        }
-        let images = frames.images.borrow();
-        assert_eq!(images.len(), 1, "{images:?}");
     }
 
     /// Past its bound the symbolizer is made anew and its caches emptied, and names stay right.

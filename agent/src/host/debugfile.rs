@@ -10,8 +10,6 @@
 
 use std::path::{Path, PathBuf};
 
-use super::files::shares_host_root;
-
 /// Where distributions install debug files (Debian's `-dbgsym` packages, Fedora's `-debuginfo`).
 pub const DEFAULT_DIRS: &[&str] = &["/usr/lib/debug", "/lib/debug"];
 
@@ -98,9 +96,10 @@ fn is_debug_file_of(path: &Path, build_id: &[u8], link: Option<&DebugLink>) -> b
 pub fn find(pid: u32, image: &str, build_id: &[u8], dirs: &[PathBuf]) -> Option<PathBuf> {
     // A process whose root is the host's is searched as the host: the path found then stays
     // good after the process exits (callers cache it by build id).
-    let roots = match shares_host_root(pid) {
+    let own_root = PathBuf::from(format!("/proc/{pid}/root"));
+    let roots = match same_file(&own_root, Path::new("/")) {
         true => vec![PathBuf::from("/")],
-        false => vec![PathBuf::from(format!("/proc/{pid}/root")), PathBuf::from("/")],
+        false => vec![own_root, PathBuf::from("/")],
     };
     let link = roots
         .iter()
@@ -121,6 +120,15 @@ pub fn find(pid: u32, image: &str, build_id: &[u8], dirs: &[PathBuf]) -> Option<
     None
 }
 
+/// Whether `a` and `b` are the same file (directory), as their device and inode say.
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
 /// [`DEFAULT_DIRS`] as paths.
 pub fn default_dirs() -> Vec<PathBuf> {
     DEFAULT_DIRS.iter().map(PathBuf::from).collect()
@@ -134,8 +142,9 @@ mod tests {
     /// it exits.
     #[test]
     fn a_process_sharing_the_host_root_is_searched_as_the_host() {
-        assert!(shares_host_root(std::process::id()));
-        assert!(!shares_host_root(u32::MAX), "no such process");
+        let me = std::process::id();
+        assert!(same_file(Path::new(&format!("/proc/{me}/root")), Path::new("/")));
+        assert!(!same_file(Path::new("/proc"), Path::new("/")));
     }
 
     #[test]

@@ -128,16 +128,6 @@ pub fn in_process(tgid: u32, path: &str) -> PathBuf {
         .join(path.trim_start_matches('/'))
 }
 
-/// Whether process `tgid`'s root is the host's (the same directory, as device and inode say):
-/// its files are then the host's at the same paths, which outlive it. False when it is gone.
-pub fn shares_host_root(tgid: u32) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match (fs::metadata(format!("/proc/{tgid}/root")), fs::metadata("/")) {
-        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
-        _ => false,
-    }
-}
-
 /// Writes `content` at `root/relative`, creating parent directories: a fake procfs or sysfs for
 /// the readers' tests.
 #[cfg(test)]
