@@ -41,6 +41,11 @@ const CLAIMED: u8 = 1;
 const STORED: u8 = 2;
 const WITHDRAWN: u8 = 3;
 
+/// A flush attempt's id (ClickHouse's `query_id` of its queries; its INSERTs' begin with it):
+/// this prefix and a UUID's 32 hex digits.
+const ATTEMPT_ID_PREFIX: &str = "bimodal-flush-";
+const ATTEMPT_ID_LEN: usize = ATTEMPT_ID_PREFIX.len() + 32;
+
 /// Fact parts a batch can have, as `batch_progress.part` names them.
 const PARTS: [&str; 4] = ["samples", "data_samples", "counters", "placements"];
 
@@ -293,8 +298,11 @@ struct Flusher {
     nodes: HashMap<Arc<str>, NodeState>,
     sources: HashMap<(&'static str, Arc<str>), Instant>,
     dimensions: Arc<Dimensions>,
-    /// Query ids of attempts that failed, whose queries may still run in ClickHouse.
+    /// Query ids of attempts that failed after they began writing, whose INSERTs may still run
+    /// in ClickHouse.
     unsettled: Vec<String>,
+    /// Whether the attempt under way has begun writing (it found nothing unsettled running).
+    began_writing: bool,
 }
 
 impl Flusher {
@@ -309,6 +317,7 @@ impl Flusher {
             dimensions,
             config,
             unsettled: Vec::new(),
+            began_writing: false,
         }
     }
 
@@ -400,11 +409,12 @@ impl Flusher {
         let outcomes = loop {
             let attempt_timeout = self.config.attempt_timeout;
             // Every query of the attempt carries this id (ClickHouse's query_id).
-            let id = format!("bimodal-flush-{}", uuid::Uuid::new_v4().simple());
+            let id = format!("{ATTEMPT_ID_PREFIX}{}", uuid::Uuid::new_v4().simple());
+            self.began_writing = false;
             let result = tokio::time::timeout(attempt_timeout, self.write(&batches, attempt > 0, &id))
                 .await
                 .unwrap_or_else(|_| Err(StorageError::Timeout(attempt_timeout).counted("write")));
-            if result.is_err() {
+            if result.is_err() && self.began_writing {
                 self.unsettled.push(id);
             }
             match result {
@@ -440,19 +450,27 @@ impl Flusher {
         }
     }
 
-    /// Whether a query of an attempt that failed still runs in ClickHouse: forgets those that
-    /// do not; an error while one does.
+    /// Whether an INSERT of an attempt that failed still runs in ClickHouse (the ids of an
+    /// attempt's INSERTs begin with the attempt's): forgets the attempts none of whose INSERTs
+    /// does; an error while one does.
     async fn settle(&mut self, client: &Client) -> Result<(), StorageError> {
         if self.unsettled.is_empty() {
             return Ok(());
         }
+        // The attempt's id as the start of each INSERT's (no lambda: 18.16's cannot read a
+        // column of the table).
         let running: Vec<String> = client
-            .query("SELECT query_id FROM system.processes WHERE has(?, query_id)")
+            .query(
+                "SELECT DISTINCT substring(query_id, 1, ?) FROM system.processes \
+                 WHERE startsWith(query, 'INSERT') AND has(?, substring(query_id, 1, ?))",
+            )
+            .bind(ATTEMPT_ID_LEN)
             .bind(&self.unsettled)
+            .bind(ATTEMPT_ID_LEN)
             .fetch_all()
             .await
             .map_err(StorageError::query("read which writes still run"))?;
-        self.unsettled.retain(|id| running.contains(id));
+        self.unsettled.retain(|attempt| running.contains(attempt));
         match self.unsettled.len() {
             0 => Ok(()),
             n => Err(StorageError::StillWriting(n as u64).counted("write")),
@@ -465,6 +483,7 @@ impl Flusher {
         let store = self.store.clone();
         // 0. No write given up on still runs: it could store rows step 2 reads as missing.
         self.settle(&store.writer_client()).await?;
+        self.began_writing = true;
         let client = store.writer_client().with_setting("query_id", id);
         let me = store.server_id;
         let lease_ms = self.config.claim_lease.as_millis() as u64;
@@ -844,15 +863,22 @@ pub fn node_labels(sender: &Sender) -> (Vec<String>, Vec<String>) {
     labels.into_iter().unzip()
 }
 
+/// An INSERT into `table`; under a client with a query id (a flush attempt's), the INSERT's own
+/// id is that id and the table: two may be open at once (`nodes` and `node_facts`), and
+/// ClickHouse refuses a query whose id is running.
 async fn begin<R: clickhouse::Row>(
     client: &Client,
     table: &'static str,
 ) -> Result<clickhouse::insert::Insert<R>, StorageError> {
-    Ok(client
+    let insert = client
         .insert::<R>(table)
         .await
         .map_err(insert_error(table))?
-        .with_timeouts(Some(Duration::from_secs(30)), Some(Duration::from_secs(60))))
+        .with_timeouts(Some(Duration::from_secs(30)), Some(Duration::from_secs(60)));
+    Ok(match client.get_setting("query_id") {
+        Some(attempt) => insert.with_setting("query_id", format!("{attempt}-{table}")),
+        None => insert,
+    })
 }
 
 async fn finish<R>(insert: clickhouse::insert::Insert<R>, any: bool, table: &'static str) -> Result<(), StorageError> {
