@@ -4,8 +4,8 @@
 # (python3, 0.1 s of work each, every one a new process whose mappings the agent reads and whose
 # files it may open anew), for BENCH_CACHE_SECONDS (15 and 45 by default: memory that grows with
 # the processes seen shows as a larger peak for the longer run). Reports the agent's peak RSS
-# and CPU time (GNU time) and the processes run, for this build and, side by side, for BIMODAL_AGENT_B when
-# given (an older build), with frames named by the server (what `run` does by default; a fresh
+# and CPU time (GNU time) and the processes run, for this build and, side by side, for
+# BIMODAL_AGENT_B when given (an older build), with frames named by the server (what `run` does by default; a fresh
 # server is started, or BENCH_CACHE_SERVER_URL's is used) and on the node (`--output-dir`), as
 # BENCH_CACHE_NAMING lists ("node server" by default). BENCH_CACHE_EVENTS="" samples every kind
 # the machine has instead of cpu. Prints a Markdown table, also written to $BENCH_OUT/cache.md.

@@ -299,10 +299,8 @@ struct Flusher {
     sources: HashMap<(&'static str, Arc<str>), Instant>,
     dimensions: Arc<Dimensions>,
     /// Query ids of attempts that failed after they began writing, whose INSERTs may still run
-    /// in ClickHouse.
+    /// in ClickHouse (the attempt under way's too, until it succeeds).
     unsettled: Vec<String>,
-    /// Whether the attempt under way has begun writing (it found nothing unsettled running).
-    began_writing: bool,
 }
 
 impl Flusher {
@@ -317,7 +315,6 @@ impl Flusher {
             dimensions,
             config,
             unsettled: Vec::new(),
-            began_writing: false,
         }
     }
 
@@ -410,13 +407,9 @@ impl Flusher {
             let attempt_timeout = self.config.attempt_timeout;
             // Every query of the attempt carries this id (ClickHouse's query_id).
             let id = format!("{ATTEMPT_ID_PREFIX}{}", uuid::Uuid::new_v4().simple());
-            self.began_writing = false;
             let result = tokio::time::timeout(attempt_timeout, self.write(&batches, attempt > 0, &id))
                 .await
                 .unwrap_or_else(|_| Err(StorageError::Timeout(attempt_timeout).counted("write")));
-            if result.is_err() && self.began_writing {
-                self.unsettled.push(id);
-            }
             match result {
                 Ok(outcomes) => break outcomes,
                 Err(e) if Instant::now() + backoff < deadline => {
@@ -483,7 +476,8 @@ impl Flusher {
         let store = self.store.clone();
         // 0. No write given up on still runs: it could store rows step 2 reads as missing.
         self.settle(&store.writer_client()).await?;
-        self.began_writing = true;
+        // Left among the unsettled if the attempt fails (or is given up on) from here on.
+        self.unsettled.push(id.to_owned());
         let client = store.writer_client().with_setting("query_id", id);
         let me = store.server_id;
         let lease_ms = self.config.claim_lease.as_millis() as u64;
@@ -566,6 +560,7 @@ impl Flusher {
             total = ?began.elapsed(),
             "flushed"
         );
+        self.unsettled.pop();
         Ok(outcomes.into_iter().map(|o| o.unwrap_or(Outcome::Stored)).collect())
     }
 
