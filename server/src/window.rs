@@ -94,17 +94,10 @@ impl Window {
                 f64::from(end.saturating_sub(start).max(1))
             })
             .collect();
-        let units: HashMap<(String, String), String> = store
-            .sources()
-            .await?
-            .into_iter()
-            .map(|s| ((s.event, s.source), s.unit))
-            .collect();
-        // Values per (event, source), per node.
-        let mut totals: Vec<(&'static str, String, Vec<Option<f64>>)> = Vec::new();
-        // Samples behind each total: what a rate rests on.
-        let mut samples: HashMap<(&'static str, String), Vec<f64>> = HashMap::new();
-        for event in EventKind::ALL {
+        let names: Vec<String> = nodes.iter().map(|n| n.node.clone()).collect();
+        // Every read below needs only the nodes: all at once (each is a few milliseconds of
+        // ClickHouse's time and a round trip; one after another they were most of a window's).
+        let totals_of = |event: EventKind| {
             let scope = Scope {
                 event: event.name(),
                 source: None,
@@ -112,8 +105,24 @@ impl Window {
                 from,
                 to,
             };
+            async move { store.node_totals(&scope).await.map(|t| (event, t)) }
+        };
+        let (sources, event_totals, counter_rows, sampled_with, placements) = tokio::try_join!(
+            store.sources(),
+            futures_util::future::try_join_all(EventKind::ALL.into_iter().map(totals_of)),
+            store.node_counters(&names, from, to),
+            store.node_sources(&names, from, to),
+            store.placements_of(&names, from, to),
+        )?;
+        let units: HashMap<(String, String), String> =
+            sources.into_iter().map(|s| ((s.event, s.source), s.unit)).collect();
+        // Values per (event, source), per node.
+        let mut totals: Vec<(&'static str, String, Vec<Option<f64>>)> = Vec::new();
+        // Samples behind each total: what a rate rests on.
+        let mut samples: HashMap<(&'static str, String), Vec<f64>> = HashMap::new();
+        for (event, found) in event_totals {
             let mut by_source: BTreeMap<String, Vec<Option<f64>>> = BTreeMap::new();
-            for t in store.node_totals(&scope).await? {
+            for t in found {
                 let Some(&i) = index.get(&t.node) else { continue };
                 samples
                     .entry((event.name(), t.source.clone()))
@@ -138,9 +147,8 @@ impl Window {
             .find(|t| t.0 == EventKind::Cpu.name() && Some(&t.1) == cpu_source.as_ref())
             .map(|t| t.2.clone())
             .unwrap_or_else(|| vec![None; nodes.len()]);
-        let names: Vec<String> = nodes.iter().map(|n| n.node.clone()).collect();
         let mut counters: HashMap<(usize, String), f64> = HashMap::new();
-        for (node, name, value) in store.node_counters(&names, from, to).await? {
+        for (node, name, value) in counter_rows {
             if let Some(&i) = index.get(&node) {
                 counters.insert((i, name), value as f64);
             }
@@ -208,7 +216,6 @@ impl Window {
         // Which (event, source) each node's agent sampled with (kept as long as samples; nodes
         // without any, as before `node_sources` where only the ledger's days tell, count as
         // sampling all).
-        let sampled_with = store.node_sources(&names, from, to).await?;
         let sampled: std::collections::HashSet<(usize, &str, &str)> = sampled_with
             .iter()
             .filter_map(|(node, event, source)| Some((*index.get(node)?, event.as_str(), source.as_str())))
@@ -320,7 +327,7 @@ impl Window {
         // Pages found far over pages judged (the pages of one mapping often move together: a
         // generous count of independent events, so a node with none is judged on many).
         let mut remote_evidence: Vec<Option<Evidence>> = vec![None; nodes.len()];
-        for (node, processes) in store.placements_of(&names, from, to).await? {
+        for (node, processes) in placements {
             let Some(&i) = index.get(&node) else { continue };
             let (far, all) = processes
                 .iter()
