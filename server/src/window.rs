@@ -95,8 +95,8 @@ impl Window {
             })
             .collect();
         let names: Vec<String> = nodes.iter().map(|n| n.node.clone()).collect();
-        // Every read below needs only the nodes: all at once (each is a few milliseconds of
-        // ClickHouse's time and a round trip; one after another they were most of a window's).
+        // Every read below needs only the nodes: they run at once (one after another, their
+        // round trips and ClickHouse times added up).
         let totals_of = |event: EventKind| {
             let scope = Scope {
                 event: event.name(),
