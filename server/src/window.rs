@@ -78,7 +78,16 @@ pub struct Window {
 
 impl Window {
     pub async fn read(store: &Store, selector: &Selector, from: u32, to: u32) -> Result<Window, StorageError> {
-        let mut nodes = store.nodes(selector, from, to).await?;
+        let scope_of = |event: EventKind| Scope {
+            event: event.name(),
+            source: None,
+            selector: selector.clone(),
+            from,
+            to,
+        };
+        // Which nodes the selector reaches is the same for every event's totals.
+        let any_event = scope_of(EventKind::Cpu);
+        let (mut nodes, reach) = tokio::try_join!(store.nodes(selector, from, to), store.reach(&any_event))?;
         nodes.sort_by(|a, b| a.node.cmp(&b.node));
         let index: HashMap<String, usize> = nodes.iter().enumerate().map(|(i, n)| (n.node.clone(), i)).collect();
         // Where batches stored before the server counted their length: seconds from the node's
@@ -98,14 +107,8 @@ impl Window {
         // Every read below needs only the nodes: they run at once (one after another, their
         // round trips and ClickHouse times added up).
         let totals_of = |event: EventKind| {
-            let scope = Scope {
-                event: event.name(),
-                source: None,
-                selector: selector.clone(),
-                from,
-                to,
-            };
-            async move { store.node_totals(&scope).await.map(|t| (event, t)) }
+            let (scope, reach) = (scope_of(event), &reach);
+            async move { store.node_totals_over(&scope, reach).await.map(|t| (event, t)) }
         };
         let (sources, event_totals, counter_rows, sampled_with, placements) = tokio::try_join!(
             store.sources(),

@@ -491,12 +491,18 @@ impl Store {
     /// Per-node totals of `scope`, per source.
     pub async fn node_totals(&self, scope: &Scope) -> Result<Vec<NodeTotal>, StorageError> {
         let reach = self.reach(scope).await?;
-        if reach == Reach::Nothing {
+        self.node_totals_over(scope, &reach).await
+    }
+
+    /// [`Store::node_totals`] over `reach`, found before for `scope`'s selector and range (reads
+    /// of several events over the same nodes match them once).
+    pub async fn node_totals_over(&self, scope: &Scope, reach: &Reach) -> Result<Vec<NodeTotal>, StorageError> {
+        if *reach == Reach::Nothing {
             return Ok(Vec::new());
         }
-        let by_hour = queries::totals_by_hour(&reach, scope.from, scope.to)
+        let by_hour = queries::totals_by_hour(reach, scope.from, scope.to)
             && queries::first_read(scope.from) >= self.rollup_from(Rollup::NodeTotals).await?;
-        Ok(queries::node_totals(scope, &reach, by_hour)
+        Ok(queries::node_totals(scope, reach, by_hour)
             .query(&self.client)
             .fetch_all::<NodeTotalRow>()
             .await

@@ -560,7 +560,7 @@ impl Flusher {
             total = ?began.elapsed(),
             "flushed"
         );
-        self.unsettled.pop();
+        self.unsettled.retain(|attempt| attempt != id);
         Ok(outcomes.into_iter().map(|o| o.unwrap_or(Outcome::Stored)).collect())
     }
 
