@@ -56,7 +56,7 @@ impl std::fmt::Debug for Frames {
 impl Default for Frames {
     fn default() -> Self {
         Frames {
-            symbolizer: std::cell::RefCell::new(Symbolizer::new()),
+            symbolizer: std::cell::RefCell::new(symbolizer()),
             images: Default::default(),
             max_images: DEFAULT_CACHED_IMAGES,
             resets: Default::default(),
@@ -147,7 +147,7 @@ impl Frames {
     /// mappings of processes that exited long enough ago.
     fn tidy(&self) {
         if self.cached_images().0 > self.max_images {
-            *self.symbolizer.borrow_mut() = Symbolizer::new();
+            *self.symbolizer.borrow_mut() = symbolizer();
             self.images.borrow_mut().clear();
             self.segments.borrow_mut().clear();
             self.debug_files.borrow_mut().clear();
@@ -214,7 +214,7 @@ impl Frames {
         }
         for (image, wanted) in by_image {
             let vaddrs: Vec<u64> = wanted.iter().map(|&i| frames[i].elf_address).collect();
-            let source = Source::Elf(blazesym::symbolize::source::Elf::new(&image));
+            let source = Source::Elf(symbols_only(Path::new(&image)));
             let symbolizer = self.symbolizer(&image);
             match symbolizer.symbolize(&source, Input::VirtOffset(&vaddrs)) {
                 Ok(symbols) => {
@@ -246,7 +246,7 @@ impl Frames {
         }
         for (path, wanted) in by_file {
             let vaddrs: Vec<u64> = wanted.iter().map(|&i| frames[i].elf_address).collect();
-            let source = Source::Elf(blazesym::symbolize::source::Elf::new(&path));
+            let source = Source::Elf(symbols_only(&path));
             let symbolizer = self.symbolizer(&path.to_string_lossy());
             let Ok(symbols) = symbolizer.symbolize(&source, Input::VirtOffset(&vaddrs)) else {
                 rest.extend(wanted);
@@ -377,6 +377,8 @@ impl Frames {
         let mut process = Process::new(Pid::from(tgid));
         // JIT runtimes publish symbols in /tmp/perf-PID.map.
         process.perf_map = true;
+        // Symbol tables only, as `symbols_only` says.
+        process.debug_syms = false;
         let source = Source::Process(process);
         // Its files are opened through /proc/PID/map_files: cached apart from any other process's.
         let symbolizer = self.symbolizer(&format!("process {tgid}"));
@@ -462,6 +464,26 @@ impl Frames {
     }
 }
 
+/// A symbolizer naming functions and variables from symbol tables, without source lines.
+fn symbolizer() -> Symbolizer {
+    Symbolizer::builder()
+        .enable_code_info(false)
+        .enable_inlined_fns(false)
+        .build()
+}
+
+/// `file` read for its symbol table alone. Functions are named from symbol tables, on the node as
+/// on the server (which stores the symbol tables of uploaded images, not their DWARF), so a stack
+/// gets the same names either way. DWARF would add source lines, which nothing downstream keeps,
+/// at the cost of decompressing and parsing it: the debug sections of installed debug files
+/// (compressed, as distributions ship them) were the largest item of the agent's heap when it
+/// named frames itself.
+fn symbols_only(file: &Path) -> blazesym::symbolize::source::Elf {
+    let mut elf = blazesym::symbolize::source::Elf::new(file);
+    elf.debug_syms = false;
+    elf
+}
+
 fn fill(frame: &mut v1::Frame, sym: Symbolized<'_>) {
     match sym {
         Symbolized::Sym(sym) => {
@@ -470,10 +492,6 @@ fn fill(frame: &mut v1::Frame, sym: Symbolized<'_>) {
                 if let Some(module) = &sym.module {
                     frame.module = Path::new(module).to_string_lossy().into_owned();
                 }
-            }
-            if let Some(info) = &sym.code_info {
-                frame.file = info.to_path().to_string_lossy().into_owned();
-                frame.line = info.line.unwrap_or(0);
             }
             frame.unsymbolized_reason.clear();
         }
@@ -588,9 +606,7 @@ impl Frames {
     /// compressed in debug files) names lines of code, not variables, and would be decompressed
     /// and kept for nothing.
     fn variables(&self, file: &Path, vaddrs: &[u64]) -> Option<Vec<String>> {
-        let mut elf = blazesym::symbolize::source::Elf::new(file);
-        elf.debug_syms = false;
-        let source = Source::Elf(elf);
+        let source = Source::Elf(symbols_only(file));
         let symbolizer = self.symbolizer(&file.to_string_lossy());
         let symbols = symbolizer.symbolize(&source, Input::VirtOffset(vaddrs)).ok()?;
         Some(
@@ -634,5 +650,61 @@ mod tests {
         let (held, resets) = frames.cached_images();
         assert_eq!(resets, 1, "emptied once");
         assert!(held <= 2, "{held} images held, bound 2");
+    }
+
+    /// Functions are named from symbol tables, as the server's tables name them. DWARF, which
+    /// libc's installed debug file has, names a compiler clone by its origin (`unlink_chunk` for
+    /// `unlink_chunk.constprop.0`), a name the symbol table gives no code there.
+    #[test]
+    fn functions_are_named_from_symbol_tables_as_the_server_names_them() {
+        let frames = Frames::default();
+        let me = std::process::id();
+        let malloc = libc::malloc as *const () as u64;
+        let frame = frames
+            .user(
+                me,
+                &[Ip {
+                    address: malloc,
+                    leaf: true,
+                }],
+            )
+            .remove(0);
+        let debug_file = frames
+            .debug_file_of(me, &frame.module, &frame.build_id)
+            .unwrap_or_else(|| panic!("no debug file of {}: tools/setup.sh installs libc6-dbg", frame.module));
+        let nm = std::process::Command::new("nm")
+            .arg("--defined-only")
+            .arg(&debug_file)
+            .output()
+            .expect("nm runs");
+        let text = String::from_utf8_lossy(&nm.stdout);
+        // (address, type, name) of the symbol table's code symbols.
+        let code: Vec<(u64, &str, &str)> = text
+            .lines()
+            .filter_map(|line| {
+                let mut fields = line.split_whitespace();
+                let address = u64::from_str_radix(fields.next()?, 16).ok()?;
+                let (kind, name) = (fields.next()?, fields.next()?);
+                ["t", "T", "W"].contains(&kind).then_some((address, kind, name))
+            })
+            .collect();
+        // A clone the compiler made, alone at its address.
+        let (address, _, clone) = *code
+            .iter()
+            .find(|(address, kind, name)| {
+                *kind == "t" && name.contains(".constprop.") && code.iter().filter(|c| c.0 == *address).count() == 1
+            })
+            .expect("libc has a constant-propagated clone");
+        let bias = malloc - frame.elf_address;
+        let named = frames
+            .user(
+                me,
+                &[Ip {
+                    address: bias + address,
+                    leaf: true,
+                }],
+            )
+            .remove(0);
+        assert_eq!(named.function, clone, "at {address:#x} of {}", debug_file.display());
     }
 }

@@ -32,10 +32,10 @@
 //! not UTF-8 name nothing (blazesym fails on both).
 //!
 //! blazesym prefers DWARF when it finds some (in the file, or through `.gnu_debuglink` in
-//! /usr/lib/debug); this table reads symbol tables only. Both cover the same code, but DWARF
-//! names compiler clones by their origin (`f`, not `f.isra.0` or `f.cold`) and aliases by the
-//! definition (`__GI_memset`, not `memset`), so an agent symbolizing with DWARF at hand can name
-//! a frame differently from this table.
+//! /usr/lib/debug), and DWARF names compiler clones by their origin (`f`, not `f.isra.0` or
+//! `f.cold`) and aliases by the definition (`__GI_memset`, not `memset`). This table reads symbol
+//! tables only, and so do agents that name frames themselves (their sources have `debug_syms`
+//! off): both name a frame alike.
 //!
 //! A separate debug file (`objcopy --only-keep-debug`) keeps `.symtab` and the program headers
 //! but none of the code: its sections are `NOBITS` and its segments hold no file bytes. Its
@@ -606,10 +606,11 @@ int main(int argc, char **) {
             .unwrap_or_else(|| panic!("no symbol {name} in {symbols:?}"))
     }
 
-    /// What blazesym names `addresses` of `path` (`Source::Elf`, debug symbols on, demangling).
+    /// What blazesym names `addresses` of `path` as agents naming frames themselves ask it
+    /// (`Source::Elf`, symbol tables only, demangling).
     fn blazesym_names(path: &Path, input: Input<&[u64]>) -> Vec<Option<String>> {
         let mut elf = ElfSource::new(path);
-        elf.debug_syms = true;
+        elf.debug_syms = false;
         Symbolizer::new()
             .symbolize(&Source::Elf(elf), input)
             .unwrap_or_else(|e| panic!("blazesym cannot symbolize {}: {e}", path.display()))
@@ -826,6 +827,8 @@ int main(int argc, char **) {
         // names): every one must be found among the debug file's symbols.
         assert!(exports.functions.len() > 1000, "{}", exports.functions.len());
         assert_eq!(disagreement(&debug_file, &exports).unwrap(), None);
+        // Its DWARF (names by origin and definition) is not read, here or by agents.
+        assert_agrees_with_blazesym(&debug_file, 40_000);
     }
 
     #[test]
@@ -862,7 +865,7 @@ int main(int argc, char **) {
         let dir = tempfile::tempdir().unwrap();
         let program = compile(dir.path(), "cc", "program", PROGRAM, &["-O1"]);
         assert_agrees_with_blazesym(&program, 10_000);
-        // Without -g: blazesym would otherwise name from DWARF, which this table does not read.
+        // The workload fixture as the agent tests build it.
         let workload_c =
             std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/fixtures/workload.c"))
                 .unwrap();
