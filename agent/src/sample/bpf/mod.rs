@@ -409,12 +409,7 @@ fn watch_processes(
     let mut again: std::collections::VecDeque<(Instant, u32, u64)> = Default::default();
     while !stop.load(Ordering::Relaxed) {
         let now = Instant::now();
-        let wait = again
-            .front()
-            .map_or(Duration::from_millis(100), |(due, _, _)| {
-                due.saturating_duration_since(now)
-            })
-            .min(Duration::from_millis(100));
+        let wait = poll_wait(again.front().map(|(due, _, _)| *due), now);
         if let Err(e) = ring.poll(wait) {
             tracing::warn!("reading new processes: {e}");
             std::thread::sleep(Duration::from_millis(100));
@@ -448,6 +443,17 @@ fn watch_processes(
             }
         }
     }
+}
+
+/// How long to wait for new processes before the next read `due` (at most 100 ms), in whole
+/// milliseconds rounded up: the ring is polled in milliseconds, and a wait of less than one
+/// would return at once, again and again, until the read is due (on a node of ~100 new
+/// processes a second, a fifth of a core).
+fn poll_wait(due: Option<Instant>, now: Instant) -> Duration {
+    const MAX: Duration = Duration::from_millis(100);
+    let Some(due) = due else { return MAX };
+    let millis = due.saturating_duration_since(now).as_nanos().div_ceil(1_000_000);
+    Duration::from_millis(u64::try_from(millis).unwrap_or(u64::MAX)).min(MAX)
 }
 
 /// Unwinds every snapshot the programs send, until `stop`: consumed continuously, since one
@@ -1159,6 +1165,24 @@ fn decode_key(raw: &[u8]) -> (SampleKey, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The wait never truncates to 0 ms before a read is due (the ring would return at once).
+    #[test]
+    fn a_read_due_in_less_than_a_millisecond_is_waited_for_a_whole_one() {
+        let now = Instant::now();
+        let wait = |micros| poll_wait(Some(now + Duration::from_micros(micros)), now);
+        assert_eq!(wait(300), Duration::from_millis(1));
+        assert_eq!(wait(1_000), Duration::from_millis(1));
+        assert_eq!(wait(4_200), Duration::from_millis(5));
+        assert_eq!(wait(0), Duration::ZERO, "due now: read at once");
+        assert_eq!(wait(5_000_000), Duration::from_millis(100));
+        assert_eq!(poll_wait(None, now), Duration::from_millis(100));
+        assert_eq!(
+            poll_wait(Some(now), now + Duration::from_secs(1)),
+            Duration::ZERO,
+            "overdue"
+        );
+    }
 
     /// Half a second of copies from every CPU, in a power of two from 1 to 64 MiB.
     #[test]
