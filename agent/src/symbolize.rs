@@ -29,13 +29,13 @@ pub struct Frames {
     /// Leave frames of images with a build id unnamed, for the server to name from its
     /// debug-info store (`--symbolize server`).
     by_server: bool,
-    /// PT_LOAD segments (p_vaddr, p_offset, p_filesz) of images, by build id.
-    segments: std::cell::RefCell<HashMap<Vec<u8>, Vec<elf::Segment>>>,
+    /// PT_LOAD segments (p_vaddr, p_offset, p_filesz) of images.
+    segments: std::cell::RefCell<HashMap<ImageKey, Vec<elf::Segment>>>,
     /// Where separate debug files are looked for ([`debugfile::DEFAULT_DIRS`] by default).
     debug_dirs: Vec<PathBuf>,
     /// The separate debug file of each image by build id, `None` when it has none; looked for
     /// once per build id.
-    debug_files: std::cell::RefCell<HashMap<Vec<u8>, Option<PathBuf>>>,
+    debug_files: std::cell::RefCell<HashMap<ImageKey, Option<PathBuf>>>,
     /// The file mappings of processes seen alive: the samples of a process that exits before
     /// they are drained are named from them (its /proc entry is gone by then).
     processes: ProcessMaps,
@@ -103,15 +103,16 @@ impl Frames {
         self
     }
 
-    /// The separate debug file of `image` (a path as process `tgid` sees it) with `build_id`, if
-    /// one is installed (cached by build id).
+    /// The separate debug file of `image` (a path as process `tgid` sees it) with `build_id` (or,
+    /// without one, that its `.gnu_debuglink` names), if one is installed; looked for once per
+    /// image.
     fn debug_file_of(&self, tgid: u32, image: &str, build_id: &[u8]) -> Option<PathBuf> {
-        if build_id.is_empty() || image.is_empty() {
+        if image.is_empty() {
             return None;
         }
         self.debug_files
             .borrow_mut()
-            .entry(build_id.to_vec())
+            .entry(ImageKey::of(tgid, image, build_id)?)
             .or_insert_with(|| debugfile::find(tgid, image, build_id, &self.debug_dirs))
             .clone()
     }
@@ -235,24 +236,29 @@ impl Frames {
     /// from it, by ELF address (the stripped image and its debug file share their addresses);
     /// returns the indices left unnamed.
     fn name_from_debug_files(&self, tgid: u32, frames: &mut [v1::Frame], local: Vec<usize>) -> Vec<usize> {
-        let mut by_file: HashMap<PathBuf, Vec<usize>> = HashMap::new();
+        let mut by_file: HashMap<PathBuf, Vec<(usize, u64)>> = HashMap::new();
         let mut rest = Vec::new();
         for i in local {
             let debug_file = self.debug_file_of(tgid, &frames[i].module, &frames[i].build_id);
-            match (frames[i].elf_address, debug_file) {
-                (address, Some(path)) if address != 0 => by_file.entry(path).or_default().push(i),
+            // Frames of images without a build id travel without their ELF address.
+            let address = match frames[i].elf_address {
+                0 if debug_file.is_some() => self.vaddr(tgid, &frames[i]).unwrap_or(0),
+                address => address,
+            };
+            match debug_file {
+                Some(path) if address != 0 => by_file.entry(path).or_default().push((i, address)),
                 _ => rest.push(i),
             }
         }
         for (path, wanted) in by_file {
-            let vaddrs: Vec<u64> = wanted.iter().map(|&i| frames[i].elf_address).collect();
+            let vaddrs: Vec<u64> = wanted.iter().map(|&(_, address)| address).collect();
             let source = Source::Elf(symbols_only(&path));
             let symbolizer = self.symbolizer(&path.to_string_lossy());
             let Ok(symbols) = symbolizer.symbolize(&source, Input::VirtOffset(&vaddrs)) else {
-                rest.extend(wanted);
+                rest.extend(wanted.into_iter().map(|(i, _)| i));
                 continue;
             };
-            for (i, sym) in wanted.into_iter().zip(symbols) {
+            for ((i, _), sym) in wanted.into_iter().zip(symbols) {
                 match sym {
                     Symbolized::Sym(_) => fill(&mut frames[i], sym),
                     Symbolized::Unknown(_) => rest.push(i),
@@ -419,16 +425,21 @@ impl Frames {
         if frame.build_id.is_empty() {
             return None;
         }
+        self.vaddr(tgid, frame)
+    }
+
+    /// The ELF virtual address of `frame`'s file offset in its image (with a build id or not).
+    fn vaddr(&self, tgid: u32, frame: &v1::Frame) -> Option<u64> {
+        let key = ImageKey::of(tgid, &frame.module, &frame.build_id)?;
         let mut cache = self.segments.borrow_mut();
-        if !cache.contains_key(&frame.build_id) {
+        let segments = cache.entry(key).or_insert_with(|| {
             // The host's file when the process has exited (its /proc entry is gone).
-            let segments = elf::read_header(&in_process(tgid, &frame.module))
+            elf::read_header(&in_process(tgid, &frame.module))
                 .or_else(|| elf::read_header(Path::new(&frame.module)))
                 .map(|h| h.segments)
-                .unwrap_or_default();
-            cache.insert(frame.build_id.clone(), segments);
-        }
-        elf::vaddr_of_offset(&cache[&frame.build_id], frame.file_offset)
+                .unwrap_or_default()
+        });
+        elf::vaddr_of_offset(segments, frame.file_offset)
     }
 
     /// Frames for kernel addresses, named from /proc/kallsyms.
@@ -461,6 +472,26 @@ impl Frames {
             }
         }
         frames
+    }
+}
+
+/// An image as the caches know it: by its build id, or by its file (device and inode, through
+/// the process's root) when it has none.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum ImageKey {
+    BuildId(Vec<u8>),
+    File(u64, u64),
+}
+
+impl ImageKey {
+    /// `None` for an image without a build id whose file process `tgid` no longer shows.
+    fn of(tgid: u32, image: &str, build_id: &[u8]) -> Option<ImageKey> {
+        use std::os::unix::fs::MetadataExt;
+        if !build_id.is_empty() {
+            return Some(ImageKey::BuildId(build_id.to_vec()));
+        }
+        let meta = std::fs::metadata(in_process(tgid, image)).ok()?;
+        Some(ImageKey::File(meta.dev(), meta.ino()))
     }
 }
 
@@ -652,9 +683,9 @@ mod tests {
         assert!(held <= 2, "{held} images held, bound 2");
     }
 
-    /// Functions are named from symbol tables, as the server's tables name them. DWARF, which
-    /// libc's installed debug file has, names a compiler clone by its origin (`unlink_chunk` for
-    /// `unlink_chunk.constprop.0`), a name the symbol table gives no code there.
+    /// Functions are named from symbol tables, as the server's tables name them: a compiler
+    /// clone keeps its own name (`__new_sem_wait_slow64.constprop.0`, for example), where DWARF,
+    /// which libc's installed debug file has, would name it by its origin.
     #[test]
     fn functions_are_named_from_symbol_tables_as_the_server_names_them() {
         let frames = Frames::default();
@@ -672,8 +703,10 @@ mod tests {
         let debug_file = frames
             .debug_file_of(me, &frame.module, &frame.build_id)
             .unwrap_or_else(|| panic!("no debug file of {}: tools/setup.sh installs libc6-dbg", frame.module));
+        // In address order, whatever the locale: the same clone on every run.
         let nm = std::process::Command::new("nm")
-            .arg("--defined-only")
+            .args(["--defined-only", "--numeric-sort"])
+            .env("LC_ALL", "C")
             .arg(&debug_file)
             .output()
             .expect("nm runs");

@@ -189,8 +189,9 @@ impl Window {
                 from,
                 to,
             };
+            // The nodes reached are the same: a selector reaches nodes by their node labels.
             let mut all = vec![None; nodes.len()];
-            for t in store.node_totals(&scope).await? {
+            for t in store.node_totals_over(&scope, &reach).await? {
                 if let Some(&i) = index.get(&t.node) {
                     all[i] = Some(t.value as f64);
                 }

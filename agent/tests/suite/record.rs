@@ -230,7 +230,8 @@ fn variables_of_a_stripped_binary_are_named_from_its_installed_debug_file() {
 /// A stripped executable is named from its separate debug file, found the ways distributions
 /// and builds install one: by build id under a debug directory (`.build-id/xx/rest.debug`, as
 /// Debian's -dbgsym packages do), and through its `.gnu_debuglink` in a `.debug/` directory
-/// beside it. Without either the same binary stays `[workload-stripped+0x…]`.
+/// beside it, also when it has no build id. Without either the same binary stays
+/// `[workload-stripped+0x…]`.
 #[test]
 fn a_stripped_binary_is_named_from_its_installed_debug_file() {
     let build = fixture::stripped_workload();
@@ -288,6 +289,31 @@ fn a_stripped_binary_is_named_from_its_installed_debug_file() {
     assert!(
         s > 0.8,
         "only {:.0}% in {spin} with the debug file by debuglink: {folded:?}",
+        s * 100.0
+    );
+    drop(running);
+
+    // The same without a build id: the link's checksum alone says the debug file is its own.
+    let no_id = bin_dir.join("workload-no-build-id");
+    let status = std::process::Command::new("objcopy")
+        .arg("--remove-section=.note.gnu.build-id")
+        .arg(&binary)
+        .arg(&no_id)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let running = fixture::spawn(&no_id, &["spin", "30"]);
+    let folded = record_folded(
+        "cpu",
+        running.pid(),
+        2,
+        dir.path(),
+        &["--debug-dir", empty.to_str().unwrap()],
+    );
+    let s = share(&folded, spin);
+    assert!(
+        s > 0.8,
+        "only {:.0}% in {spin} without a build id, by debuglink: {folded:?}",
         s * 100.0
     );
 }

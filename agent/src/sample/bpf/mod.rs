@@ -448,7 +448,7 @@ fn watch_processes(
 /// How long to wait for new processes before the next read `due` (at most 100 ms), in whole
 /// milliseconds rounded up: the ring is polled in milliseconds, and a wait of less than one
 /// would return at once, again and again, until the read is due (on a node of ~100 new
-/// processes a second, a fifth of a core).
+/// processes a second, about an eighth of a core).
 fn poll_wait(due: Option<Instant>, now: Instant) -> Duration {
     const MAX: Duration = Duration::from_millis(100);
     let Some(due) = due else { return MAX };
