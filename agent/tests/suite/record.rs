@@ -236,40 +236,33 @@ fn variables_of_a_stripped_binary_are_named_from_its_installed_debug_file() {
 fn a_stripped_binary_is_named_from_its_installed_debug_file() {
     let build = fixture::stripped_workload();
     let spin = "main;spin_loop;spin_hot_loop";
+    let dir = tempfile::tempdir().unwrap();
+    // `binary` spinning, recorded with `debug_dir` as the only debug directory.
+    let record = |binary: &Path, debug_dir: &Path| {
+        let running = fixture::spawn(binary, &["spin", "30"]);
+        record_folded(
+            "cpu",
+            running.pid(),
+            2,
+            dir.path(),
+            &["--debug-dir", debug_dir.to_str().unwrap()],
+        )
+    };
+    let assert_named = |folded: &BTreeMap<String, u64>, how: &str| {
+        let s = share(folded, spin);
+        assert!(s > 0.8, "only {:.0}% in {spin} {how}: {folded:?}", s * 100.0);
+    };
 
     // Nothing installed: unnamed (the fixture's own debug file is out of every searched place).
-    let dir = tempfile::tempdir().unwrap();
-    let running = fixture::spawn(&build.binary, &["spin", "30"]);
     let empty = dir.path().join("empty");
     std::fs::create_dir_all(&empty).unwrap();
-    let folded = record_folded(
-        "cpu",
-        running.pid(),
-        2,
-        dir.path(),
-        &["--debug-dir", empty.to_str().unwrap()],
-    );
+    let folded = record(&build.binary, &empty);
     assert_eq!(share(&folded, spin), 0.0, "nothing could name it: {folded:?}");
     assert!(folded.keys().any(|k| k.contains("[workload-stripped+0x")), "{folded:?}");
-    drop(running);
 
     // By build id under a debug directory.
     let debug_dir = install_by_build_id(build, &dir.path().join("usr-lib-debug"));
-    let running = fixture::spawn(&build.binary, &["spin", "30"]);
-    let folded = record_folded(
-        "cpu",
-        running.pid(),
-        2,
-        dir.path(),
-        &["--debug-dir", debug_dir.to_str().unwrap()],
-    );
-    let s = share(&folded, spin);
-    assert!(
-        s > 0.8,
-        "only {:.0}% in {spin} with the debug file by build id: {folded:?}",
-        s * 100.0
-    );
-    drop(running);
+    assert_named(&record(&build.binary, &debug_dir), "with the debug file by build id");
 
     // Through .gnu_debuglink, in .debug/ beside the binary (a copy, so its directory is ours).
     let bin_dir = dir.path().join("bin");
@@ -277,45 +270,18 @@ fn a_stripped_binary_is_named_from_its_installed_debug_file() {
     let binary = bin_dir.join("workload-stripped");
     std::fs::copy(&build.binary, &binary).unwrap();
     std::fs::copy(&build.debug_file, bin_dir.join(".debug/workload-stripped.debug")).unwrap();
-    let running = fixture::spawn(&binary, &["spin", "30"]);
-    let folded = record_folded(
-        "cpu",
-        running.pid(),
-        2,
-        dir.path(),
-        &["--debug-dir", empty.to_str().unwrap()],
-    );
-    let s = share(&folded, spin);
-    assert!(
-        s > 0.8,
-        "only {:.0}% in {spin} with the debug file by debuglink: {folded:?}",
-        s * 100.0
-    );
-    drop(running);
+    assert_named(&record(&binary, &empty), "with the debug file by debuglink");
 
     // The same without a build id: the link's checksum alone says the debug file is its own.
     let no_id = bin_dir.join("workload-no-build-id");
-    let status = std::process::Command::new("objcopy")
+    let status = Command::new("objcopy")
         .arg("--remove-section=.note.gnu.build-id")
         .arg(&binary)
         .arg(&no_id)
         .status()
         .unwrap();
     assert!(status.success());
-    let running = fixture::spawn(&no_id, &["spin", "30"]);
-    let folded = record_folded(
-        "cpu",
-        running.pid(),
-        2,
-        dir.path(),
-        &["--debug-dir", empty.to_str().unwrap()],
-    );
-    let s = share(&folded, spin);
-    assert!(
-        s > 0.8,
-        "only {:.0}% in {spin} without a build id, by debuglink: {folded:?}",
-        s * 100.0
-    );
+    assert_named(&record(&no_id, &empty), "without a build id, by debuglink");
 }
 
 /// Samples drained after their process has exited are named from the mappings the agent
