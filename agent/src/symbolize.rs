@@ -684,7 +684,7 @@ mod tests {
     }
 
     /// Functions are named from symbol tables, as the server's tables name them: a compiler
-    /// clone keeps its own name (`__new_sem_wait_slow64.constprop.0`, for example), where DWARF,
+    /// clone keeps its own name (`find_module.constprop.0` in Debian 12's libc), where DWARF,
     /// which libc's installed debug file has, would name it by its origin.
     #[test]
     fn functions_are_named_from_symbol_tables_as_the_server_names_them() {
