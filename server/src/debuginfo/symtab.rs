@@ -32,10 +32,10 @@
 //! not UTF-8 name nothing (blazesym fails on both).
 //!
 //! blazesym, asked for debug symbols (`debug_syms`, on by default), prefers DWARF when it finds
-//! some (in the file, or through `.gnu_debuglink` in /usr/lib/debug), and DWARF names compiler clones by their origin (`f`, not `f.isra.0` or
-//! `f.cold`) and aliases by the definition (`__GI_memset`, not `memset`). This table reads symbol
-//! tables only, and so do agents that name frames themselves (their sources have `debug_syms`
-//! off): both name a frame alike.
+//! some (in the file, or through `.gnu_debuglink` in /usr/lib/debug), and DWARF names compiler
+//! clones by their origin (`f`, not `f.isra.0` or `f.cold`) and aliases by the definition
+//! (`__GI_memset`, not `memset`). This table reads symbol tables only, and so do agents that name
+//! frames themselves (their sources have `debug_syms` off): both name a frame alike.
 //!
 //! A separate debug file (`objcopy --only-keep-debug`) keeps `.symtab` and the program headers
 //! but none of the code: its sections are `NOBITS` and its segments hold no file bytes. Its
