@@ -33,8 +33,8 @@ pub struct Frames {
     segments: std::cell::RefCell<HashMap<ImageKey, Vec<elf::Segment>>>,
     /// Where separate debug files are looked for ([`debugfile::DEFAULT_DIRS`] by default).
     debug_dirs: Vec<PathBuf>,
-    /// The separate debug file of each image by build id, `None` when it has none; looked for
-    /// once per build id.
+    /// The separate debug file of each image (by build id, or by file without one), `None` when
+    /// it has none; looked for once per image.
     debug_files: std::cell::RefCell<HashMap<ImageKey, Option<PathBuf>>>,
     /// The file mappings of processes seen alive: the samples of a process that exits before
     /// they are drained are named from them (its /proc entry is gone by then).
@@ -110,9 +110,14 @@ impl Frames {
         if image.is_empty() {
             return None;
         }
+        self.debug_file_by_key(&ImageKey::of(tgid, image, build_id)?, tgid, image, build_id)
+    }
+
+    /// [`Frames::debug_file_of`] for the image `key` names.
+    fn debug_file_by_key(&self, key: &ImageKey, tgid: u32, image: &str, build_id: &[u8]) -> Option<PathBuf> {
         self.debug_files
             .borrow_mut()
-            .entry(ImageKey::of(tgid, image, build_id)?)
+            .entry(key.clone())
             .or_insert_with(|| debugfile::find(tgid, image, build_id, &self.debug_dirs))
             .clone()
     }
@@ -238,16 +243,31 @@ impl Frames {
     fn name_from_debug_files(&self, tgid: u32, frames: &mut [v1::Frame], local: Vec<usize>) -> Vec<usize> {
         let mut by_file: HashMap<PathBuf, Vec<(usize, u64)>> = HashMap::new();
         let mut rest = Vec::new();
+        // Each image's key and debug file, once per call: an image without a build id is known
+        // by its file, which takes a stat.
+        let mut images: HashMap<&str, Option<(ImageKey, PathBuf)>> = HashMap::new();
         for i in local {
-            let debug_file = self.debug_file_of(tgid, &frames[i].module, &frames[i].build_id);
+            let frame = &frames[i];
+            let found = images.entry(frame.module.as_str()).or_insert_with(|| {
+                if frame.module.is_empty() {
+                    return None;
+                }
+                let key = ImageKey::of(tgid, &frame.module, &frame.build_id)?;
+                let path = self.debug_file_by_key(&key, tgid, &frame.module, &frame.build_id)?;
+                Some((key, path))
+            });
+            let Some((key, path)) = found else {
+                rest.push(i);
+                continue;
+            };
             // Frames of images without a build id travel without their ELF address.
-            let address = match frames[i].elf_address {
-                0 if debug_file.is_some() => self.vaddr(tgid, &frames[i]).unwrap_or(0),
+            let address = match frame.elf_address {
+                0 => self.vaddr(key, tgid, frame).unwrap_or(0),
                 address => address,
             };
-            match debug_file {
-                Some(path) if address != 0 => by_file.entry(path).or_default().push((i, address)),
-                _ => rest.push(i),
+            match address {
+                0 => rest.push(i),
+                _ => by_file.entry(path.clone()).or_default().push((i, address)),
             }
         }
         for (path, wanted) in by_file {
@@ -425,14 +445,14 @@ impl Frames {
         if frame.build_id.is_empty() {
             return None;
         }
-        self.vaddr(tgid, frame)
+        self.vaddr(&ImageKey::BuildId(frame.build_id.clone()), tgid, frame)
     }
 
-    /// The ELF virtual address of `frame`'s file offset in its image (with a build id or not).
-    fn vaddr(&self, tgid: u32, frame: &v1::Frame) -> Option<u64> {
-        let key = ImageKey::of(tgid, &frame.module, &frame.build_id)?;
+    /// The ELF virtual address of `frame`'s file offset in its image, `key` (with a build id or
+    /// not).
+    fn vaddr(&self, key: &ImageKey, tgid: u32, frame: &v1::Frame) -> Option<u64> {
         let mut cache = self.segments.borrow_mut();
-        let segments = cache.entry(key).or_insert_with(|| {
+        let segments = cache.entry(key.clone()).or_insert_with(|| {
             // The host's file when the process has exited (its /proc entry is gone).
             elf::read_header(&in_process(tgid, &frame.module))
                 .or_else(|| elf::read_header(Path::new(&frame.module)))
