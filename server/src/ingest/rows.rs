@@ -240,8 +240,23 @@ pub fn frame_id(f: &v1::Frame) -> u64 {
 }
 
 /// The id of a stack of frame ids, leaf first.
-pub fn stack_id(frame_ids: &[u64]) -> u64 {
-    frame_ids.iter().fold(IdHasher::new(b's'), |h, &f| h.u64(f)).finish()
+pub fn stack_id(frame_ids: impl IntoIterator<Item = u64>) -> u64 {
+    frame_ids
+        .into_iter()
+        .fold(IdHasher::new(b's'), |h, f| h.u64(f))
+        .finish()
+}
+
+/// Moves the distinct values of a sorted slice to its front; how many there are.
+fn dedup_sorted(values: &mut [u64]) -> usize {
+    let mut distinct = 0;
+    for i in 0..values.len() {
+        if i == 0 || values[i] != values[distinct - 1] {
+            values[distinct] = values[i];
+            distinct += 1;
+        }
+    }
+    distinct
 }
 
 /// The id of a function by its name and module file name.
@@ -381,20 +396,22 @@ pub fn build(sender: &Sender, batch: &v1::Batch, namer: &dyn FrameNamer, known: 
         }
     }
 
-    // Stacks: ids, and per stack its leaf function and its distinct functions.
-    let mut stacks = Vec::with_capacity(batch.stacks.len());
+    // Stacks: ids, and per stack its leaf function and its distinct functions (all stacks'
+    // lists in one vector: a batch has thousands of stacks, most of them known).
     let mut stack_ids = Vec::with_capacity(batch.stacks.len());
-    let mut stack_functions: Vec<(Option<u64>, Vec<u64>)> = Vec::with_capacity(batch.stacks.len());
+    let mut stack_functions: Vec<(Option<u64>, std::ops::Range<usize>)> = Vec::with_capacity(batch.stacks.len());
+    let mut function_lists: Vec<u64> = Vec::new();
     for s in &batch.stacks {
-        let ids: Arc<[u64]> = s.frame_indices.iter().map(|&i| frame_ids[i as usize]).collect();
-        let id = stack_id(&ids);
-        let mut fns: Vec<u64> = s.frame_indices.iter().map(|&i| frame_functions[i as usize]).collect();
-        let leaf = fns.first().copied();
+        let id = stack_id(s.frame_indices.iter().map(|&i| frame_ids[i as usize]));
+        let first = function_lists.len();
+        function_lists.extend(s.frame_indices.iter().map(|&i| frame_functions[i as usize]));
+        let leaf = function_lists.get(first).copied();
+        let fns = &mut function_lists[first..];
         fns.sort_unstable();
-        fns.dedup();
-        stack_functions.push((leaf, fns));
+        let distinct = dedup_sorted(fns);
+        function_lists.truncate(first + distinct);
+        stack_functions.push((leaf, first..first + distinct));
         stack_ids.push(id);
-        stacks.push((id, ids));
     }
 
     // Processes by pid, then their ids.
@@ -451,7 +468,7 @@ pub fn build(sender: &Sender, batch: &v1::Batch, namer: &dyn FrameNamer, known: 
             self_value: 0,
         });
         let (leaf, fns) = &stack_functions[stack];
-        for &f in fns {
+        for &f in &function_lists[fns.clone()] {
             let v = by_function.entry((event, f)).or_default();
             v[0] += count;
             v[1] += value;
@@ -550,17 +567,19 @@ pub fn build(sender: &Sender, batch: &v1::Batch, namer: &dyn FrameNamer, known: 
         .collect();
 
     // Only the stacks samples use (data samples' user-only stacks included).
-    let mut used = vec![false; stacks.len()];
+    let mut used = vec![false; stack_ids.len()];
     for (_, _, stack) in by_stack.keys() {
         used[*stack] = true;
     }
     for d in &batch.data_samples {
         used[d.stack_index as usize] = true;
     }
-    let stacks = stacks
-        .into_iter()
-        .zip(used)
-        .filter_map(|(s, u)| (u && !known.stack(s.0)).then_some(s))
+    let stacks = batch
+        .stacks
+        .iter()
+        .zip(stack_ids.iter().zip(used))
+        .filter(|&(_, (&id, used))| used && !known.stack(id))
+        .map(|(s, (&id, _))| (id, s.frame_indices.iter().map(|&i| frame_ids[i as usize]).collect()))
         .collect();
 
     BatchRows {
@@ -676,8 +695,8 @@ mod tests {
         let j2 = frame(v1::FrameKind::Jit, "/tmp/perf-2.map", b"", 0, 0x2000, "Lfoo;bar");
         assert_eq!(frame_id(&j1), frame_id(&j2));
         assert_ne!(
-            stack_id(&[frame_id(&a), frame_id(&k1)]),
-            stack_id(&[frame_id(&k1), frame_id(&a)])
+            stack_id([frame_id(&a), frame_id(&k1)]),
+            stack_id([frame_id(&k1), frame_id(&a)])
         );
     }
 
@@ -771,5 +790,64 @@ mod tests {
         assert_eq!(rows.stacks.len(), 2, "the third stack has no samples");
         assert_eq!(rows.sample_count, 10);
         assert_eq!(rows.processes.len(), 1);
+    }
+
+    /// A function twice in a stack (recursion, or two frames of one function) counts once in its
+    /// total; a stack storage wrote before is left out of the rows, its samples kept.
+    #[test]
+    fn a_function_counts_once_per_stack_and_known_stacks_are_not_written_again() {
+        struct KnowsStack(u64);
+        impl Known for KnowsStack {
+            fn frame(&self, _: u64) -> bool {
+                false
+            }
+            fn stack(&self, id: u64) -> bool {
+                id == self.0
+            }
+            fn process(&self, _: u64) -> bool {
+                false
+            }
+            fn function_of(&self, _: u64) -> Option<u64> {
+                None
+            }
+        }
+        let sender = Sender {
+            node: "n".into(),
+            labels: vec![],
+            agent_version: "t".into(),
+            facts: None,
+        };
+        let mut b = batch();
+        // main (0x20) calls main (0x30) calls leaf (0x10).
+        b.frames
+            .push(frame(v1::FrameKind::User, "/bin/w", b"\xaa", 0x30, 0x5000_0030, ""));
+        b.stacks.push(v1::Stack {
+            frame_indices: vec![0, 3, 1],
+        });
+        b.samples.push(sample(1, 3, 10, 4));
+        let known = stack_id([0, 1].map(|i| frame_id(&b.frames[i])));
+        let rows = build(&sender, &b, &Named, &KnowsStack(known));
+        let main = rows.functions.iter().find(|f| f.name == "main").unwrap();
+        let main = rows
+            .samples
+            .iter()
+            .find(|s| s.kind == 1 && s.function_id == main.id)
+            .unwrap();
+        assert_eq!(
+            (main.count, main.self_count),
+            (14, 0),
+            "3 + 2 + 5 of the first two stacks, 4 of the third"
+        );
+        let written: Vec<u64> = rows.stacks.iter().map(|s| s.0).collect();
+        assert_eq!(written.len(), 2, "{written:?}");
+        assert!(!written.contains(&known));
+        let recursive = stack_id([0, 3, 1].map(|i| frame_id(&b.frames[i])));
+        let frames = &rows.stacks.iter().find(|s| s.0 == recursive).unwrap().1;
+        assert_eq!(&frames[..], &[0, 3, 1].map(|i| frame_id(&b.frames[i]))[..]);
+        assert_eq!(
+            rows.samples.iter().filter(|s| s.kind == 0).count(),
+            3,
+            "the known stack's samples stay"
+        );
     }
 }
