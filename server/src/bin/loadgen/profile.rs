@@ -30,9 +30,6 @@ pub enum FrameNames {
     BuildId,
 }
 
-/// The agent's reason on frames it leaves for the server to name (agent/src/symbolize.rs).
-const NAMED_BY_SERVER: &str = "named by the server from its build id";
-
 /// blazesym's reason for a frame in an image without symbols for it.
 const NO_SYMBOLS: &str = "symbolization source has no or no relevant symbols";
 
@@ -198,7 +195,8 @@ impl Catalog {
                 match (self.names, function.is_empty()) {
                     (FrameNames::Named, false) => wire::put_bytes(&mut buf, 6, function.as_bytes()),
                     (FrameNames::Named, true) => wire::put_bytes(&mut buf, 9, NO_SYMBOLS.as_bytes()),
-                    (FrameNames::BuildId, _) => wire::put_bytes(&mut buf, 9, NAMED_BY_SERVER.as_bytes()),
+                    // No reason: the agent leaves frames for the server unexplained.
+                    (FrameNames::BuildId, _) => {}
                 }
                 // PIE text segments map file offsets one to one.
                 wire::put_uint(&mut buf, 10, file_offset);
