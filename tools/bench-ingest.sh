@@ -7,15 +7,16 @@
 #
 #   tools/bench-ingest.sh 1000 "--wait-for-room 5s" "--wait-for-room 60s"
 #
-# Needs the release binaries (`cargo build --release -p bimodal-server --bins`). The last run's server
-# and loadgen logs are in target/bench/ingest.
+# Needs the release binaries (`cargo build --release -p bimodal-server --bins`); BIMODAL_SERVER and
+# BIMODAL_LOADGEN name others (an A/B against an older build). The last run's server and loadgen
+# logs are in target/bench/ingest.
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: $0 NODES SERVER_FLAGS [SERVER_FLAGS...]" >&2; exit 2; }
 cd "$(dirname "$0")/.."
 nodes=$1
 shift
 server=${BIMODAL_SERVER:-target/release/bimodal-server}
-loadgen=target/release/bimodal-loadgen
+loadgen=${BIMODAL_LOADGEN:-target/release/bimodal-loadgen}
 [ -x "$server" ] && [ -x "$loadgen" ] || { echo "build the release binaries first" >&2; exit 1; }
 listen=127.0.0.1:7272
 dir=target/bench/ingest
@@ -51,7 +52,8 @@ r = json.load(open(report))
 cpu = int(used) / int(per_second)
 print(f"{flags}: {r['samples_acked']:,} samples stored in {r['elapsed_seconds']:.0f} s, server CPU {cpu:.1f} s: "
       f"{r['samples_acked'] / cpu:,.0f} samples per core·s; sent again {r['batches_retried']:,} "
-      f"({refused.strip() or 'none'}); ack p50 {r['ack_latency_p50_ms'] / 1000:.1f} s; server peak RSS {peak} MiB")
+      f"({refused.strip() or 'none'}); ack p50 {r['ack_latency_p50_ms'] / 1000:.1f} s; server peak RSS {peak} MiB; "
+      f"{r['wire_bytes_sent'] / 1e6:,.0f} MB sent, {r['wire_bytes_sent'] / r['batches_acked'] / 1e6:.2f} MB per batch stored")
 EOF
 }
 
