@@ -247,16 +247,9 @@ pub fn stack_id(frame_ids: impl IntoIterator<Item = u64>) -> u64 {
         .finish()
 }
 
-/// Moves the distinct values of a sorted slice to its front; how many there are.
-fn dedup_sorted(values: &mut [u64]) -> usize {
-    let mut distinct = 0;
-    for i in 0..values.len() {
-        if i == 0 || values[i] != values[distinct - 1] {
-            values[distinct] = values[i];
-            distinct += 1;
-        }
-    }
-    distinct
+/// The frame ids of a stack, leaf first, from the ids of its batch's frames.
+fn frames_of<'a>(stack: &'a v1::Stack, frame_ids: &'a [u64]) -> impl Iterator<Item = u64> + 'a {
+    stack.frame_indices.iter().map(|&i| frame_ids[i as usize])
 }
 
 /// The id of a function by its name and module file name.
@@ -401,17 +394,17 @@ pub fn build(sender: &Sender, batch: &v1::Batch, namer: &dyn FrameNamer, known: 
     let mut stack_ids = Vec::with_capacity(batch.stacks.len());
     let mut stack_functions: Vec<(Option<u64>, std::ops::Range<usize>)> = Vec::with_capacity(batch.stacks.len());
     let mut function_lists: Vec<u64> = Vec::new();
+    let mut fns: Vec<u64> = Vec::new();
     for s in &batch.stacks {
-        let id = stack_id(s.frame_indices.iter().map(|&i| frame_ids[i as usize]));
-        let first = function_lists.len();
-        function_lists.extend(s.frame_indices.iter().map(|&i| frame_functions[i as usize]));
-        let leaf = function_lists.get(first).copied();
-        let fns = &mut function_lists[first..];
+        fns.clear();
+        fns.extend(s.frame_indices.iter().map(|&i| frame_functions[i as usize]));
+        let leaf = fns.first().copied();
         fns.sort_unstable();
-        let distinct = dedup_sorted(fns);
-        function_lists.truncate(first + distinct);
-        stack_functions.push((leaf, first..first + distinct));
-        stack_ids.push(id);
+        fns.dedup();
+        let first = function_lists.len();
+        function_lists.extend_from_slice(&fns);
+        stack_functions.push((leaf, first..function_lists.len()));
+        stack_ids.push(stack_id(frames_of(s, &frame_ids)));
     }
 
     // Processes by pid, then their ids.
@@ -579,7 +572,7 @@ pub fn build(sender: &Sender, batch: &v1::Batch, namer: &dyn FrameNamer, known: 
         .iter()
         .zip(stack_ids.iter().zip(used))
         .filter(|&(_, (&id, used))| used && !known.stack(id))
-        .map(|(s, (&id, _))| (id, s.frame_indices.iter().map(|&i| frame_ids[i as usize]).collect()))
+        .map(|(s, (&id, _))| (id, frames_of(s, &frame_ids).collect()))
         .collect();
 
     BatchRows {
@@ -737,6 +730,15 @@ mod tests {
         }
     }
 
+    fn sender() -> Sender {
+        Sender {
+            node: "n".into(),
+            labels: vec![],
+            agent_version: "t".into(),
+            facts: None,
+        }
+    }
+
     fn sample(pid: u32, stack: u32, tid: u32, count: u64) -> v1::Sample {
         v1::Sample {
             event: v1::EventKind::PageFault as i32,
@@ -760,12 +762,7 @@ mod tests {
     /// stack; only used stacks are kept; the source is on every row.
     #[test]
     fn samples_aggregate_per_stack_and_function() {
-        let sender = Sender {
-            node: "n".into(),
-            labels: vec![],
-            agent_version: "t".into(),
-            facts: None,
-        };
+        let sender = sender();
         let rows = build(&sender, &batch(), &Named, &NothingKnown);
         let stacks: Vec<_> = rows.samples.iter().filter(|s| s.kind == 0).collect();
         assert_eq!(stacks.len(), 2, "threads 10 and 11 merge");
@@ -811,12 +808,7 @@ mod tests {
                 None
             }
         }
-        let sender = Sender {
-            node: "n".into(),
-            labels: vec![],
-            agent_version: "t".into(),
-            facts: None,
-        };
+        let sender = sender();
         let mut b = batch();
         // main (0x20) calls main (0x30) calls leaf (0x10).
         b.frames
