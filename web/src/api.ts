@@ -330,6 +330,9 @@ export interface ApiCompare {
     placement: (ApiAssociation & { finding: string; example: string })[];
     code: (ApiDifference & { function: string; module: string; measure: 'self_value' | 'total_value' })[];
     data: (ApiDifference & { object: string; kind: string })[];
+    /** The nodes the code and data differences were read over (each difference's values are
+     * theirs, in this order): every node of a band, or a sample of `per_group` (null: all). */
+    nodes: { per_group: number | null; low: string[]; high: string[] };
   } | null;
 }
 

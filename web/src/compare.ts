@@ -271,6 +271,21 @@ function table(headers: string[], rows: HTMLTableRowElement[], caption: string):
   return t;
 }
 
+/** How many nodes of each band the code and data differences were read over, when a sample:
+ * ` over 100 of the 900 nodes of the fast band and all 100 of the slow band`. `lowName` and
+ * `highName` are the bands' names as the explanation says them. */
+function sampled(a: ApiCompare, lowName: string, highName: string): string {
+  const read = a.explanation?.nodes;
+  if (!read || !a.bands) return '';
+  const bands = [
+    { name: lowName, read: read.low.length, of: a.bands.low.length },
+    { name: highName, read: read.high.length, of: a.bands.high.length },
+  ];
+  if (bands.every((b) => b.read >= b.of)) return '';
+  const said = bands.map((b) => (b.read >= b.of ? `all ${b.of} of the ${b.name}` : `${b.read} of the ${b.of} nodes of the ${b.name}`));
+  return ` over ${said.join(' and ')}`;
+}
+
 /** The first rows of a long ranked list, and a button that shows the rest. */
 function collapsed(t: HTMLTableElement, rows: HTMLTableRowElement[], first = 12): HTMLElement {
   const box = el('div');
@@ -303,6 +318,7 @@ function renderExplanation(a: ApiCompare): void {
   // When the band metric does not say which way is slow (CPU load), the bands are high and low.
   const [slowName, fastName] = a.bands.slow === null ? ['high band', 'low band'] : ['slow band', 'fast band'];
   const parts: HTMLElement[] = [];
+  const sample = slowIsHigh ? sampled(a, fastName, slowName) : sampled(a, slowName, fastName);
   const shares = (with_: number, of: number) => `${with_} of ${of}`;
   if (x.labels.length > 0) {
     const rows = x.labels.slice(0, 8).map((l) => {
@@ -358,13 +374,13 @@ function renderExplanation(a: ApiCompare): void {
         table(
           ['event', 'function', `median ${fastName} → ${slowName}`, 'unit', 'per node', 'effect', 'rank test over nodes'],
           rows,
-          'Functions that differ, per node (a click focuses the flame graph)',
+          `Functions that differ, per node${sample} (a click focuses the flame graph)`,
         ),
         rows,
       ),
     );
   } else {
-    parts.push(el('p', 'muted', 'No function differs consistently between the bands.'));
+    parts.push(el('p', 'muted', `No function differs consistently between the bands${sample}.`));
   }
   if (x.data.length > 0) {
     const rows = x.data.map((d) => {
@@ -383,7 +399,7 @@ function renderExplanation(a: ApiCompare): void {
       table(
         ['event', 'data object', `median ${fastName} → ${slowName}`, 'unit', 'per node', 'effect', 'rank test'],
         rows,
-        'Data objects that differ',
+        `Data objects that differ${sample}`,
       ),
     );
   }

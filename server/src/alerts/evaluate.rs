@@ -19,7 +19,7 @@ use crate::metrics::{label, metrics};
 use crate::selector::{MatchOp, Matcher, Selector};
 use crate::storage::lease::Lease;
 use crate::storage::queries::Measures;
-use crate::storage::{now_secs, Scope, StorageError, Store};
+use crate::storage::{now_secs, NodesRead, Scope, StorageError, Store};
 use crate::window::{self, Window};
 
 /// Functions read to find an alert's top function.
@@ -305,7 +305,7 @@ async fn top_function(
             low: ids(&found.others),
             slow: Some("high"),
         };
-        let tables = window::function_tables(store, &rule.selector, from, to, current)
+        let tables = window::function_tables(store, &rule.selector, from, to, current, None)
             .await
             .map_err(err)?;
         let first = tokio::task::spawn_blocking(move || compare::code_differences(&tables, &groups, 1))
@@ -344,6 +344,7 @@ async fn top_function(
                     &scope(rule.selector.clone(), from, to),
                     FUNCTIONS_READ,
                     Measures::Values,
+                    NodesRead::Every,
                 )
                 .await
                 .map_err(err)?;
@@ -371,13 +372,23 @@ async fn top_function(
         Condition::AboveBaseline { baseline, .. } => {
             let one = node_selector(&rule.selector, node);
             let read = store
-                .node_functions(&scope(one.clone(), from, to), FUNCTIONS_READ, Measures::Values)
+                .node_functions(
+                    &scope(one.clone(), from, to),
+                    FUNCTIONS_READ,
+                    Measures::Values,
+                    NodesRead::Every,
+                )
                 .await
                 .map_err(err)?;
             mine = per_second(current, &read, node);
             let before_from = from.saturating_sub(baseline.as_secs() as u32);
             let read = store
-                .node_functions(&scope(one, before_from, from), FUNCTIONS_READ, Measures::Values)
+                .node_functions(
+                    &scope(one, before_from, from),
+                    FUNCTIONS_READ,
+                    Measures::Values,
+                    NodesRead::Every,
+                )
                 .await
                 .map_err(err)?;
             // The node's CPU-seconds before: from the window the rule already read.
@@ -389,6 +400,7 @@ async fn top_function(
                     &scope(node_selector(&rule.selector, node), from, to),
                     FUNCTIONS_READ,
                     Measures::Values,
+                    NodesRead::Every,
                 )
                 .await
                 .map_err(err)?;

@@ -3,8 +3,10 @@
 //! bands", with each metric's reason), the
 //! nodes that changed band since the previous window of the same length, and what differs
 //! between the bands: labels and facts, placement findings, and functions per event kind,
-//! normalized per node. `?a=S&b=S` instead compares two groups the user gave: each metric tested
-//! over the nodes of both, and the same explanation between them.
+//! normalized per node. Functions and data objects are read over at most `explained_nodes`
+//! nodes of each band (100 by default, or `all`): a larger band is sampled, the same nodes
+//! every time (docs/design/028). `?a=S&b=S` instead compares two groups the user gave: each
+//! metric tested over the nodes of both, and the same explanation between them.
 //!
 //! The per-node metrics are [`crate::window`]'s.
 
@@ -65,7 +67,10 @@ fn bands_json(w: &Window, measured: &[usize], bands: &Bands) -> Value {
 }
 
 pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQuery) -> Result<Json<Value>, AppError> {
-    let p = Params::parse(raw.as_deref(), &["selector", "from", "to", "limit", "metric", "a", "b"])?;
+    let p = Params::parse(
+        raw.as_deref(),
+        &["selector", "from", "to", "limit", "metric", "a", "b", "explained_nodes"],
+    )?;
     if p.one("a").is_some() || p.one("b").is_some() {
         return given_groups(&state, &p).await;
     }
@@ -76,6 +81,7 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
     let (from, to) = p.time_range(now())?;
     let (from, to) = crate::storage::queries::whole_buckets(from, to);
     let limit = p.bounded("limit", DEFAULT_LIMIT, MAX_LIMIT)?;
+    let per_group = explained_per_group(&p)?;
     let mut window = timed("window", Window::read(&state.store, &selector, from, to)).await?;
     window.keep_metric(p.one("metric")).map_err(AppError::BadRequest)?;
     let (metrics, choice) = timed("bands", async {
@@ -113,13 +119,20 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
         return Err(AppError::Internal("the chosen metric has no split".into()));
     };
     // The previous window and the explanation's reads, at once.
+    let (explained, read) = sample(&window, groups, per_group);
     let (changed, tables, data) = tokio::try_join!(
         timed(
             "previous window",
             changes(&state, &selector, p.one("metric"), from, to, &window, metric, groups)
         ),
-        async { Ok(timed("functions", function_tables(&state.store, &selector, from, to, &window)).await?) },
-        async { Ok(timed("data objects", data_tables(&state.store, &selector, from, to, &window)).await?) },
+        async {
+            let tables = function_tables(&state.store, &selector, from, to, &window, read.as_deref());
+            Ok(timed("functions", tables).await?)
+        },
+        async {
+            let tables = data_tables(&state.store, &selector, from, to, &window, read.as_deref());
+            Ok(timed("data objects", tables).await?)
+        },
     )?;
     answer["verdict"] = json!(format!(
         "two bands in {}: {} nodes at a median of {} and {} at {} {}{}",
@@ -150,6 +163,7 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
         "previous_window": changed,
     });
     let labels: Vec<_> = window.nodes.iter().map(|n| n.labels.clone()).collect();
+    let explained_nodes = explained_json(&window, &explained, per_group);
     let (groups, findings) = (groups.clone(), window.findings.clone());
     // Hundreds of rank tests: on a blocking thread, not the server's workers.
     answer["explanation"] = timed(
@@ -158,14 +172,51 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
             json!({
                 "labels": compare::label_splits(&labels, &groups),
                 "placement": compare::finding_splits(&findings, &groups),
-                "code": compare::code_differences(&tables, &groups, limit as usize),
-                "data": compare::data_differences(&data, &groups, limit as usize),
+                "nodes": explained_nodes,
+                "code": compare::code_differences(&tables, &explained, limit as usize),
+                "data": compare::data_differences(&data, &explained, limit as usize),
             })
         }),
     )
     .await
     .map_err(|e| AppError::Internal(format!("explaining the bands failed: {e}")))?;
     Ok(Json(answer))
+}
+
+/// `explained_nodes`: how many nodes of each group the code and data differences are read over
+/// ([`compare::EXPLAINED_PER_GROUP`] by default; `all`: every node).
+fn explained_per_group(p: &Params) -> Result<usize, AppError> {
+    match p.one("explained_nodes") {
+        None | Some("") => Ok(compare::EXPLAINED_PER_GROUP),
+        Some("all") => Ok(usize::MAX),
+        Some(v) => v.parse::<usize>().ok().filter(|n| *n >= 2).ok_or_else(|| {
+            AppError::BadRequest(format!(
+                "`explained_nodes` must be `all` or a whole number of at least 2, not `{v}`"
+            ))
+        }),
+    }
+}
+
+/// The groups the code and data differences are read over: at most `per_group` nodes of each
+/// of `groups`, and the window's nodes to read when that is fewer than every node.
+fn sample(w: &Window, groups: &Groups, per_group: usize) -> (Groups, Option<Vec<usize>>) {
+    let explained = groups.sampled(|i| w.nodes[i].node.as_str(), per_group);
+    let read = (explained != *groups).then(|| explained.nodes());
+    (explained, read)
+}
+
+/// The nodes the code and data differences were read over (their `low` and `high` values are
+/// those of these nodes that have one, in this order: a node without CPU time has none), and
+/// the bound they were sampled to.
+fn explained_json(w: &Window, explained: &Groups, per_group: usize) -> Value {
+    json!({
+        "per_group": match per_group {
+            usize::MAX => Value::Null,
+            n => json!(n),
+        },
+        "low": w.names(&explained.low),
+        "high": w.names(&explained.high),
+    })
 }
 
 /// `?a=S&b=S`: two groups the user gave, compared the way bands are explained: each metric
@@ -191,6 +242,7 @@ async fn given_groups(state: &AppState, p: &Params) -> Result<Json<Value>, AppEr
     let (from, to) = p.time_range(now())?;
     let (from, to) = crate::storage::queries::whole_buckets(from, to);
     let limit = p.bounded("limit", DEFAULT_LIMIT, MAX_LIMIT)?;
+    let per_group = explained_per_group(p)?;
     let (nodes_a, nodes_b) = tokio::try_join!(state.store.nodes(&a, from, to), state.store.nodes(&b, from, to))?;
     let names = |nodes: &[crate::storage::NodeInfo]| -> Vec<String> { nodes.iter().map(|n| n.node.clone()).collect() };
     let (names_a, names_b) = (names(&nodes_a), names(&nodes_b));
@@ -220,10 +272,18 @@ async fn given_groups(state: &AppState, p: &Params) -> Result<Json<Value>, AppEr
     let (high, low): (Vec<usize>, Vec<usize>) =
         (0..window.nodes.len()).partition(|&i| in_b.contains(window.nodes[i].node.as_str()));
     let groups = Groups { low, high, slow: None };
+    let (explained, read) = sample(&window, &groups, per_group);
     let (tables, data) = tokio::try_join!(
-        timed("functions", function_tables(&state.store, &both, from, to, &window)),
-        timed("data objects", data_tables(&state.store, &both, from, to, &window)),
+        timed(
+            "functions",
+            function_tables(&state.store, &both, from, to, &window, read.as_deref())
+        ),
+        timed(
+            "data objects",
+            data_tables(&state.store, &both, from, to, &window, read.as_deref())
+        ),
     )?;
+    let explained_nodes = explained_json(&window, &explained, per_group);
     let (metrics, findings) = (
         std::mem::take(&mut window.metrics),
         std::mem::take(&mut window.findings),
@@ -244,8 +304,9 @@ async fn given_groups(state: &AppState, p: &Params) -> Result<Json<Value>, AppEr
             let explanation = json!({
                 "labels": compare::label_splits(&labels, &groups),
                 "placement": compare::finding_splits(&findings, &groups),
-                "code": compare::code_differences(&tables, &groups, limit as usize),
-                "data": compare::data_differences(&data, &groups, limit as usize),
+                "nodes": explained_nodes,
+                "code": compare::code_differences(&tables, &explained, limit as usize),
+                "data": compare::data_differences(&data, &explained, limit as usize),
             });
             (metrics, explanation)
         }),

@@ -175,11 +175,21 @@ pub(super) async fn functions(
     RawQuery(raw): RawQuery,
 ) -> Result<Json<serde_json::Value>, AppError> {
     let p = Params::parse(raw.as_deref(), &["event", "selector", "source", "from", "to", "limit"])?;
-    let scope = scope(&p, true)?;
+    let mut scope = scope(&p, true)?;
+    // Whole buckets, as compare reads them: a partial 10-minute bucket at an edge would be read
+    // from the per-minute table, where every function of every node is a row per minute (over
+    // 100 nodes' unaligned hour that read took 2.7 s, BENCHMARKS.md). The answer's `from` and
+    // `to` are the range read.
+    (scope.from, scope.to) = crate::storage::queries::whole_buckets(scope.from, scope.to);
     let limit = p.bounded("limit", DEFAULT_FUNCTIONS, MAX_FUNCTIONS)?;
     let found = state
         .store
-        .node_functions(&scope, limit, crate::storage::queries::Measures::WithSamples)
+        .node_functions(
+            &scope,
+            limit,
+            crate::storage::queries::Measures::WithSamples,
+            crate::storage::NodesRead::Every,
+        )
         .await?;
     let functions: Vec<FunctionAnswer> = found
         .functions

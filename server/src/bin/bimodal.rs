@@ -105,6 +105,11 @@ enum Command {
         /// Code differences listed at most.
         #[arg(long, env = "BIMODAL_LIMIT", default_value_t = 10)]
         limit: u32,
+        /// Nodes of each band (or group) whose functions and data objects are compared: a
+        /// larger band is sampled, the same nodes every time; `all` reads every node
+        /// (default: the server's, 100).
+        #[arg(long, env = "BIMODAL_EXPLAINED_NODES")]
+        explained_nodes: Option<String>,
         /// Print the server's JSON answer instead of text.
         #[arg(long, env = "BIMODAL_JSON")]
         json: bool,
@@ -258,9 +263,13 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
             a,
             b,
             limit,
+            explained_nodes,
             json,
         } => {
             let mut query = vec![("limit", limit.to_string())];
+            if let Some(n) = explained_nodes {
+                query.push(("explained_nodes", n.clone()));
+            }
             match (a, b) {
                 (Some(a), Some(b)) => query.extend([("a", a.clone()), ("b", b.clone())]),
                 _ => query.push(("selector", selector.clone())),
@@ -525,6 +534,26 @@ fn compare_text(a: &Value) -> String {
                 f["p_value"].as_f64().unwrap_or(1.0)
             ));
             line(format!("    e.g. {}", f["example"].as_str().unwrap_or("")));
+        }
+        // Functions and data objects are read over a sample of a band larger than the server
+        // reads whole.
+        let read = &a["explanation"]["nodes"];
+        let count = |v: &Value| v.as_array().map_or(0, Vec::len);
+        let groups = match given.is_object() {
+            true => [&given["a"]["nodes"], &given["b"]["nodes"]],
+            false => [&bands["low"], &bands["high"]],
+        };
+        let said: Vec<String> = [(low, &read["low"], groups[0]), (high, &read["high"], groups[1])]
+            .into_iter()
+            .filter(|(_, read, of)| count(read) < count(of))
+            .map(|(name, read, of)| format!("{} of the {} {name} nodes", count(read), count(of)))
+            .collect();
+        if !said.is_empty() {
+            line(String::new());
+            line(format!(
+                "functions and data objects are compared over {} (the same nodes every time)",
+                said.join(" and ")
+            ));
         }
         let data = a["explanation"]["data"].as_array().cloned().unwrap_or_default();
         if !data.is_empty() {

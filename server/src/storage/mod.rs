@@ -148,6 +148,25 @@ pub struct NodeTotal {
     pub value: u64,
 }
 
+/// Whose values a per-node read returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodesRead<'a> {
+    /// Every node its scope reaches.
+    Every,
+    /// These nodes, a sample of the `of` nodes its scope reaches.
+    Sample { nodes: &'a [String], of: usize },
+}
+
+impl<'a> NodesRead<'a> {
+    /// The sample's nodes, if it is one.
+    pub fn sample(self) -> Option<&'a [String]> {
+        match self {
+            NodesRead::Every => None,
+            NodesRead::Sample { nodes, .. } => Some(nodes),
+        }
+    }
+}
+
 /// The largest functions of a read and their values on each node, as columns aligned with
 /// `nodes` (zero where a node did not run the function).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -581,18 +600,25 @@ impl Store {
     }
 
     /// Per-node values of the `limit` data objects with the most of `scope`'s event (one
-    /// source; node labels of the selector only: data samples are kept per node).
-    pub async fn node_data_objects(&self, scope: &Scope, limit: u32) -> Result<NodeDataObjects, StorageError> {
+    /// source; node labels of the selector only: data samples are kept per node), of every
+    /// node it reaches or of a sample of them (`read`; the objects are still ranked over every
+    /// node).
+    pub async fn node_data_objects(
+        &self,
+        scope: &Scope,
+        limit: u32,
+        read: NodesRead<'_>,
+    ) -> Result<NodeDataObjects, StorageError> {
         let Some((scope, reach)) = self.per_node(scope).await? else {
             return Ok(NodeDataObjects::default());
         };
         let rolled_up = queries::first_read(scope.from) >= self.rollup_from(Rollup::DataObjects).await?;
         // Whole objects, and the hottest lines of file-backed ones (where false sharing shows).
         let (objects, lines) = tokio::try_join!(
-            queries::node_data_objects(&scope, &reach, limit, false, rolled_up)
+            queries::node_data_objects(&scope, &reach, read.sample(), limit, false, rolled_up)
                 .query(&self.client)
                 .fetch_all::<NodeDataRow>(),
-            queries::node_data_objects(&scope, &reach, limit, true, rolled_up)
+            queries::node_data_objects(&scope, &reach, read.sample(), limit, true, rolled_up)
                 .query(&self.client)
                 .fetch_all::<NodeDataRow>(),
         )
@@ -624,20 +650,20 @@ impl Store {
     }
 
     /// Self and total values per node of the `limit` functions with the largest total value
-    /// over `scope` (its source must be set). Functions are kept per node, not per process:
-    /// process labels in the selector are ignored.
+    /// over `scope` (its source must be set), of every node it reaches or of a sample of them
+    /// (`read`; the functions are still ranked over every node). Functions are kept per node,
+    /// not per process: process labels in the selector are ignored.
     pub async fn node_functions(
         &self,
         scope: &Scope,
         limit: u32,
         measures: queries::Measures,
+        read: NodesRead<'_>,
     ) -> Result<NodeFunctions, StorageError> {
         let Some((scope, reach)) = self.per_node(scope).await? else {
             return Ok(NodeFunctions::default());
         };
-        // A few nodes' rows lie together in the table ordered by node; most of a fleet's, for a
-        // few functions, in the one ordered by function.
-        let by_function = !matches!(reach, Reach::Matching(_))
+        let by_function = queries::read_by_function(&reach, read)
             && queries::first_read(scope.from) >= self.rollup_from(Rollup::FunctionNodes).await?;
         let listed: Vec<u64>;
         let top = match self.dialect.modern {
@@ -663,7 +689,7 @@ impl Store {
         };
         // A fleet's read has a row per node and function (over a million at 1,000 nodes): rows
         // are taken as they arrive, borrowing the node's name, which is copied once per node.
-        let mut cursor = queries::node_functions(&scope, &reach, top, measures, by_function)
+        let mut cursor = queries::node_functions(&scope, &reach, read.sample(), top, measures, by_function)
             .query(&self.client)
             .fetch::<NodeFunctionRow<'_>>()
             .map_err(StorageError::query("sum samples per node and function"))?;
@@ -696,7 +722,8 @@ impl Store {
             column[*read] = sorted;
         }
         let nodes: Vec<String> = nodes.into_iter().map(|(name, _)| name).collect();
-        // Largest total over the nodes read first (what the ranking in ClickHouse used).
+        // Largest total over the nodes read first: ClickHouse's ranking over every node, or,
+        // when a sample was read, the sample's order.
         let mut totals: HashMap<u64, u64> = HashMap::new();
         for (function_id, _, values) in &cells {
             *totals.entry(*function_id).or_default() += values[3];

@@ -768,6 +768,180 @@ async fn remote_bss_on_the_slow_nodes_is_the_placement_that_splits_them() {
     server.stop().await;
 }
 
+/// A fleet larger than the explanation reads whole (simulated NUMA nodes as above: on six of
+/// twenty-four the .bss is far): with `explained_nodes=5` the bands are still found over every
+/// node, but the code differences are read over five nodes of each band, the same five on every
+/// request, named in the answer and aligned with each difference's values; `all` reads every
+/// node; the placement finding counts every node either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_fleet_is_explained_from_the_same_sample_of_each_band() {
+    let server = TestServer::start().await;
+    let start = super::common::unix_now() - 5;
+    let slow = [2usize, 5, 9, 14, 17, 21];
+    for node in 0..24 {
+        let far = slow.contains(&node);
+        let remote = if far { 5_000 } else { 1_000 } + 20 * node as u64;
+        let batches = (0..3).map(|id| numa_batch(id, node, remote, far));
+        send_node(&server, &format!("numa-{node:02}"), batches).await;
+    }
+    let range = format!("from={start}&to={}", super::common::unix_now() + 1);
+    let compare = |query: String| {
+        let (server, path) = (&server, format!("/api/v1/compare?{range}&{query}"));
+        async move {
+            let (status, body) = server.get(&path).await;
+            assert_eq!(status, 200, "{path}: {body}");
+            serde_json::from_str::<Value>(&body).unwrap()
+        }
+    };
+    let names = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let slow_names: Vec<String> = slow.iter().map(|n| format!("numa-{n:02}")).collect();
+
+    let answer = compare("explained_nodes=5".into()).await;
+    assert_eq!(names(&answer["bands"]["high"]), slow_names, "{answer:#}");
+    let read = &answer["explanation"]["nodes"];
+    assert_eq!(read["per_group"], 5, "{read}");
+    let (high, low) = (names(&read["high"]), names(&read["low"]));
+    assert_eq!((high.len(), low.len()), (5, 5), "{read}");
+    assert!(high.iter().all(|n| slow_names.contains(n)), "{read}");
+    assert!(low.iter().all(|n| !slow_names.contains(n)), "{read}");
+    let first = |answer: &Value| -> Value {
+        answer["explanation"]["code"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["event"] == "remote_access")
+            .cloned()
+            .unwrap_or_else(|| panic!("no remote-access difference: {answer:#}"))
+    };
+    let scan = first(&answer);
+    assert_eq!(scan["function"], "scan_table", "{scan:#}");
+    assert_eq!(scan["effect"], 1.0);
+    // Each value is one node's of those read, in their order: remote accesses per CPU-second
+    // rise with the node's number (20 more per node), within each band.
+    for (band, members) in [("high", &high), ("low", &low)] {
+        let values: Vec<f64> = scan[band]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        assert_eq!(values.len(), 5, "{scan:#}");
+        assert!(
+            values.windows(2).all(|w| w[0] < w[1]),
+            "{band}: {values:?} for {members:?}"
+        );
+    }
+    // The placement finding is every node's, not the sample's.
+    let placement = &answer["explanation"]["placement"][0];
+    assert_eq!(
+        (&placement["high_with"], &placement["low_with"]),
+        (&6.into(), &0.into()),
+        "{placement:#}"
+    );
+    // The same nodes on the next request.
+    let again = compare("explained_nodes=5".into()).await;
+    assert_eq!(again["explanation"]["nodes"], *read);
+
+    let whole = compare("explained_nodes=all".into()).await;
+    let read = &whole["explanation"]["nodes"];
+    assert!(read["per_group"].is_null(), "{read}");
+    assert_eq!(names(&read["high"]), slow_names);
+    assert_eq!(names(&read["low"]).len(), 18);
+    let every = first(&whole);
+    assert_eq!(
+        (
+            every["high"].as_array().unwrap().len(),
+            every["low"].as_array().unwrap().len()
+        ),
+        (6, 18)
+    );
+    // Each sampled node's value is the one it has when every node is read.
+    let value_of = |answer: &Value, difference: &Value| -> std::collections::HashMap<String, f64> {
+        let read = &answer["explanation"]["nodes"];
+        ["low", "high"]
+            .into_iter()
+            .flat_map(|band| {
+                names(&read[band])
+                    .into_iter()
+                    .zip(difference[band].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()))
+            })
+            .collect()
+    };
+    let all_values = value_of(&whole, &every);
+    for (node, value) in value_of(&answer, &scan) {
+        assert_eq!(Some(&value), all_values.get(&node), "{node}");
+    }
+    // The default reads up to 100 of each: here every node.
+    assert_eq!(compare(String::new()).await["explanation"]["nodes"]["per_group"], 100);
+
+    // Two groups given are sampled the same way.
+    let a: String = form_urlencoded::byte_serialize(br#"{node=~"numa-(02|05|09|14|17|21)"}"#).collect();
+    let b: String = form_urlencoded::byte_serialize(br#"{node!~"numa-(02|05|09|14|17|21)"}"#).collect();
+    let given = compare(format!("a={a}&b={b}&explained_nodes=3")).await;
+    let read = &given["explanation"]["nodes"];
+    assert_eq!(
+        (names(&read["low"]).len(), names(&read["high"]).len()),
+        (3, 3),
+        "{given:#}"
+    );
+    assert!(names(&read["low"]).iter().all(|n| slow_names.contains(n)), "{read}");
+
+    // Per-node functions over a long range read whole 10-minute buckets, as compare does, and
+    // say so: the range asked for starts and ends mid-bucket.
+    let (from, to) = (start - 40 * 60 + 7, super::common::unix_now() + 1);
+    let (status, body) = server
+        .get(&format!(
+            "/api/v1/functions?event=remote_access&source=task_numa_fault&from={from}&to={to}"
+        ))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let functions: Value = serde_json::from_str(&body).unwrap();
+    let read = |key: &str| -> u64 {
+        let text = functions[key].as_str().unwrap();
+        let t = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).unwrap();
+        t.unix_timestamp() as u64
+    };
+    assert_eq!(
+        (read("from"), read("to")),
+        (from / 600 * 600, to.div_ceil(600) * 600),
+        "{functions:#}"
+    );
+    assert_eq!(functions["nodes"].as_array().unwrap().len(), 24);
+    assert_eq!(functions["functions"][0]["function"], "scan_table", "{functions:#}");
+
+    // The CLI says which nodes the differences were read over.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bimodal"))
+        .args(["--server-url", &server.url(), "compare", "--from", &start.to_string()])
+        .args(["--explained-nodes", "5"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains(
+            "functions and data objects are compared over 5 of the 18 low-band nodes and 5 of the 6 \
+             high-band nodes (the same nodes every time)"
+        ),
+        "{text}"
+    );
+
+    for bad in ["explained_nodes=1", "explained_nodes=some"] {
+        let (status, body) = server.get(&format!("/api/v1/compare?{range}&{bad}")).await;
+        assert_eq!(status, 400, "{bad}: {body}");
+        assert!(
+            body.contains("`explained_nodes` must be `all` or a whole number of at least 2"),
+            "{body}"
+        );
+    }
+    server.stop().await;
+}
+
 /// Nodes whose PMU counts cycles, instructions and cache misses (node-wide counters, as the
 /// agent sends them where `perf_event_open` counts them; no PMU here, so the batches are
 /// simulated, over real gRPC into a real ClickHouse): three of eight take 2.4 cycles per
