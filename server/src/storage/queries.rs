@@ -999,7 +999,7 @@ pub fn examples(client: &Client) -> Vec<String> {
             true,
         ),
         node_functions(
-            &scope,
+            &nodes_only,
             &Reach::Fleet,
             Some(&["web-1".into(), "web-'2".into()]),
             TopFunctions::Ranked(200),
@@ -1010,7 +1010,7 @@ pub fn examples(client: &Client) -> Vec<String> {
         node_data_objects(&nodes_only, &matching, None, 100, false, true),
         node_data_objects(&short, &Reach::Fleet, None, 100, true, true),
         node_data_objects(&scope, &minus, None, 100, false, false),
-        node_data_objects(&scope, &Reach::Fleet, Some(&["web-1".into()]), 100, true, true),
+        node_data_objects(&nodes_only, &Reach::Fleet, Some(&["web-1".into()]), 100, true, true),
         nodes(&selector, 1_795_000_000, 1_795_003_600),
         by_ids("stacks", "stack_id", "stack_id, frame_ids", &[1, 2]),
         by_ids(
