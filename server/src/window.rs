@@ -515,36 +515,19 @@ pub fn no_bands_verdict(w: &Window, metrics: &[Metric], choice: &BandChoice) -> 
     }
 }
 
-/// The nodes `read` (indexes into the window's nodes; `None`: every node) as a per-node read
-/// takes them, their names kept in `names`.
-fn read_of<'a>(w: &Window, read: Option<&[usize]>, names: &'a mut Vec<String>) -> NodesRead<'a> {
-    match read {
-        Some(read) if read.len() < w.nodes.len() => {
-            *names = read.iter().map(|&i| w.nodes[i].node.clone()).collect();
-            NodesRead::Sample {
-                nodes: names,
-                of: w.nodes.len(),
-            }
-        }
-        _ => NodesRead::Every,
-    }
-}
-
 /// The largest functions of every event and source, normalized per node: `cpu` as a share of
-/// the node's CPU time, other events per CPU-second. Values of the nodes `read` only when given
-/// (indexes into the window's nodes; the others' values are 0, so only those nodes may be
-/// compared); the functions are the largest over every node.
+/// the node's CPU time, other events per CPU-second. Values of the nodes `read` only when a
+/// sample (the others' values are 0, so only those nodes may be compared); the functions are
+/// the largest over every node.
 pub async fn function_tables(
     store: &Store,
     selector: &Selector,
     from: u32,
     to: u32,
     w: &Window,
-    read: Option<&[usize]>,
+    read: NodesRead<'_>,
 ) -> Result<Vec<FunctionTable>, StorageError> {
     let scopes = source_scopes(w.sources.iter(), selector, from, to);
-    let mut names = Vec::new();
-    let read = read_of(w, read, &mut names);
     // One read per source, all at once: ClickHouse overlaps them.
     let reads = futures_util::future::try_join_all(
         scopes
@@ -586,19 +569,17 @@ pub async fn function_tables(
 }
 
 /// The largest data objects of every event and source with data addresses, per CPU-second
-/// of each node; of the nodes `read` only when given (as [`function_tables`]).
+/// of each node; of the nodes `read` only when a sample (as [`function_tables`]).
 pub async fn data_tables(
     store: &Store,
     selector: &Selector,
     from: u32,
     to: u32,
     w: &Window,
-    read: Option<&[usize]>,
+    read: NodesRead<'_>,
 ) -> Result<Vec<DataTable>, StorageError> {
     let sources: Vec<_> = w.sources.iter().filter(|s| s.0 != EventKind::Cpu.name()).collect();
     let scopes = source_scopes(sources.iter().copied(), selector, from, to);
-    let mut names = Vec::new();
-    let read = read_of(w, read, &mut names);
     let reads = futures_util::future::try_join_all(
         scopes
             .iter()

@@ -305,7 +305,7 @@ async fn top_function(
             low: ids(&found.others),
             slow: Some("high"),
         };
-        let tables = window::function_tables(store, &rule.selector, from, to, current, None)
+        let tables = window::function_tables(store, &rule.selector, from, to, current, NodesRead::Every)
             .await
             .map_err(err)?;
         let first = tokio::task::spawn_blocking(move || compare::code_differences(&tables, &groups, 1))

@@ -21,6 +21,7 @@ use super::{AppError, AppState};
 use crate::analysis::bands::{BandConfig, Bands, Split};
 use crate::analysis::compare::{self, Groups, Metric};
 use crate::selector::Selector;
+use crate::storage::NodesRead;
 use crate::window::{data_tables, find_bands, function_tables, no_bands_verdict, Window};
 
 /// Differences listed by default and at most.
@@ -119,21 +120,22 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
         return Err(AppError::Internal("the chosen metric has no split".into()));
     };
     // The previous window and the explanation's reads, at once.
-    let (explained, read) = sample(&window, groups, per_group);
+    let sample = Sample::of(&window, groups, per_group);
     let (changed, tables, data) = tokio::try_join!(
         timed(
             "previous window",
             changes(&state, &selector, p.one("metric"), from, to, &window, metric, groups)
         ),
         async {
-            let tables = function_tables(&state.store, &selector, from, to, &window, read.as_deref());
+            let tables = function_tables(&state.store, &selector, from, to, &window, sample.read());
             Ok(timed("functions", tables).await?)
         },
         async {
-            let tables = data_tables(&state.store, &selector, from, to, &window, read.as_deref());
+            let tables = data_tables(&state.store, &selector, from, to, &window, sample.read());
             Ok(timed("data objects", tables).await?)
         },
     )?;
+    let explained = sample.groups;
     answer["verdict"] = json!(format!(
         "two bands in {}: {} nodes at a median of {} and {} at {} {}{}",
         metric.name,
@@ -198,11 +200,32 @@ fn explained_per_group(p: &Params) -> Result<usize, AppError> {
 }
 
 /// The groups the code and data differences are read over: at most `per_group` nodes of each
-/// of `groups`, and the window's nodes to read when that is fewer than every node.
-fn sample(w: &Window, groups: &Groups, per_group: usize) -> (Groups, Option<Vec<usize>>) {
-    let explained = groups.sampled(|i| w.nodes[i].node.as_str(), per_group);
-    let read = (explained != *groups).then(|| explained.nodes());
-    (explained, read)
+/// of `groups`, with the names of the window's nodes to read when that is fewer than every node.
+struct Sample {
+    groups: Groups,
+    names: Option<Vec<String>>,
+    of: usize,
+}
+
+impl Sample {
+    fn of(w: &Window, groups: &Groups, per_group: usize) -> Sample {
+        let explained = groups.sampled(|i| w.nodes[i].node.as_str(), per_group);
+        let names =
+            (explained != *groups).then(|| explained.nodes().into_iter().map(|i| w.nodes[i].node.clone()).collect());
+        Sample {
+            groups: explained,
+            names,
+            of: w.nodes.len(),
+        }
+    }
+
+    /// What the per-node reads take.
+    fn read(&self) -> NodesRead<'_> {
+        match &self.names {
+            Some(nodes) => NodesRead::Sample { nodes, of: self.of },
+            None => NodesRead::Every,
+        }
+    }
 }
 
 /// The nodes the code and data differences were read over (their `low` and `high` values are
@@ -272,17 +295,18 @@ async fn given_groups(state: &AppState, p: &Params) -> Result<Json<Value>, AppEr
     let (high, low): (Vec<usize>, Vec<usize>) =
         (0..window.nodes.len()).partition(|&i| in_b.contains(window.nodes[i].node.as_str()));
     let groups = Groups { low, high, slow: None };
-    let (explained, read) = sample(&window, &groups, per_group);
+    let sample = Sample::of(&window, &groups, per_group);
     let (tables, data) = tokio::try_join!(
         timed(
             "functions",
-            function_tables(&state.store, &both, from, to, &window, read.as_deref())
+            function_tables(&state.store, &both, from, to, &window, sample.read())
         ),
         timed(
             "data objects",
-            data_tables(&state.store, &both, from, to, &window, read.as_deref())
+            data_tables(&state.store, &both, from, to, &window, sample.read())
         ),
     )?;
+    let explained = sample.groups;
     let explained_nodes = explained_json(&window, &explained, per_group);
     let (metrics, findings) = (
         std::mem::take(&mut window.metrics),
