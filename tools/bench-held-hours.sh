@@ -58,7 +58,7 @@ by_hour=$(q "EXISTS TABLE node_totals_by_hour")
 held=$(q "SELECT count() FROM node_totals WHERE abs(toInt64(toStartOfHour(time)) - $((from / 3600 * 3600))) >= 7200 AND toDate(time) = toDate(toDateTime($from))")
 if [ "$held" -lt 1000 ]; then
 	echo "copying the window's hour into ${#shifts[@]} other hours of its day" >&2
-	for t in fleet_samples_10m fleet_function_samples_10m function_nodes_10m data_objects_10m node_totals; do
+	for t in fleet_samples_10m fleet_function_samples_10m function_nodes_10m function_nodes_by_id_10m data_objects_10m node_totals; do
 		cols=$(q "SELECT arrayStringConcat(groupArray(name), ', ') FROM system.columns WHERE database = 'bimodal' AND table = '$t' AND name != 'time'")
 		for s in "${shifts[@]}"; do
 			q "INSERT INTO $t (time, $cols) SELECT toDateTime(toUInt32(t) + ($s) * 3600), $cols FROM (SELECT time AS t, $cols FROM $t WHERE time >= toDateTime($from) AND time < toDateTime($to))"
@@ -66,7 +66,7 @@ if [ "$held" -lt 1000 ]; then
 	done
 	partition=$(q "SELECT toYYYYMMDD(toDateTime($from))")
 	while [ "$(q "SELECT count() FROM system.merges")" != 0 ]; do sleep 5; done
-	for t in fleet_samples_10m fleet_function_samples_10m function_nodes_10m data_objects_10m node_totals; do
+	for t in fleet_samples_10m fleet_function_samples_10m function_nodes_10m function_nodes_by_id_10m data_objects_10m node_totals; do
 		q "OPTIMIZE TABLE $t PARTITION $partition FINAL"
 	done
 fi

@@ -50,8 +50,12 @@ MINUTE_TABLES = ["samples", "function_samples", "node_totals", "node_totals_by_h
 DIMENSIONS = ["stacks", "frames", "functions", "processes", "nodes", "event_sources", "rollups"]
 # The 10-minute tables the query window reads, each filled from its per-minute table.
 COARSE = {"samples_10m": "samples", "function_samples_10m": "function_samples",
-          "function_nodes_10m": "function_samples", "data_objects_10m": "data_samples",
+          "function_nodes_10m": "function_samples", "function_nodes_by_id_10m": "function_samples",
+          "data_objects_10m": "data_samples",
           "fleet_samples_10m": "fleet_samples", "fleet_function_samples_10m": "fleet_function_samples"}
+# Columns a 10-minute table derives from its minute table's (function_nodes_by_id_10m keys the
+# series and the node by their hash).
+DERIVED = {"series": "cityHash64(event, source)", "node_id": "cityHash64(node)"}
 # Columns holding counts or values (scaled when a bucket holds several copies of the window).
 VALUES = {"count", "value", "self_count", "self_value", "total_count", "total_value"}
 
@@ -246,6 +250,9 @@ def copy_forward(sql, window, span, start):
         kept = set(columns(sql, coarse))
         cols = [c for c in columns(sql, minute) if c != "time" and c in kept]
         picked = [f"{c} * {scale}" if c in VALUES else c for c in cols]
+        derived = [c for c in DERIVED if c in kept]
+        cols += derived
+        picked += [DERIVED[c] for c in derived]
         out.append(f"TRUNCATE TABLE {coarse}")
         for bucket in range(aligned(start), aligned(start) + span, 600):
             out.append(
@@ -358,13 +365,15 @@ def run_fleet(nodes, runs, out, history=None):
         # function (their page-fault rows doubled, twice); compare then also explains them.
         # The per-minute function table too: a range not aligned to 10 minutes reads its edges there.
         for table in ("node_totals", "node_totals_by_hour", "function_samples", "function_samples_10m",
-                      "function_nodes_10m"):
+                      "function_nodes_10m", "function_nodes_by_id_10m"):
             cols = ", ".join(c for c in columns(fleet.rows, table))
             if not cols:
                 continue
+            page_faults = ("series IN (SELECT cityHash64(event, source) FROM event_sources WHERE event = 'page_fault')"
+                           if "series" in cols else "event = 'page_fault'")
             for _ in range(2):
                 fleet.sql(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {table} "
-                          "WHERE event = 'page_fault' AND node LIKE '%0'")
+                          f"WHERE {page_faults} AND node LIKE '%0'")
         optimize(fleet)
         path = "/api/v1/compare?" + urllib.parse.urlencode(
             {"from": str(start), "to": str(start + span), "selector": '{node=~"loadgen-.*"}'})
@@ -451,8 +460,10 @@ def run_chdb(result, runs, out):
         if not kept:
             continue  # an older schema (an A/B against an older build)
         cols = [c for c in columns(rows, minute) if c != "time" and c in kept]
-        s.query(f"INSERT INTO {coarse} (time, {', '.join(cols)}) SELECT toDateTime(intDiv(toUInt32(time), 600) * 600), "
-                f"{', '.join(cols)} FROM {minute}")
+        derived = [c for c in DERIVED if c in kept]
+        s.query(f"INSERT INTO {coarse} (time, {', '.join(cols + derived)}) "
+                "SELECT toDateTime(intDiv(toUInt32(time), 600) * 600), "
+                f"{', '.join(cols + [DERIVED[c] for c in derived])} FROM {minute}")
     merge()
     size = rows("SELECT sum(bytes_on_disk) AS b FROM system.parts WHERE database = 'bimodal' AND active")
     for statement in copy_forward(rows, result["window"], result["span"], result["start"]):

@@ -74,6 +74,11 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
         "node_totals_by_hour",
         include_str!("../../migrations/015_node_totals_by_hour.sql"),
     ),
+    (
+        16,
+        "function_nodes_by_id",
+        include_str!("../../migrations/016_function_nodes_by_id.sql"),
+    ),
 ];
 
 /// The first migration of the current schema: a new database starts here.
@@ -509,6 +514,7 @@ mod tests {
                             && (s.starts_with("CREATE")
                                 || s.starts_with("ALTER")
                                 || s.starts_with("RENAME")
+                                || s.starts_with("DROP TABLE IF EXISTS")
                                 || s.starts_with("INSERT"))),
                         "{version} {name}: {statements:?}"
                     );

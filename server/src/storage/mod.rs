@@ -259,7 +259,7 @@ pub struct Store {
 enum Rollup {
     /// The `fleet_` tables: samples summed over nodes.
     Fleet,
-    /// `function_nodes_10m`: per-node function values ordered by function.
+    /// `function_nodes_by_id_10m`: per-node function values ordered by function and time.
     FunctionNodes,
     /// `data_objects_10m`: per-node data objects per 10 minutes.
     DataObjects,
@@ -294,7 +294,7 @@ impl Rollup {
     fn name(self) -> &'static str {
         match self {
             Rollup::Fleet => "fleet",
-            Rollup::FunctionNodes => "function_nodes",
+            Rollup::FunctionNodes => "function_nodes_by_id",
             Rollup::DataObjects => "data_objects",
             Rollup::Counters => "counters",
             Rollup::NodeSources => "node_sources",

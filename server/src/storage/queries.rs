@@ -230,29 +230,35 @@ enum Nodes<'a> {
     NotIn(&'a [String]),
 }
 
-/// ` AND …` conditions on a fact table's `node` (as `nodes` says) and `process_id` columns.
-/// Process matchers go through `processes`; `GLOBAL IN` evaluates the set once, also over a
-/// cluster's Distributed tables.
-fn selector_filter(selector: &Selector, nodes: Nodes) -> Sql {
-    let mut sql = Sql::default();
-    let list = |sql: &mut Sql, op: &str, nodes: &[String]| {
-        sql.push(&format!(" AND node {op} ("));
-        if nodes.is_empty() {
+impl Nodes<'_> {
+    /// ` AND column [NOT] IN (open names close)`, the names bound ('' for none: an empty list
+    /// is not SQL), or nothing for [`Nodes::Any`].
+    fn filter(self, column: &str, open: &str, close: &str) -> Sql {
+        let (op, names) = match self {
+            Nodes::Any => return Sql::default(),
+            Nodes::In(n) => ("IN", n),
+            Nodes::NotIn(n) => ("NOT IN", n),
+        };
+        let mut sql = Sql::new(&format!(" AND {column} {op} ({open}"));
+        if names.is_empty() {
             sql.push("''");
         }
-        for (i, n) in nodes.iter().enumerate() {
+        for (i, n) in names.iter().enumerate() {
             if i > 0 {
                 sql.push(",");
             }
             sql.bind(Value::Str(n.clone()));
         }
-        sql.push(")");
-    };
-    match nodes {
-        Nodes::Any => {}
-        Nodes::In(n) => list(&mut sql, "IN", n),
-        Nodes::NotIn(n) => list(&mut sql, "NOT IN", n),
+        sql.push(&format!("{close})"));
+        sql
     }
+}
+
+/// ` AND …` conditions on a fact table's `node` (as `nodes` says) and `process_id` columns.
+/// Process matchers go through `processes`; `GLOBAL IN` evaluates the set once, also over a
+/// cluster's Distributed tables.
+fn selector_filter(selector: &Selector, nodes: Nodes) -> Sql {
+    let mut sql = nodes.filter("node", "", "");
     let process: Vec<&Matcher> = selector.process_matchers().collect();
     if !process.is_empty() {
         sql.push(" AND process_id GLOBAL IN (SELECT process_id FROM processes WHERE 1");
@@ -359,24 +365,65 @@ fn union_prewhere(
     nodes: Nodes,
     extra: &Sql,
 ) -> Sql {
+    union_pieces(scope, |is_coarse, from, to| {
+        let table = match is_coarse {
+            true => coarse,
+            false => minute,
+        };
+        piece(table, columns, scope, prewhere, nodes, extra, from, to)
+    })
+}
+
+/// `… UNION ALL …` of `piece(is_coarse, from, to)` over the pieces of the range.
+fn union_pieces(scope: &Scope, piece: impl Fn(bool, u32, u32) -> Sql) -> Sql {
     let mut sql = Sql::default();
     for (i, (suffix, from, to)) in pieces(scope.from, scope.to).into_iter().enumerate() {
         if i > 0 {
             sql.push(" UNION ALL ");
         }
-        let table = match suffix {
-            "" => minute,
-            _ => coarse,
-        };
-        sql.push(&format!("SELECT {columns} FROM {table} "));
-        if !prewhere.is_empty() {
-            sql.push(&format!("PREWHERE {prewhere} "));
-        }
-        sql.push("WHERE ")
-            .append(range_filter(scope.event, scope.source.as_deref(), from, to))
-            .append(selector_filter(&scope.selector, nodes))
-            .append(extra.clone());
+        sql.append(piece(suffix == "_10m", from, to));
     }
+    sql
+}
+
+/// `SELECT columns FROM table [PREWHERE prewhere] WHERE …` over [from, to) of `scope`.
+#[allow(clippy::too_many_arguments)]
+fn piece(
+    table: &str,
+    columns: &str,
+    scope: &Scope,
+    prewhere: &str,
+    nodes: Nodes,
+    extra: &Sql,
+    from: u32,
+    to: u32,
+) -> Sql {
+    let mut sql = Sql::new(&format!("SELECT {columns} FROM {table} "));
+    if !prewhere.is_empty() {
+        sql.push(&format!("PREWHERE {prewhere} "));
+    }
+    sql.push("WHERE ")
+        .append(range_filter(scope.event, scope.source.as_deref(), from, to))
+        .append(selector_filter(&scope.selector, nodes))
+        .append(extra.clone());
+    sql
+}
+
+/// The same conditions on `function_nodes_by_id_10m`, which keys a series (event and source)
+/// and a node by their cityHash64: ` series = … AND time in [from, to)` and the node filter on
+/// `node_id`, its names hashed by ClickHouse (a set of a few hundred numbers). Its key has no
+/// hour, and there is no process to filter on.
+fn by_id_filter(event: &str, source: &str, nodes: Nodes, from: u32, to: u32) -> Sql {
+    let mut sql = Sql::new("series = cityHash64(");
+    sql.bind(Value::Str(event.to_owned()))
+        .push(", ")
+        .bind(Value::Str(source.to_owned()))
+        .push(") AND time >= toDateTime(")
+        .bind(Value::U32(from))
+        .push(") AND time < toDateTime(")
+        .bind(Value::U32(to))
+        .push(")");
+    sql.append(nodes.filter("node_id", "SELECT cityHash64(arrayJoin([", "]))"));
     sql
 }
 
@@ -548,7 +595,7 @@ pub enum Measures {
 /// Self and total values per node of the `top` functions over `reach` (one source), of the
 /// `sample`'s nodes only when given (a part of those `reach` covers; the ranking stays over all
 /// of them): the ranking reads the rollups where it can, the values per node only the functions
-/// ranked, from `function_nodes_10m` (function before node) when `by_function`.
+/// ranked, from `function_nodes_by_id_10m` (function before node) when `by_function`.
 pub(super) fn node_functions(
     scope: &Scope,
     reach: &Reach,
@@ -581,16 +628,23 @@ pub(super) fn node_functions(
         ),
     };
     let mut sql = Sql::new(&format!("SELECT node, function_id, {outer} FROM ("));
-    let coarse = match by_function {
-        true => "function_nodes_10m",
-        false => "function_samples_10m",
-    };
     let nodes = match sample {
         Some(nodes) => Nodes::In(nodes),
         None => reach.per_node(),
     };
-    sql.append(union_of("function_samples", coarse, inner, scope, nodes, &top))
-        .push(") GROUP BY node, function_id");
+    let rows = match (by_function, scope.source.as_deref()) {
+        (true, Some(source)) => union_pieces(scope, |is_coarse, from, to| match is_coarse {
+            true => {
+                let mut sql = Sql::new(&format!("SELECT {inner} FROM function_nodes_by_id_10m WHERE "));
+                sql.append(by_id_filter(scope.event, source, nodes, from, to))
+                    .append(top.clone());
+                sql
+            }
+            false => piece("function_samples", inner, scope, "", nodes, &top, from, to),
+        }),
+        _ => union_of("function_samples", "function_samples_10m", inner, scope, nodes, &top),
+    };
+    sql.append(rows).push(") GROUP BY node, function_id");
     sql
 }
 
@@ -646,16 +700,17 @@ pub(super) fn node_data_objects(
     sql
 }
 
-/// How many times its rows of a fleet's largest functions (in `function_nodes_10m`, ordered
-/// by function) a node's rows of every function (in `function_samples_10m`, ordered by node)
-/// are, about: 21 K against 2.6 K per node and hour at 1,000 nodes and 200 functions.
-const NODE_ORDERED_RATIO: usize = 8;
+/// How many times its rows of a fleet's largest functions (in `function_nodes_by_id_10m`,
+/// ordered by function and time) a node's rows of every function (in `function_samples_10m`,
+/// ordered by node) are, about: 21 K against 1.4 K per node and hour at 1,000 nodes and 200
+/// functions (design 029). Rows of the first also cost less each (numbers, not names).
+const NODE_ORDERED_RATIO: usize = 15;
 
-/// Whether a per-node function read of `read` over `reach` reads `function_nodes_10m` (every
-/// node's rows of the functions read) rather than `function_samples_10m` (every function's
-/// rows of the nodes read), given that the first holds the range: a few nodes' rows lie
-/// together in the second; a fleet's, or a sample of more than an eighth of it, cost less in
-/// the first.
+/// Whether a per-node function read of `read` over `reach` reads `function_nodes_by_id_10m`
+/// (every node's rows of the functions read) rather than `function_samples_10m` (every
+/// function's rows of the nodes read), given that the first holds the range: a few nodes' rows
+/// lie together in the second; a fleet's, or a sample of more than a fifteenth of it, cost
+/// less in the first.
 pub(super) fn read_by_function(reach: &Reach, read: NodesRead) -> bool {
     match (reach, read) {
         (Reach::Matching(_) | Reach::Nothing, _) => false,
@@ -1186,8 +1241,8 @@ mod tests {
     }
 
     /// A sample's values are read from its nodes only, while what is read is ranked over every
-    /// node; a sample is read from the table ordered by function unless it is under an eighth
-    /// of the fleet.
+    /// node; a sample is read from the table ordered by function (by its node ids) unless it is
+    /// under a fifteenth of the fleet.
     #[test]
     fn a_sample_is_read_from_its_nodes_and_ranked_over_all() {
         let scope = Scope {
@@ -1209,8 +1264,29 @@ mod tests {
             true,
         ));
         let (values, ranking) = functions.split_once("GLOBAL IN (").unwrap();
-        assert!(values.contains("node IN ('web-1','web-2')"), "{functions}");
-        assert!(!ranking.contains("node IN"), "{functions}");
+        assert!(
+            values.contains(
+                "FROM function_nodes_by_id_10m WHERE series = cityHash64('page_fault', 'page-faults') \
+                 AND time >= toDateTime(1795000200) AND time < toDateTime(1795003800) \
+                 AND node_id IN (SELECT cityHash64(arrayJoin(['web-1','web-2'])))"
+            ),
+            "{functions}"
+        );
+        assert!(
+            !ranking.contains("node IN") && !ranking.contains("node_id"),
+            "{functions}"
+        );
+        let by_node = text(node_functions(
+            &scope,
+            &Reach::Fleet,
+            Some(&sample),
+            TopFunctions::Ranked(200),
+            Measures::Values,
+            false,
+        ));
+        let (values, _) = by_node.split_once("GLOBAL IN (").unwrap();
+        assert!(values.contains("FROM function_samples_10m WHERE"), "{by_node}");
+        assert!(values.contains("node IN ('web-1','web-2')"), "{by_node}");
         let objects = text(node_data_objects(&scope, &Reach::Fleet, Some(&sample), 100, true, true));
         let (values, ranking) = objects.split_once("GLOBAL IN (").unwrap();
         assert!(values.contains("node IN ('web-1','web-2')"), "{objects}");
@@ -1224,8 +1300,8 @@ mod tests {
         let sampled = |n: usize, of: usize| NodesRead::Sample { nodes: &names[..n], of };
         assert!(read_by_function(&Reach::Fleet, NodesRead::Every));
         assert!(read_by_function(&Reach::Fleet, sampled(200, 1_000)));
-        assert!(read_by_function(&Reach::FleetMinus(vec![]), sampled(200, 1_600)));
-        assert!(!read_by_function(&Reach::Fleet, sampled(200, 1_601)));
+        assert!(read_by_function(&Reach::FleetMinus(vec![]), sampled(200, 3_000)));
+        assert!(!read_by_function(&Reach::Fleet, sampled(200, 3_001)));
         assert!(!read_by_function(&Reach::EveryNode, sampled(200, 10_000)));
         assert!(!read_by_function(&Reach::Matching(vec![]), NodesRead::Every));
     }

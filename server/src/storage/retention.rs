@@ -50,6 +50,7 @@ const TABLES: &[(&str, Partition, Keep)] = &[
     ("function_samples", Partition::Day, Keep::Retention),
     ("function_samples_10m", Partition::Day, Keep::Retention),
     ("function_nodes_10m", Partition::Day, Keep::Retention),
+    ("function_nodes_by_id_10m", Partition::Day, Keep::Retention),
     ("fleet_samples", Partition::Day, Keep::Retention),
     ("fleet_samples_10m", Partition::Day, Keep::Retention),
     ("fleet_function_samples", Partition::Day, Keep::Retention),

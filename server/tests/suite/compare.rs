@@ -915,6 +915,18 @@ async fn a_large_fleet_is_explained_from_the_same_sample_of_each_band() {
     assert_eq!(functions["nodes"].as_array().unwrap().len(), 24);
     assert_eq!(functions["functions"][0]["function"], "scan_table", "{functions:#}");
 
+    // Over that long range compare reads the sample's function values from the 10-minute
+    // rollup, which keys nodes by their hash: the same nodes, with the values read per minute.
+    let (status, body) = server
+        .get(&format!("/api/v1/compare?from={from}&to={to}&explained_nodes=5"))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let long: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(long["explanation"]["nodes"], answer["explanation"]["nodes"], "{long:#}");
+    let long_scan = first(&long);
+    assert_eq!(long_scan["function"], "scan_table", "{long_scan:#}");
+    assert_eq!(value_of(&long, &long_scan), value_of(&answer, &scan));
+
     // The CLI says which nodes the differences were read over.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_bimodal"))
         .args(["--server-url", &server.url(), "compare", "--from", &start.to_string()])
