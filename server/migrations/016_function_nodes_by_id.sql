@@ -36,5 +36,10 @@ GROUP BY series, function_id, time, node_id, node;
 
 DROP TABLE IF EXISTS {{local:function_nodes_10m_mv}} {{on_cluster}};
 
+-- A server from before this migration (a rollback, or one started during a rolling upgrade)
+-- would read `function_nodes_10m` for ranges it no longer holds; this row tells it the table
+-- holds no range (the last second a DateTime can hold), and it reads `function_samples_10m`.
+INSERT INTO rollups (name, complete_from) SELECT 'function_nodes', toDateTime(4294967295);
+
 INSERT INTO rollups (name, complete_from)
 SELECT 'function_nodes_by_id', if((SELECT count() FROM samples) = 0, toDateTime(0), now() + 300);
