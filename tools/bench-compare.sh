@@ -19,12 +19,29 @@ pid=
 # The server stops its managed ClickHouse when it is stopped.
 stop() { if [ -n "$pid" ]; then kill "$pid" 2> /dev/null || true; wait "$pid" 2> /dev/null || true; pid=; fi; }
 trap stop EXIT
+start() {
+  "$1" --listen "127.0.0.1:$port" --data-dir "$store" > "$store/bench-compare.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 120); do curl -sf "127.0.0.1:$port/healthz" > /dev/null && break; sleep 1; done
+}
+# Every server migrates the store once first; then each build is made to read its own rollup
+# of per-node function values (tools/lib/ab-store.sh), with the last server's ClickHouse.
+# shellcheck source=tools/lib/ab-store.sh
+. "$(dirname "$0")/lib/ab-store.sh"
+q() {
+  local http
+  http=$(sed -n 's|.*<http_port>\([0-9]*\)</http_port>.*|\1|p' "$store/clickhouse/config.xml")
+  curl -sS --max-time 1800 "http://127.0.0.1:$http/?database=bimodal" --data-binary "$1"
+}
+for server in "$@"; do
+  start "$server"
+  [ "$server" != "${*: -1}" ] || ab_rollups q
+  stop
+done
 for round in $(seq "${ROUNDS:-3}"); do
   for server in "$@"; do
     stop
-    "$server" --listen "127.0.0.1:$port" --data-dir "$store" > "$store/bench-compare.log" 2>&1 &
-    pid=$!
-    for _ in $(seq 120); do curl -sf "127.0.0.1:$port/healthz" > /dev/null && break; sleep 1; done
+    start "$server"
     clickhouse=$(pgrep -f "clickhouse-server.*$(realpath "$store")" | head -1)
     curl -sf -o /dev/null "$url"
     ch0=$(cpu "$clickhouse") s0=$(cpu "$pid") times=""

@@ -54,6 +54,10 @@ for server in "$@"; do
 	start_server "$server" "$listen" "$log" --clickhouse-url "$ch"
 	stop_server
 done
+# Each build reads its own rollup of per-node function values.
+# shellcheck source=tools/lib/ab-store.sh
+. tools/lib/ab-store.sh
+ab_rollups q
 by_hour=$(q "EXISTS TABLE node_totals_by_hour")
 held=$(q "SELECT count() FROM node_totals WHERE abs(toInt64(toStartOfHour(time)) - $((from / 3600 * 3600))) >= 7200 AND toDate(time) = toDate(toDateTime($from))")
 if [ "$held" -lt 1000 ]; then

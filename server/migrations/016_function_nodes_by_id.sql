@@ -38,8 +38,9 @@ DROP TABLE IF EXISTS {{local:function_nodes_10m_mv}} {{on_cluster}};
 
 -- A server from before this migration (a rollback, or one started during a rolling upgrade)
 -- would read `function_nodes_10m` for ranges it no longer holds; this row tells it the table
--- holds no range (the last second a DateTime can hold), and it reads `function_samples_10m`.
-INSERT INTO rollups (name, complete_from) SELECT 'function_nodes', toDateTime(4294967295);
+-- holds no range (the second before the last a DateTime can hold: servers take the last as
+-- "not read yet" and would ask again on every read), and it reads `function_samples_10m`.
+INSERT INTO rollups (name, complete_from) SELECT 'function_nodes', toDateTime(4294967294);
 
 INSERT INTO rollups (name, complete_from)
 SELECT 'function_nodes_by_id', if((SELECT count() FROM samples) = 0, toDateTime(0), now() + 300);
