@@ -270,6 +270,16 @@ fn selector_filter(selector: &Selector, nodes: Nodes) -> Sql {
     sql
 }
 
+/// `time >= ? AND time < ?`: [from, to) on a table's `time`.
+fn time_filter(from: u32, to: u32) -> Sql {
+    let mut sql = Sql::new("time >= toDateTime(");
+    sql.bind(Value::U32(from))
+        .push(") AND time < toDateTime(")
+        .bind(Value::U32(to))
+        .push(")");
+    sql
+}
+
 /// `event = ? [AND source = ?] AND time in [from, to)`, and the same range stated on the hour:
 /// the sample tables are ordered by `toStartOfHour(time)` after event and source (and node),
 /// and ClickHouse derives no condition on that key column from one on `time` (18.16, nor 26.9).
@@ -282,11 +292,9 @@ fn range_filter(event: &str, source: Option<&str>, from: u32, to: u32) -> Sql {
     if let Some(s) = source {
         sql.push(" AND source = ").bind(Value::Str(s.to_owned()));
     }
-    sql.push(" AND time >= toDateTime(")
-        .bind(Value::U32(from))
-        .push(") AND time < toDateTime(")
-        .bind(Value::U32(to))
-        .push(") AND toStartOfHour(time) >= toStartOfHour(toDateTime(")
+    sql.push(" AND ")
+        .append(time_filter(from, to))
+        .push(" AND toStartOfHour(time) >= toStartOfHour(toDateTime(")
         .bind(Value::U32(from))
         .push(")) AND toStartOfHour(time) < toDateTime(")
         .bind(Value::U32(to))
@@ -346,12 +354,7 @@ pub struct Scope {
 
 /// `SELECT columns FROM table[_10m] WHERE … UNION ALL …` over the pieces of the range.
 fn union(table: &str, columns: &str, scope: &Scope, nodes: Nodes, extra: &Sql) -> Sql {
-    union_of(table, &format!("{table}_10m"), columns, scope, nodes, extra)
-}
-
-/// The same with the 10-minute pieces read from `coarse`.
-fn union_of(minute: &str, coarse: &str, columns: &str, scope: &Scope, nodes: Nodes, extra: &Sql) -> Sql {
-    union_prewhere(minute, coarse, columns, scope, "", nodes, extra)
+    union_prewhere(table, &format!("{table}_10m"), columns, scope, "", nodes, extra)
 }
 
 /// The same, each piece with `PREWHERE prewhere` when it is not empty: a condition on a small
@@ -418,11 +421,8 @@ fn by_id_filter(event: &str, source: &str, nodes: Nodes, from: u32, to: u32) -> 
     sql.bind(Value::Str(event.to_owned()))
         .push(", ")
         .bind(Value::Str(source.to_owned()))
-        .push(") AND time >= toDateTime(")
-        .bind(Value::U32(from))
-        .push(") AND time < toDateTime(")
-        .bind(Value::U32(to))
-        .push(")");
+        .push(") AND ")
+        .append(time_filter(from, to));
     sql.append(nodes.filter("node_id", "SELECT cityHash64(arrayJoin([", "]))"));
     sql
 }
@@ -642,7 +642,7 @@ pub(super) fn node_functions(
             }
             false => piece("function_samples", inner, scope, "", nodes, &top, from, to),
         }),
-        _ => union_of("function_samples", "function_samples_10m", inner, scope, nodes, &top),
+        _ => union("function_samples", inner, scope, nodes, &top),
     };
     sql.append(rows).push(") GROUP BY node, function_id");
     sql
