@@ -12,7 +12,13 @@
  * (which processes the agent has been told of, and their unwind tables).
  *
  * User stacks are unwound in the kernel from tables the agent compiles from .eh_frame
- * (`unwind_user`, docs/design/014), or walked by bpf_get_stackid with frame pointers.
+ * (docs/design/014) by programs of their own, one per program type, reached by tail calls
+ * (docs/design/030): each steps a few frames and hands the walk to the next, so the verifier
+ * checks the work of a few frames per program whatever the depth, and a kernel that refuses the
+ * unwinder keeps every source sampling, with stack copies or frame pointers.
+ *
+ * Everything here loads on Linux 5.10 and later: helpers of later kernels are called only
+ * where the kernel's BTF says it has them (CO-RE), and no callback (bpf_loop, 5.17) is used.
  *
  * Two sample maps are used in turn: programs count into `samples_0` or `samples_1` as
  * `active_buffer` says, and user space flips it before draining the other one, so a drain
@@ -139,9 +145,19 @@ struct {
 
 #define UNWIND_MISS_INTERVAL_NS (2ULL * 1000 * 1000 * 1000)
 
-/* where one CPU unwinds: the chain so far and the registers of the frame being stepped */
-struct unwind_scratch {
+/*
+ * A sample whose user stack is being unwound from tables, and the walk so far: written by the
+ * program that took the sample, then carried from one unwinder program to the next.
+ */
+struct unwind_walk {
+	struct sample_key key;
+	/* events the sample stands for, and its data address (0: none) */
+	__u64 weight;
+	__u64 address;
+	/* the address space the sample was taken in (see `struct new_process`) */
+	__u64 mm;
 	struct user_chain chain;
+	/* registers of the frame being stepped */
 	__u64 ip;
 	__u64 sp;
 	__u64 bp;
@@ -154,13 +170,18 @@ struct unwind_scratch {
 	__u32 hi;
 	/* an address of the chain lay in no mapping the process's entry has */
 	__u32 missed;
+	/* the walk is over: the chain is as long as it can be */
+	__u32 done;
+	/* a second event kind the same sample is counted as (enum event_kind; 0: none) */
+	__u32 also;
 };
 
 /*
- * One scratch per CPU for perf-event programs and one for tracing programs: a perf event's
+ * One state per CPU for perf-event programs and one for tracing programs: a perf event's
  * program (a timer interrupt, or an NMI) may interrupt a tracing program's walk on the same CPU,
  * while perf-event programs never nest in each other (the kernel skips one that would) and the
- * tracing programs here run in process context only.
+ * tracing programs here do not nest in each other either (each is skipped while it runs on a
+ * CPU, and kprobes while any tracing program runs there).
  */
 enum unwind_slot {
 	UNWIND_SLOT_PERF_EVENT = 0,
@@ -171,8 +192,42 @@ struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 2);
 	__type(key, __u32);
-	__type(value, struct unwind_scratch);
-} unwind_scratch SEC(".maps");
+	__type(value, struct unwind_walk);
+} unwind_walks SEC(".maps");
+
+/*
+ * The unwinder program of each program type, at index 0, put there by user space once it loaded
+ * (a tail call only reaches a program of the caller's type; fentry ones also of its target). An
+ * empty array is an unwinder this kernel refused or that was not asked for: samples then go as
+ * stack copies or with frame-pointer stacks.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} unwinder_perf_event SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} unwinder_fentry SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} unwinder_kprobe SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} unwinder_raw_tp SEC(".maps");
 
 /* lost samples and stacks per event kind and drop reason, per CPU so counting never contends */
 struct {
@@ -199,9 +254,19 @@ const volatile bool unwind_all = false;
 
 /*
  * `auto` unwinding: processes whose tables the agent wrote are unwound in the kernel; until then
- * (the first milliseconds of a process) a stack snapshot is sent for the agent to unwind
+ * (the first milliseconds of a process), or when no unwinder program loaded, a stack snapshot is
+ * sent for the agent to unwind
  */
 const volatile bool unwind_auto = false;
+
+/*
+ * Tests only (`--test-refuse`): programs that make the verifier refuse them, one bit per enum
+ * event_kind for the program sampling it, and TEST_REFUSE_UNWINDER for the unwinders. The
+ * refusal is the kernel's own, so what the agent does about it is tested as it happens.
+ */
+const volatile __u32 refuse_for_test = 0;
+
+#define TEST_REFUSE_UNWINDER (1u << 31)
 
 /* which sample map programs count into; flipped by user space before each drain */
 __u32 active_buffer = 0;
@@ -220,6 +285,18 @@ enum unwind_rule _unwind_rule = 0;
 enum event_kind _event_kind = 0;
 enum drop_reason _drop_reason = 0;
 
+/* x86-64's user code segment selector (__USER_CS): saved registers of a 64-bit task in user mode */
+#define USER_CS 0x33
+
+/*
+ * A program the verifier must refuse (see `refuse_for_test`): it reads memory at an address
+ * that is only a number.
+ */
+static __always_inline int refused_for_test(void)
+{
+	return *(volatile int *)(long)bpf_get_prandom_u32();
+}
+
 static __always_inline void count_drop(enum event_kind event, enum drop_reason reason)
 {
 	__u32 index = event * DROP_REASON_COUNT + reason;
@@ -227,6 +304,46 @@ static __always_inline void count_drop(enum event_kind event, enum drop_reason r
 
 	if (n)
 		*n += 1;
+}
+
+/*
+ * Where the current task's user registers were saved when it last entered the kernel: the
+ * sample's own registers when it was taken in user mode. NULL when they cannot be found.
+ */
+static __always_inline struct pt_regs *user_regs(void)
+{
+	struct task_struct *task;
+	struct pt_regs *regs;
+	__u64 cs = 0;
+	void *stack;
+
+	/* 5.15 and later say it themselves */
+	if (bpf_core_enum_value_exists(enum bpf_func_id, BPF_FUNC_task_pt_regs))
+		return (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	/*
+	 * Before: on x86-64 they sit at the top of the task's kernel stack (task_pt_regs()), which
+	 * is 16 KiB, or 32 KiB in kernels built with KASAN. A candidate is taken only when the code
+	 * segment saved there is the user one.
+	 */
+	task = (struct task_struct *)bpf_get_current_task();
+	stack = BPF_CORE_READ(task, stack);
+	if (!stack)
+		return NULL;
+	regs = (struct pt_regs *)(stack + 16384 - bpf_core_type_size(struct pt_regs));
+	if (!bpf_probe_read_kernel(&cs, sizeof(cs), &regs->cs) && cs == USER_CS)
+		return regs;
+	regs = (struct pt_regs *)(stack + 32768 - bpf_core_type_size(struct pt_regs));
+	if (!bpf_probe_read_kernel(&cs, sizeof(cs), &regs->cs) && cs == USER_CS)
+		return regs;
+	return NULL;
+}
+
+/* the current task's address space (its mm_struct's address, a cookie); 0 for kernel threads */
+static __always_inline __u64 current_mm(void)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+
+	return (__u64)BPF_CORE_READ(task, mm);
 }
 
 /*
@@ -264,19 +381,19 @@ static __always_inline __u8 process_state(__u32 tgid, __u64 mm)
  */
 static __always_inline bool send_snapshot(struct sample_key *key, __u64 weight, __u64 address)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
 	struct stack_snapshot *snap;
 	struct pt_regs *regs;
 	__u64 sp, len, chunk;
 	int i;
 
+	regs = user_regs();
+	if (!regs)
+		return false;
 	snap = bpf_ringbuf_reserve(&stack_snapshots, sizeof(*snap), 0);
 	if (!snap) {
 		count_drop(key->event, DROP_SNAPSHOT_RING_FULL);
 		return false;
 	}
-	/* the user registers saved at the last entry to the kernel: the sample's, in user mode */
-	regs = (struct pt_regs *)bpf_task_pt_regs(task);
 	snap->ip = BPF_CORE_READ(regs, ip);
 	snap->sp = BPF_CORE_READ(regs, sp);
 	snap->bp = BPF_CORE_READ(regs, bp);
@@ -311,14 +428,66 @@ static __always_inline bool send_snapshot(struct sample_key *key, __u64 weight, 
 	return true;
 }
 
+/*
+ * Counts one sample of `key` standing for `weight` events into the active sample map, and sends
+ * its data address when it has one and they are wanted.
+ */
+static __always_inline void count_sample(struct sample_key *key, __u64 weight, __u64 address)
+{
+	struct sample_value first = {.count = 1, .value = weight}, *value;
+	struct data_sample *data;
+	void *samples;
+
+	samples = active_buffer ? (void *)&samples_1 : (void *)&samples_0;
+	value = bpf_map_lookup_elem(samples, key);
+	if (value) {
+		__sync_fetch_and_add(&value->count, 1);
+		__sync_fetch_and_add(&value->value, weight);
+	} else if (bpf_map_update_elem(samples, key, &first, BPF_NOEXIST)) {
+		/* another CPU may have inserted the key meanwhile */
+		value = bpf_map_lookup_elem(samples, key);
+		if (value) {
+			__sync_fetch_and_add(&value->count, 1);
+			__sync_fetch_and_add(&value->value, weight);
+		} else {
+			count_drop(key->event, DROP_SAMPLE_MAP_FULL);
+			return;
+		}
+	}
+
+	if (!address || !send_data_addresses)
+		return;
+	data = bpf_ringbuf_reserve(&data_samples, sizeof(*data), 0);
+	if (!data) {
+		count_drop(key->event, DROP_DATA_RING_FULL);
+		return;
+	}
+	data->tgid = key->tgid;
+	data->pid = key->pid;
+	data->event = key->event;
+	data->user_stack_id = key->user_stack_id;
+	data->user_chain = key->user_chain;
+	data->address = address;
+	data->weight = weight;
+	bpf_ringbuf_submit(data, 0);
+}
+
 /* binary search steps over a process's mappings (UNWIND_MAX_MAPPINGS + 1 outcomes) */
 #define MAPPING_SEARCH_STEPS 8
 /* binary search steps over an image's rows: tables of up to 2^24 rows */
 #define ROW_SEARCH_STEPS 25
 #define UNWIND_MAX_ROWS (1 << 24)
 
+/*
+ * Frames one unwinder program steps before it hands the walk to the next by a tail call: the
+ * verifier checks each program alone, so its work is that of this many frames whatever the
+ * depth. MAX_STACK_DEPTH frames take 16 programs; a chain of tail calls may have 32 (33 since
+ * Linux 5.17), the first being the sampling program's.
+ */
+#define UNWIND_FRAMES_PER_PROGRAM 8
+
 /* the mapping of `process` that holds `ip`, or NULL */
-static __always_inline struct unwind_mapping *find_mapping(struct unwind_scratch *s,
+static __always_inline struct unwind_mapping *find_mapping(struct unwind_walk *s,
 							   struct unwind_process *process, __u64 ip)
 {
 	struct unwind_mapping *m;
@@ -353,8 +522,8 @@ static __always_inline struct unwind_mapping *find_mapping(struct unwind_scratch
 }
 
 /* the row of `m`'s image that holds image address `pc`, or NULL */
-static __always_inline struct unwind_row *find_row(struct unwind_scratch *s,
-						   struct unwind_mapping *m, __u32 pc)
+static __always_inline struct unwind_row *find_row(struct unwind_walk *s, struct unwind_mapping *m,
+						   __u32 pc)
 {
 	struct unwind_row *row;
 	__u32 lo, hi, mid, index;
@@ -385,19 +554,12 @@ static __always_inline struct unwind_row *find_row(struct unwind_scratch *s,
 	return bpf_map_lookup_elem(&unwind_rows, &index);
 }
 
-struct unwind_walk {
-	struct unwind_process *process;
-	struct unwind_scratch *scratch;
-};
-
 /*
  * One frame: records the frame's address, finds the rule for it and steps to its caller.
  * Returns 1 to end the walk (the chain is complete, or cannot go on), 0 to go on.
  */
-static long unwind_step(__u64 index, void *ctx)
+static __always_inline int unwind_step(struct unwind_walk *s, struct unwind_process *process)
 {
-	struct unwind_walk *walk = ctx;
-	struct unwind_scratch *s = walk->scratch;
 	__u64 ip = s->ip, lookup, cfa, ra = 0, bp = 0;
 	__u8 rule = UNWIND_RULE_FRAME_POINTER;
 	__s16 cfa_offset = 0, rbp_offset = 0;
@@ -412,8 +574,8 @@ static long unwind_step(__u64 index, void *ctx)
 	s->hash = (s->hash ^ ip) * 0x100000001b3ULL;
 
 	/* a caller's address is where its call returns to: the call itself is the byte before */
-	lookup = index ? ip - 1 : ip;
-	m = find_mapping(s, walk->process, lookup);
+	lookup = len ? ip - 1 : ip;
+	m = find_mapping(s, process, lookup);
 	if (!m)
 		s->missed = 1;
 	if (m && m->rows_len && lookup - m->bias <= 0xffffffffULL) {
@@ -448,7 +610,7 @@ static long unwind_step(__u64 index, void *ctx)
 		break;
 	}
 	/* stacks grow down: a caller's frame is above its callee's */
-	if (cfa <= s->sp && index)
+	if (cfa <= s->sp && len)
 		return 1;
 	if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8)))
 		return 1;
@@ -489,72 +651,129 @@ static __always_inline void report_miss(__u32 tgid, __u64 mm)
 	bpf_ringbuf_submit(out, 0);
 }
 
-/*
- * Unwinds the user stack of the current task, a process with tables, in the kernel; the chain
- * is stored in `user_chains` under the key returned (0: it could not be unwound).
- */
-static __always_inline __u64 unwind_user(__u32 tgid, __u64 mm, __u32 slot)
+/* counts a sample as `key`'s event kind and, when `also` is one, as that kind too */
+static __always_inline void count_samples(struct sample_key *key, __u32 also, __u64 weight,
+					  __u64 address)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
-	struct unwind_scratch *scratch;
-	struct unwind_walk walk;
-	struct pt_regs *regs;
-	__u64 hash;
+	count_sample(key, weight, address);
+	if (also) {
+		key->event = also;
+		count_sample(key, weight, address);
+	}
+}
 
-	walk.process = bpf_map_lookup_elem(&unwind_processes, &tgid);
-	scratch = bpf_map_lookup_elem(&unwind_scratch, &slot);
-	if (!scratch)
-		return 0;
+/*
+ * Starts unwinding the current task's user stack from its process's tables: writes the sample
+ * and the first frame's registers into the CPU's state for the unwinder programs. False when
+ * the process's entry is missing or for another address space (it is reported to be read again)
+ * or its registers cannot be found: the sample then goes another way.
+ */
+static __always_inline bool begin_unwind(struct sample_key *key, __u32 also, __u64 weight,
+					 __u64 address, __u64 mm, enum unwind_slot slot)
+{
+	struct unwind_process *process;
+	struct unwind_walk *s;
+	struct pt_regs *regs;
+	__u32 index = slot;
+
+	process = bpf_map_lookup_elem(&unwind_processes, &key->tgid);
 	/*
-	 * Marked for tables but without an entry: an exec removed it between the agent's writes of
-	 * the entry and of the mark. Read the process again.
+	 * Marked for tables but without an entry (an exec removed it between the agent's writes of
+	 * the entry and of the mark), or an entry read for the address space before an exec: read
+	 * the process again.
 	 */
-	if (!walk.process) {
-		report_miss(tgid, mm);
+	if (!process || process->mm != mm) {
+		report_miss(key->tgid, mm);
+		return false;
+	}
+	s = bpf_map_lookup_elem(&unwind_walks, &index);
+	regs = user_regs();
+	if (!s || !regs)
+		return false;
+	__builtin_memcpy(&s->key, key, sizeof(s->key));
+	s->weight = weight;
+	s->address = address;
+	s->mm = mm;
+	s->ip = BPF_CORE_READ(regs, ip);
+	s->sp = BPF_CORE_READ(regs, sp);
+	s->bp = BPF_CORE_READ(regs, bp);
+	s->chain.len = 0;
+	s->chain.complete = 0;
+	s->hash = 0xcbf29ce484222325ULL;
+	s->missed = 0;
+	s->done = 0;
+	s->also = also;
+	return true;
+}
+
+/*
+ * The body of every unwinder program: steps up to UNWIND_FRAMES_PER_PROGRAM frames of the walk
+ * the CPU's state holds, then hands it to the next unwinder program (itself, through
+ * `unwinders`), or, once the chain is over, stores it in `user_chains` and counts the sample
+ * under its key.
+ */
+static __always_inline int unwind_frames(void *ctx, enum unwind_slot slot, void *unwinders)
+{
+	struct unwind_process *process;
+	struct unwind_walk *s;
+	__u32 index = slot;
+	__u64 hash;
+	int i;
+
+	if (refuse_for_test & TEST_REFUSE_UNWINDER)
+		return refused_for_test();
+	s = bpf_map_lookup_elem(&unwind_walks, &index);
+	if (!s)
+		return 0;
+	/* an exec or exit between two programs of the walk removes the entry: the chain ends */
+	process = bpf_map_lookup_elem(&unwind_processes, &s->key.tgid);
+	if (process && process->mm == s->mm) {
+		for (i = 0; i < UNWIND_FRAMES_PER_PROGRAM; i++) {
+			if (unwind_step(s, process)) {
+				s->done = 1;
+				break;
+			}
+		}
+		if (!s->done) {
+			bpf_tail_call(ctx, unwinders, 0);
+			/* the kernel allows no more tail calls: what was walked is kept, incomplete
+			 */
+		}
+	}
+
+	if (s->missed)
+		report_miss(s->key.tgid, s->mm);
+	if (!s->chain.len) {
+		count_drop(s->key.event, DROP_USER_STACK);
 		return 0;
 	}
-	/* an entry read for the address space before an exec: read the process again */
-	if (walk.process->mm != mm) {
-		report_miss(tgid, mm);
-		return 0;
-	}
-	walk.scratch = scratch;
-	/* the user registers saved at the last entry to the kernel: the sample's, in user mode */
-	regs = (struct pt_regs *)bpf_task_pt_regs(task);
-	scratch->ip = BPF_CORE_READ(regs, ip);
-	scratch->sp = BPF_CORE_READ(regs, sp);
-	scratch->bp = BPF_CORE_READ(regs, bp);
-	scratch->chain.len = 0;
-	scratch->chain.complete = 0;
-	scratch->hash = 0xcbf29ce484222325ULL;
-	scratch->missed = 0;
-	bpf_loop(MAX_STACK_DEPTH, unwind_step, &walk, 0);
-	if (scratch->missed)
-		report_miss(tgid, mm);
-	if (!scratch->chain.len)
-		return 0;
 	/* the complete flag tells two chains of the same addresses apart */
-	hash = (scratch->hash ^ scratch->chain.complete) * 0x100000001b3ULL;
+	hash = (s->hash ^ s->chain.complete) * 0x100000001b3ULL;
 	hash ^= hash >> 29;
 	if (!hash)
 		hash = 1;
 	if (!bpf_map_lookup_elem(&user_chains, &hash))
-		bpf_map_update_elem(&user_chains, &hash, &scratch->chain, BPF_NOEXIST);
-	return hash;
+		bpf_map_update_elem(&user_chains, &hash, &s->chain, BPF_NOEXIST);
+	s->key.user_chain = hash;
+	s->key.user_stack_id = -ENODATA;
+	count_samples(&s->key, s->also, s->weight, s->address);
+	return 0;
 }
 
-/* counts one sample of `event` standing for `weight` events, with the current stacks */
-static __always_inline int record_sample(void *ctx, enum event_kind event, __u64 weight,
-					 __u64 address, enum unwind_slot slot)
+/*
+ * Counts one sample of `event` (and of `also` when it is an event kind: one sample counted as
+ * two kinds) standing for `weight` events, with the current stacks; a process with tables is
+ * handed to the unwinder program in `unwinders` (the caller's type), which counts the sample
+ * once its chain is walked.
+ */
+static __always_inline int record_sample(void *ctx, enum event_kind event, __u32 also, __u64 weight,
+					 __u64 address, enum unwind_slot slot, void *unwinders)
 {
 	struct sample_key key = {};
-	struct sample_value first = {.count = 1, .value = weight}, *value;
-	struct data_sample *data;
 	__u64 id = bpf_get_current_pid_tgid();
 	__u8 state = PROCESS_NOTICED;
 	__u64 mm;
 	bool user;
-	void *samples;
 
 	key.tgid = id >> 32;
 	key.pid = (__u32)id;
@@ -566,12 +785,18 @@ static __always_inline int record_sample(void *ctx, enum event_kind event, __u64
 	if (key.tgid == skip_tgid)
 		return 0;
 
-	if (!(enabled_events & (1u << event)))
-		return 0;
+	if (also && !(enabled_events & (1u << also)))
+		also = 0;
+	if (!(enabled_events & (1u << event))) {
+		if (!also)
+			return 0;
+		event = also;
+		also = 0;
+	}
 	key.event = event;
 	bpf_get_current_comm(&key.comm, sizeof(key.comm));
 	/* kernel threads map no files and have no user stack: nothing to tell or unwind */
-	mm = (__u64)BPF_CORE_READ((struct task_struct *)bpf_get_current_task_btf(), mm);
+	mm = current_mm();
 	user = mm != 0;
 	if (user)
 		state = process_state(key.tgid, mm);
@@ -581,124 +806,136 @@ static __always_inline int record_sample(void *ctx, enum event_kind event, __u64
 	if (key.kernel_stack_id < 0 && key.kernel_stack_id != -EFAULT)
 		count_drop(event, DROP_KERNEL_STACK);
 
-	if (user && !unwind_all && state == PROCESS_TABLES)
-		key.user_chain = unwind_user(key.tgid, mm, slot);
+	if (user && !unwind_all && state == PROCESS_TABLES &&
+	    begin_unwind(&key, also, weight, address, mm, slot)) {
+		bpf_tail_call(ctx, unwinders, 0);
+		/* no unwinder program loaded for this type: the sample goes another way */
+	}
 	/*
-	 * No chain from tables (not read yet, or the entry is missing or for the address space
-	 * before an exec until the agent reads the process again): a stack copy for the agent to
-	 * unwind, not frame pointers that FP-less code would cut short.
+	 * No chain from tables (not read yet, no unwinder, or the entry is missing or for the
+	 * address space before an exec until the agent reads the process again): a stack copy for
+	 * the agent to unwind, not frame pointers that FP-less code would cut short.
 	 */
-	if (user && !key.user_chain && (unwind_all || unwind_auto) &&
-	    send_snapshot(&key, weight, address))
-		return 0;
-	if (key.user_chain) {
-		key.user_stack_id = -ENODATA;
-	} else {
-		/* kernel threads have no user stack: -EFAULT again */
-		key.user_stack_id = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
-		if (key.user_stack_id < 0 && key.user_stack_id != -EFAULT)
-			count_drop(event, DROP_USER_STACK);
-	}
-
-	samples = active_buffer ? (void *)&samples_1 : (void *)&samples_0;
-	value = bpf_map_lookup_elem(samples, &key);
-	if (value) {
-		__sync_fetch_and_add(&value->count, 1);
-		__sync_fetch_and_add(&value->value, weight);
-	} else if (bpf_map_update_elem(samples, &key, &first, BPF_NOEXIST)) {
-		/* another CPU may have inserted the key meanwhile */
-		value = bpf_map_lookup_elem(samples, &key);
-		if (value) {
-			__sync_fetch_and_add(&value->count, 1);
-			__sync_fetch_and_add(&value->value, weight);
-		} else {
-			count_drop(event, DROP_SAMPLE_MAP_FULL);
+	if (user && (unwind_all || unwind_auto) && send_snapshot(&key, weight, address)) {
+		if (!also)
 			return 0;
-		}
+		key.event = also;
+		also = 0;
+		if (send_snapshot(&key, weight, address))
+			return 0;
 	}
-
-	if (!address || !send_data_addresses)
-		return 0;
-	data = bpf_ringbuf_reserve(&data_samples, sizeof(*data), 0);
-	if (!data) {
-		count_drop(event, DROP_DATA_RING_FULL);
-		return 0;
-	}
-	data->tgid = key.tgid;
-	data->pid = key.pid;
-	data->event = event;
-	data->user_stack_id = key.user_stack_id;
-	data->user_chain = key.user_chain;
-	data->address = address;
-	data->weight = weight;
-	bpf_ringbuf_submit(data, 0);
+	/* kernel threads have no user stack: -EFAULT again */
+	key.user_stack_id = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
+	if (key.user_stack_id < 0 && key.user_stack_id != -EFAULT)
+		count_drop(event, DROP_USER_STACK);
+	count_samples(&key, also, weight, address);
 	return 0;
 }
 
 /* perf events: the period comes with every sample, the data address where the event has one */
 
+#define REFUSE_FOR_TEST(event)                                                                     \
+	if (refuse_for_test & (1u << (event)))                                                     \
+	return refused_for_test()
+
 SEC("perf_event")
 int sample_cpu(struct bpf_perf_event_data *ctx)
 {
-	return record_sample(ctx, EVENT_KIND_CPU, ctx->sample_period, 0, UNWIND_SLOT_PERF_EVENT);
+	REFUSE_FOR_TEST(EVENT_KIND_CPU);
+	return record_sample(ctx, EVENT_KIND_CPU, 0, ctx->sample_period, 0, UNWIND_SLOT_PERF_EVENT,
+			     &unwinder_perf_event);
 }
 
 SEC("perf_event")
 int sample_page_fault(struct bpf_perf_event_data *ctx)
 {
+	REFUSE_FOR_TEST(EVENT_KIND_PAGE_FAULT);
 	/* the software page-fault event reports the faulting address */
-	return record_sample(ctx, EVENT_KIND_PAGE_FAULT, ctx->sample_period, ctx->addr,
-			     UNWIND_SLOT_PERF_EVENT);
+	return record_sample(ctx, EVENT_KIND_PAGE_FAULT, 0, ctx->sample_period, ctx->addr,
+			     UNWIND_SLOT_PERF_EVENT, &unwinder_perf_event);
 }
 
 SEC("perf_event")
 int sample_cache_miss(struct bpf_perf_event_data *ctx)
 {
-	return record_sample(ctx, EVENT_KIND_CACHE_MISS, ctx->sample_period, ctx->addr,
-			     UNWIND_SLOT_PERF_EVENT);
+	REFUSE_FOR_TEST(EVENT_KIND_CACHE_MISS);
+	return record_sample(ctx, EVENT_KIND_CACHE_MISS, 0, ctx->sample_period, ctx->addr,
+			     UNWIND_SLOT_PERF_EVENT, &unwinder_perf_event);
 }
 
 SEC("perf_event")
 int sample_remote_access(struct bpf_perf_event_data *ctx)
 {
-	return record_sample(ctx, EVENT_KIND_REMOTE_ACCESS, ctx->sample_period, ctx->addr,
-			     UNWIND_SLOT_PERF_EVENT);
+	REFUSE_FOR_TEST(EVENT_KIND_REMOTE_ACCESS);
+	return record_sample(ctx, EVENT_KIND_REMOTE_ACCESS, 0, ctx->sample_period, ctx->addr,
+			     UNWIND_SLOT_PERF_EVENT, &unwinder_perf_event);
+}
+
+SEC("perf_event")
+int unwind_perf_event(struct bpf_perf_event_data *ctx)
+{
+	return unwind_frames(ctx, UNWIND_SLOT_PERF_EVENT, &unwinder_perf_event);
 }
 
 /*
  * NUMA-balancing hinting faults: task_numa_fault(last_cpupid, mem_node, pages, flags) runs in
  * the faulting task after the fault was handled; mem_node is where the page is now, so a fault
- * was remote when the kernel did not flag it local.
+ * was remote when the kernel did not flag it local: one sample then counts as a hinting fault
+ * and as a remote_access.
  */
-static __always_inline int numa_fault(void *ctx, int pages, int flags)
+static __always_inline int numa_fault(void *ctx, int pages, int flags, void *unwinders)
 {
+	__u32 remote = flags & TNF_FAULT_LOCAL ? 0 : EVENT_KIND_REMOTE_ACCESS;
+
+	if (refuse_for_test &
+	    ((1u << EVENT_KIND_NUMA_HINT_FAULT) | (1u << EVENT_KIND_REMOTE_ACCESS)))
+		return refused_for_test();
 	if (pages <= 0)
 		return 0;
-	record_sample(ctx, EVENT_KIND_NUMA_HINT_FAULT, pages, 0, UNWIND_SLOT_TRACING);
-	if (!(flags & TNF_FAULT_LOCAL))
-		record_sample(ctx, EVENT_KIND_REMOTE_ACCESS, pages, 0, UNWIND_SLOT_TRACING);
-	return 0;
+	return record_sample(ctx, EVENT_KIND_NUMA_HINT_FAULT, remote, pages, 0, UNWIND_SLOT_TRACING,
+			     unwinders);
 }
 
 SEC("fentry/task_numa_fault")
 int BPF_PROG(numa_fault_fentry, int last_cpupid, int mem_node, int pages, int flags)
 {
-	return numa_fault(ctx, pages, flags);
+	return numa_fault(ctx, pages, flags, &unwinder_fentry);
+}
+
+/* the unwinder of fentry programs, loaded for the same function (a tail call needs it) */
+SEC("fentry/task_numa_fault")
+int BPF_PROG(unwind_fentry)
+{
+	return unwind_frames(ctx, UNWIND_SLOT_TRACING, &unwinder_fentry);
 }
 
 SEC("kprobe/task_numa_fault")
 int BPF_KPROBE(numa_fault_kprobe, int last_cpupid, int mem_node, int pages, int flags)
 {
-	return numa_fault(ctx, pages, flags);
+	return numa_fault(ctx, pages, flags, &unwinder_kprobe);
+}
+
+SEC("kprobe")
+int unwind_kprobe(struct pt_regs *ctx)
+{
+	return unwind_frames(ctx, UNWIND_SLOT_TRACING, &unwinder_kprobe);
 }
 
 /* mm_migrate_pages(succeeded, failed, ...): the first argument is stable across kernels */
 SEC("raw_tp/mm_migrate_pages")
 int BPF_PROG(page_migration, unsigned long succeeded)
 {
+	REFUSE_FOR_TEST(EVENT_KIND_PAGE_MIGRATION);
 	if (succeeded)
-		record_sample(ctx, EVENT_KIND_PAGE_MIGRATION, succeeded, 0, UNWIND_SLOT_TRACING);
+		record_sample(ctx, EVENT_KIND_PAGE_MIGRATION, 0, succeeded, 0, UNWIND_SLOT_TRACING,
+			      &unwinder_raw_tp);
 	return 0;
+}
+
+SEC("raw_tp")
+int unwind_raw_tp(void *ctx)
+{
+	return unwind_frames(ctx, UNWIND_SLOT_TRACING, &unwinder_raw_tp);
 }
 
 /* a process that calls exec maps other files: its next sample is a first one again */

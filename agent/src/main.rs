@@ -10,7 +10,7 @@ use bimodal_agent::node::kubernetes::ApiConfig;
 use bimodal_agent::node::placement::Placement;
 use bimodal_agent::node::topology::Topology;
 use bimodal_agent::record::{self, Format, RecordOptions};
-use bimodal_agent::sample::bpf::{MapSizes, UnwindMode};
+use bimodal_agent::sample::bpf::{MapSizes, TestRefusals, UnwindMode};
 use bimodal_agent::sample::events::{EventKind, Machine, Rates};
 use bimodal_agent::sample::probe::{self, LiveProber};
 use bimodal_agent::ship::{self, RunOptions, Symbolize};
@@ -107,6 +107,10 @@ struct ProbeArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+    /// Also load every BPF program alone and show the verifier's figures for each (instructions
+    /// processed and states against its limits), or why it was refused.
+    #[arg(long, env = "BIMODAL_PROBE_VERIFIER")]
+    verifier: bool,
     #[command(flatten)]
     sampling: SamplingArgs,
 }
@@ -156,6 +160,10 @@ struct SamplingArgs {
     /// unwinding; past it the least recent are dropped, and parsed again when needed.
     #[arg(long, env = "BIMODAL_CACHED_IMAGES", default_value_t = bimodal_agent::symbolize::DEFAULT_CACHED_IMAGES, value_parser = parse_cached_images)]
     cached_images: usize,
+    /// Tests only: make the kernel refuse these programs (`unwinder`, or event kinds), to see
+    /// what the agent does without them. Never set it in production.
+    #[arg(long, env = "BIMODAL_TEST_REFUSE", hide = true, default_value = "")]
+    test_refuse: TestRefusals,
 }
 
 fn parse_cached_images(s: &str) -> Result<usize, String> {
@@ -193,6 +201,7 @@ impl SamplingArgs {
             stacks: self.map_stacks.unwrap_or(machine.stacks),
             snapshot_ring: self.snapshot_ring_bytes.unwrap_or(machine.snapshot_ring),
             unwind_rows: self.unwind_rows,
+            processes: machine.processes,
         }
     }
 }
@@ -412,6 +421,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 data_objects: a.data_objects,
                 debug_dirs: a.sampling.debug_dirs,
                 cached_images: a.sampling.cached_images,
+                test_refusals: a.sampling.test_refuse,
             };
             let summary = record::record(&opts)?;
             eprintln!(
@@ -431,7 +441,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Probe(a) => {
-            let report = probe::probe(&Machine::read(), &a.sampling.rates(), &LiveProber::default());
+            let prober = LiveProber::new(a.sampling.test_refuse);
+            let mut report = probe::probe(&Machine::read(), &a.sampling.rates(), a.sampling.unwind, &prober);
+            if a.verifier {
+                report.programs = probe::verifier(&prober);
+            }
             if a.json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
@@ -503,6 +517,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 upload_max_bytes: a.upload_max_bytes,
                 debug_dirs: a.sampling.debug_dirs,
                 cached_images: a.sampling.cached_images,
+                test_refusals: a.sampling.test_refuse,
                 spool: SpoolOptions {
                     dir: a.spool_dir,
                     max_bytes: a.spool_bytes,

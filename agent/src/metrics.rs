@@ -1,6 +1,8 @@
 //! The agent's own figures, served on `GET /metrics` for Prometheus when `run --metrics-listen`
 //! is given: samples and losses per event and source, drain time, spool depth, batches dropped,
-//! and the agent's CPU and memory. One registry per process.
+//! the agent's CPU and memory, and what the kernel took of its BPF programs (which loaded, the
+//! verifier's work on each, how each event kind's stacks are unwound and why not better). One
+//! registry per process.
 
 use std::net::SocketAddr;
 use std::sync::LazyLock;
@@ -8,6 +10,7 @@ use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -27,6 +30,15 @@ pub struct Metrics {
     pub batches: Counter,
     /// Time to drain the maps and build a batch, in seconds.
     pub drain_seconds: Histogram,
+    /// 1 for each BPF program the kernel took, 0 for each it refused, by `program`.
+    pub program_loaded: Family<[(&'static str, String); 1], Gauge>,
+    /// Instructions the verifier processed for each loaded program, by `program`.
+    pub program_verifier_insns: Family<[(&'static str, String); 1], Gauge>,
+    /// 1 per sampled event kind, by `event`, the unwinding `method` and, when it is less than
+    /// asked for, why (`reduced`, empty otherwise).
+    pub unwinding: Family<[(&'static str, String); 3], Gauge>,
+    /// 1 per event kind asked for whose program the kernel refused, by `event` and `reason`.
+    pub event_refused: Family<[(&'static str, String); 2], Gauge>,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
@@ -37,6 +49,10 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         batches: Counter::default(),
         // 100 µs to about 6.5 s.
         drain_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
+        program_loaded: Family::default(),
+        program_verifier_insns: Family::default(),
+        unwinding: Family::default(),
+        event_refused: Family::default(),
     };
     let mut registry = Registry::default();
     registry.register(
@@ -54,6 +70,26 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "bimodal_agent_drain_duration_seconds",
         "Time to drain the kernel maps and build a batch",
         m.drain_seconds.clone(),
+    );
+    registry.register(
+        "bimodal_agent_bpf_program_loaded",
+        "1 for each BPF program the kernel took, 0 for each it refused",
+        m.program_loaded.clone(),
+    );
+    registry.register(
+        "bimodal_agent_bpf_verifier_instructions",
+        "Instructions the kernel's verifier processed for each loaded BPF program (its limit: 1,000,000)",
+        m.program_verifier_insns.clone(),
+    );
+    registry.register(
+        "bimodal_agent_unwinding",
+        "1 per sampled event kind: how its user stacks are unwound (method), and why not as asked (reduced)",
+        m.unwinding.clone(),
+    );
+    registry.register(
+        "bimodal_agent_event_refused",
+        "1 per event kind asked for that is not sampled because the kernel refused its program",
+        m.event_refused.clone(),
     );
     // Spool depth, batches dropped and acknowledged: the stream's own.
     bimodal_proto::stream::metrics().register(&mut registry, "bimodal_agent_");
@@ -82,6 +118,39 @@ pub fn count_batch(b: &v1::Batch, took: Duration) {
             .sum();
         m.samples.get_or_create(&labels).inc_by(samples);
         m.samples_lost.get_or_create(&labels).inc_by(source.dropped);
+    }
+}
+
+/// Records what the kernel took of the programs (`loads`) and how each event kind of `report`
+/// is sampled: its unwinding, or the refusal of its program.
+pub fn programs(loads: &[crate::sample::bpf::ProgramLoad], report: &crate::sample::probe::ProbeReport) {
+    let m = metrics();
+    for l in loads {
+        let program = [("program", l.program.name().to_owned())];
+        m.program_loaded.get_or_create(&program).set(i64::from(l.loaded()));
+        if let (true, Some(f)) = (l.loaded(), &l.figures) {
+            m.program_verifier_insns
+                .get_or_create(&program)
+                .set(i64::try_from(f.insns_processed).unwrap_or(i64::MAX));
+        }
+    }
+    for e in &report.events {
+        if let Some(u) = &e.unwinding {
+            m.unwinding
+                .get_or_create(&[
+                    ("event", e.event.to_owned()),
+                    ("method", u.method.name().to_owned()),
+                    ("reduced", u.reduced.clone().unwrap_or_default()),
+                ])
+                .set(1);
+        }
+        if e.chosen.is_none() {
+            for r in e.rejected.iter().filter(|r| r.reason.contains("refused")) {
+                m.event_refused
+                    .get_or_create(&[("event", e.event.to_owned()), ("reason", r.reason.clone())])
+                    .set(1);
+            }
+        }
     }
 }
 

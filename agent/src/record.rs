@@ -44,6 +44,8 @@ pub struct RecordOptions {
     pub debug_dirs: Vec<std::path::PathBuf>,
     /// Images kept parsed for naming and unwinding.
     pub cached_images: usize,
+    /// Tests only: programs the kernel is made to refuse.
+    pub test_refusals: crate::sample::bpf::TestRefusals,
 }
 
 /// What a `record` run sampled.
@@ -70,7 +72,8 @@ pub const DRAIN_INTERVAL: Duration = Duration::from_secs(1);
 /// Samples `opts.event` for `opts.duration` (or until `opts.until_samples`) and writes the
 /// profile to `opts.output`.
 pub fn record(opts: &RecordOptions) -> anyhow::Result<RecordSummary> {
-    let source = events::resolve(opts.event, &opts.rates, &Machine::read(), &LiveProber::default()).into_source()?;
+    let prober = LiveProber::new(opts.test_refusals);
+    let source = events::resolve(opts.event, &opts.rates, &Machine::read(), &prober).into_source()?;
     if opts.data_objects && !source.data_address {
         anyhow::bail!(
             "`{}` is sampled by {} here, which carries no data addresses: --data-objects needs one that does",
@@ -86,6 +89,7 @@ pub fn record(opts: &RecordOptions) -> anyhow::Result<RecordSummary> {
         data_addresses: opts.data_objects,
         work_uprobe: None,
         cached_images: opts.cached_images,
+        test_refusals: opts.test_refusals,
     })?;
     let frames = Frames::default()
         .with_debug_dirs(opts.debug_dirs.clone())

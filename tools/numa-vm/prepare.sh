@@ -21,6 +21,13 @@
 # virtio (pci, console, blk) is modular in the cloud kernel and 9p is not built at all.
 #
 # Environment:
+#   NUMA_VM_SUITE        take the kernel (and busybox) from this Debian suite, e.g. bullseye,
+#                        bookworm, trixie, through an apt source list and state directory of
+#                        the cache's own (CACHE_DIR/apt): the machine's sources are untouched.
+#                        Default: the machine's own apt sources.
+#   NUMA_VM_MIRROR       Debian mirror for NUMA_VM_SUITE (default: the machine's, else
+#                        http://deb.debian.org/debian); security updates come from the mirror's
+#                        sibling debian-security
 #   NUMA_VM_KERNEL_META  metapackage to follow       (default linux-image-cloud-amd64)
 #   NUMA_VM_KERNEL_PKG   pin the versioned package   (default: what the meta depends on)
 #   NUMA_VM_OFFLINE=1    never touch apt; use what is cached
@@ -56,12 +63,47 @@ if [ "$(id -u)" != 0 ]; then
   if command -v sudo >/dev/null 2>&1; then SUDO="sudo -n"; fi
 fi
 
+# apt's options: the machine's configuration, or a suite's own list and state (NUMA_VM_SUITE).
+APT_OPTS=()
+APT_LISTS=/var/lib/apt/lists
+SUITE="${NUMA_VM_SUITE:-}"
+if [ -n "$SUITE" ]; then
+  case "$SUITE" in *[!a-z0-9-]*|"") die "NUMA_VM_SUITE: '$SUITE' is not a Debian suite name" ;; esac
+  mirror="${NUMA_VM_MIRROR:-}"
+  if [ -z "$mirror" ]; then
+    # the machine's main Debian mirror (deb822 or one-line sources), not its security one
+    mirror="$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '/^URIs:/ {for (i = 2; i <= NF; i++) print $i}' \
+      | grep -E '/debian/?$' | head -n1)"
+    [ -n "$mirror" ] || mirror="$(awk '$1 == "deb" {for (i = 2; i <= NF; i++) if ($i ~ /^https?:/) {print $i; exit}}' \
+      /etc/apt/sources.list 2>/dev/null | grep -E '/debian/?$' | head -n1)"
+    [ -n "$mirror" ] || mirror=http://deb.debian.org/debian
+  fi
+  mirror="${mirror%/}"
+  APT_DIR="$CACHE/apt"
+  APT_LISTS="$APT_DIR/lists"
+  mkdir -p "$APT_LISTS/partial" "$APT_DIR/cache/archives/partial"
+  key=/usr/share/keyrings/debian-archive-keyring.gpg
+  {
+    echo "deb [signed-by=$key] $mirror $SUITE main"
+    echo "deb [signed-by=$key] ${mirror}-security $SUITE-security main"
+  } > "$APT_DIR/sources.list.new"
+  if ! cmp -s "$APT_DIR/sources.list.new" "$APT_DIR/sources.list" 2>/dev/null; then
+    mv "$APT_DIR/sources.list.new" "$APT_DIR/sources.list"
+    rm -f "$APT_LISTS"/*_Packages* "$APT_LISTS"/*Release* 2>/dev/null || true
+  else
+    rm -f "$APT_DIR/sources.list.new"
+  fi
+  APT_OPTS=(-o "Dir::Etc::SourceList=$APT_DIR/sources.list" -o Dir::Etc::SourceParts=/nonexistent
+            -o "Dir::State::Lists=$APT_LISTS" -o "Dir::Cache=$APT_DIR/cache" -o Dir::State::Status=/dev/null
+            -o Debug::NoLocking=1 -o APT::Sandbox::User=root)
+fi
+
 APT_UPDATED=0
 apt_update_once() {
   [ "$APT_UPDATED" = 1 ] && return 0
   [ "${NUMA_VM_OFFLINE:-0}" = 1 ] && return 1
-  log "apt-get update"
-  $SUDO apt-get update -qq >&2 || return 1
+  log "apt-get update${SUITE:+ ($SUITE)}"
+  $SUDO apt-get "${APT_OPTS[@]}" update -qq >&2 || return 1
   APT_UPDATED=1
 }
 
@@ -76,7 +118,8 @@ if [ "${#need_pkgs[@]}" -gt 0 ]; then
   log "installing ${need_pkgs[*]}"
   export DEBIAN_FRONTEND=noninteractive
   if ! $SUDO apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >"$CACHE/apt-install.log" 2>&1; then
-    apt_update_once || die "apt-get update failed"
+    # the machine's own lists, whatever suite the guest's kernel comes from
+    $SUDO apt-get update -qq >&2 || die "apt-get update failed"
     $SUDO apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >"$CACHE/apt-install.log" 2>&1 \
       || { tail -n 30 "$CACHE/apt-install.log" >&2; die "apt-get install ${need_pkgs[*]} failed"; }
   fi
@@ -87,7 +130,7 @@ fi
 # these settings, and apt's package lists have not changed since (the candidate
 # kernel can only move after an `apt-get update`). apt-cache is slow here
 # (~0.6 s a call: Docker-style images disable apt's binary cache).
-SETTINGS="${NUMA_VM_KERNEL_META:-linux-image-cloud-amd64}|${NUMA_VM_KERNEL_PKG:-}|$LAYOUT_VERSION"
+SETTINGS="${NUMA_VM_KERNEL_META:-linux-image-cloud-amd64}|${NUMA_VM_KERNEL_PKG:-}|$LAYOUT_VERSION|$SUITE"
 INIT_SHA_NOW="$(sha256sum "$HERE/guest-init.sh" | cut -c1-16)"
 if [ -f "$CACHE/current.env" ] && [ "${NUMA_VM_REFRESH:-0}" != 1 ]; then
   (
@@ -95,14 +138,14 @@ if [ -f "$CACHE/current.env" ] && [ "${NUMA_VM_REFRESH:-0}" != 1 ]; then
     [ "${NUMA_VM_SETTINGS:-}" = "$SETTINGS" ] && [ "${NUMA_VM_INIT_SHA:-}" = "$INIT_SHA_NOW" ] \
       && [ -f "$NUMA_VM_KERNEL" ] && [ -f "$NUMA_VM_INITRD" ] || exit 1
     [ "${NUMA_VM_OFFLINE:-0}" = 1 ] && exit 0
-    [ -z "$(find /var/lib/apt/lists -maxdepth 1 -newer "$CACHE/current.env" -print -quit 2>/dev/null)" ]
+    [ -z "$(find "$APT_LISTS" -maxdepth 1 -newer "$CACHE/current.env" -print -quit 2>/dev/null)" ]
   ) && { [ "${NUMA_VM_FROM_RUN:-0}" = 1 ] || log "up to date ($CACHE/current.env)"; exit 0; }
 fi
 
 # ------------------------------------------------------------ apt helpers
 # candidate_version PKG -> prints the candidate version or nothing
 candidate_version() {
-  apt-cache policy "$1" 2>/dev/null | awk '/Candidate:/ {print $2; exit}' | grep -v '(none)' || true
+  apt-cache "${APT_OPTS[@]}" policy "$1" 2>/dev/null | awk '/Candidate:/ {print $2; exit}' | grep -v '(none)' || true
 }
 
 # apt_download PKG DIR: downloads PKG's candidate .deb into DIR, prints its path
@@ -110,9 +153,9 @@ apt_download() {
   local pkg="$1" dir="$2" f
   mkdir -p "$dir"
   # apt warns when root downloads into a directory _apt cannot write; harmless.
-  if ! (cd "$dir" && apt-get download -qq "$pkg" >/dev/null 2>&1); then
+  if ! (cd "$dir" && apt-get "${APT_OPTS[@]}" download -qq "$pkg" >/dev/null 2>&1); then
     apt_update_once || return 1
-    (cd "$dir" && apt-get download -qq "$pkg" >&2) || return 1
+    (cd "$dir" && apt-get "${APT_OPTS[@]}" download -qq "$pkg" >&2) || return 1
   fi
   f="$(ls -t "$dir"/"${pkg}"_*.deb 2>/dev/null | head -n1)"
   [ -n "$f" ] && echo "$f"
@@ -123,10 +166,10 @@ apt_download() {
 resolve_kernel_pkg() {
   local meta="${NUMA_VM_KERNEL_META:-linux-image-cloud-amd64}" pkg="${NUMA_VM_KERNEL_PKG:-}" ver
   if [ -z "$pkg" ]; then
-    pkg="$(apt-cache depends "$meta" 2>/dev/null | awk '$1=="Depends:" && $2 ~ /^linux-image-/ {print $2; exit}')"
+    pkg="$(apt-cache "${APT_OPTS[@]}" depends "$meta" 2>/dev/null | awk '$1=="Depends:" && $2 ~ /^linux-image-/ {print $2; exit}')"
     if [ -z "$pkg" ]; then
       apt_update_once || return 0
-      pkg="$(apt-cache depends "$meta" 2>/dev/null | awk '$1=="Depends:" && $2 ~ /^linux-image-/ {print $2; exit}')"
+      pkg="$(apt-cache "${APT_OPTS[@]}" depends "$meta" 2>/dev/null | awk '$1=="Depends:" && $2 ~ /^linux-image-/ {print $2; exit}')"
     fi
   fi
   [ -n "$pkg" ] || return 0

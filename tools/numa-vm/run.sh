@@ -17,7 +17,11 @@
 #   --append ARGS          extra kernel command-line arguments
 #   --cpu MODEL            qemu -cpu (default qemu64; "max" works but is ~8x slower)
 #   --qemu-arg ARG         extra qemu argument (repeatable)
-#   --cache DIR            cache made by prepare.sh (default <repo>/target/numa-vm)
+#   --suite NAME           boot the cloud kernel of this Debian suite (bullseye: 5.10, bookworm:
+#                          6.1, trixie: 6.12), fetched through an apt list of its own (see
+#                          prepare.sh); default: the one the machine's apt sources give
+#   --cache DIR            cache made by prepare.sh (default <repo>/target/numa-vm, or
+#                          <repo>/target/numa-vm-SUITE with --suite)
 #   --console              also stream the guest's kernel console to stderr
 #   --keep                 keep the work directory (console.log, initrd, ...) and print its path
 #   --retry-on-lockup      when the guest kernel locks up (exit 126), boot a fresh guest once
@@ -43,10 +47,10 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 
 NODES=2 CPN=1 MEM=512M TIMEOUT=300 OUT_DIR="" OUT_SIZE=256M CWD=/ APPEND="" CPU=qemu64
-CACHE="${NUMA_VM_CACHE:-$REPO/target/numa-vm}" CONSOLE=0 KEEP=0 QUIET=0
+CACHE="${NUMA_VM_CACHE:-}" CONSOLE=0 KEEP=0 QUIET=0 SUITE="${NUMA_VM_SUITE:-}"
 COPIES=() ENVS=() QEMU_EXTRA=()
 
-usage() { sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "numa-vm: error: $*" >&2; exit 125; }
 say() { [ "$QUIET" = 1 ] || echo "numa-vm: $*" >&2; }
 
@@ -67,6 +71,7 @@ while [ $# -gt 0 ]; do
     --cpu) CPU="$2"; shift 2 ;;
     --qemu-arg) QEMU_EXTRA+=("$2"); shift 2 ;;
     --cache) CACHE="$2"; shift 2 ;;
+    --suite) SUITE="$2"; shift 2 ;;
     --console) CONSOLE=1; shift ;;
     --keep) KEEP=1; shift ;;
     -q|--quiet) QUIET=1; shift ;;
@@ -110,8 +115,10 @@ MEM_MIB="$(to_mib "$MEM")" && [ "$MEM_MIB" -ge 64 ] || { echo "numa-vm: bad --me
 OUT_MIB="$(to_mib "$OUT_SIZE")" && [ "$OUT_MIB" -ge 1 ] || { echo "numa-vm: bad --out-size $OUT_SIZE" >&2; exit 2; }
 
 # ------------------------------------------------------------------ cache
+[ -n "$CACHE" ] || CACHE="$REPO/target/numa-vm${SUITE:+-$SUITE}"
 mkdir -p "$CACHE"
 CACHE="$(cd "$CACHE" && pwd)"
+export NUMA_VM_SUITE="$SUITE"
 # prepare.sh returns in ~30 ms when its cache is current.
 NUMA_VM_FROM_RUN=1 NUMA_VM_QUIET="$QUIET" "$HERE/prepare.sh" "$CACHE" >&2 || die "prepare.sh failed"
 . "$CACHE/current.env"

@@ -69,6 +69,12 @@ pub fn node_facts(t: &Topology, probe: &ProbeReport) -> v1::NodeFacts {
                     .iter()
                     .map(|r| format!("{}: {}", r.candidate, r.reason))
                     .collect(),
+                unwinding: e
+                    .unwinding
+                    .as_ref()
+                    .map(|u| u.method.name().to_owned())
+                    .unwrap_or_default(),
+                unwinding_reduced: e.unwinding.as_ref().and_then(|u| u.reduced.clone()).unwrap_or_default(),
             })
             .collect(),
         hardware_pmu: probe.hardware_pmu.clone().unwrap_or_default(),

@@ -1,19 +1,53 @@
-//! `bimodal-agent probe`: which source samples each event kind on this machine, and why every
-//! better candidate was rejected. [`LiveProber`] tries each candidate for real: it opens perf
-//! events and loads BPF programs, so it lives above both `events` (which only ranks candidates)
-//! and `bpf`.
+//! `bimodal-agent probe`: which source samples each event kind on this machine, how its stacks
+//! are unwound, and why every better candidate was rejected. [`LiveProber`] tries each candidate
+//! for real: it opens perf events and loads BPF programs, so it lives above both `events` (which
+//! only ranks candidates) and `bpf`.
 
 use std::fmt::Write;
 
 use serde::Serialize;
 
-use crate::sample::bpf;
-use crate::sample::events::{self, Attach, Machine, PerfEvent, Prober, Rates, Rejected, Resolution};
+use crate::sample::bpf::{self, Program, ProgramLoad, Settings, TestRefusals, UnwindMode, Unwinding};
+use crate::sample::events::{self, Attach, EventKind, Machine, PerfEvent, Prober, Rates, Rejected, Resolution};
 
-/// Opens perf events and loads BPF programs on this machine; each tracing source is tried once.
+/// Opens perf events and loads BPF programs on this machine; each program and tracing source is
+/// tried once.
 #[derive(Debug, Default)]
 pub struct LiveProber {
+    refusals: TestRefusals,
     tried: std::sync::Mutex<Vec<(Attach, Result<(), String>)>>,
+    loads: std::sync::Mutex<Vec<ProgramLoad>>,
+}
+
+impl LiveProber {
+    /// A prober whose trial loads make the kernel refuse what `refusals` names (tests only).
+    pub fn new(refusals: TestRefusals) -> LiveProber {
+        LiveProber {
+            refusals,
+            ..LiveProber::default()
+        }
+    }
+
+    /// Loads `program` alone under the widest settings, once: whether this kernel takes it.
+    pub fn trial(&self, program: Program) -> ProgramLoad {
+        let mut loads = self.loads.lock().expect("not poisoned");
+        if let Some(l) = loads.iter().find(|l| l.program == program) {
+            return l.clone();
+        }
+        let l = bpf::trial(program, &Settings::widest(self.refusals.0));
+        loads.push(l.clone());
+        l
+    }
+
+    /// How a run asking for `mode` would unwind the stacks of `source`'s samples here.
+    pub fn unwinding(&self, mode: UnwindMode, source: &events::EventSource) -> Unwinding {
+        let unwinder = Program::sampling(source.event, &source.attach).unwinder();
+        let load = match mode {
+            UnwindMode::Auto => unwinder.map(|u| self.trial(u)),
+            UnwindMode::FramePointer | UnwindMode::EhFrame => None,
+        };
+        Unwinding::of_run(mode, load.as_ref())
+    }
 }
 
 impl Prober for LiveProber {
@@ -26,12 +60,21 @@ impl Prober for LiveProber {
             })
     }
 
+    fn load_perf_program(&self, event: EventKind) -> Result<(), String> {
+        let program = Program::sampling_perf(event);
+        let load = self.trial(program);
+        match load.refused {
+            None => Ok(()),
+            Some(why) => Err(format!("its BPF program {program} cannot load here: {why}")),
+        }
+    }
+
     fn load_tracing(&self, attach: &Attach) -> Result<(), String> {
         let mut tried = self.tried.lock().expect("not poisoned");
         if let Some((_, r)) = tried.iter().find(|(a, _)| a == attach) {
             return r.clone();
         }
-        let r = bpf::try_attach(attach);
+        let r = bpf::try_attach(attach, self.refusals);
         tried.push((attach.clone(), r.clone()));
         r
     }
@@ -51,6 +94,10 @@ pub struct Chosen {
 pub struct EventReport {
     pub event: &'static str,
     pub chosen: Option<Chosen>,
+    /// How the chosen source's stacks are unwound (absent when nothing was chosen or the
+    /// unwinding was not resolved).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unwinding: Option<Unwinding>,
     pub rejected: Vec<Rejected>,
 }
 
@@ -63,11 +110,51 @@ pub struct ProbeReport {
     /// The core (hardware) PMU, if any.
     pub hardware_pmu: Option<String>,
     pub events: Vec<EventReport>,
+    /// Every program of the agent loaded alone on this kernel, with the verifier's figures
+    /// (`probe --verifier`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub programs: Vec<ProgramLoad>,
 }
 
-/// Resolves every event kind on `machine`.
-pub fn probe(machine: &Machine, rates: &Rates, prober: &dyn Prober) -> ProbeReport {
-    report(machine, &events::resolve_all(rates, machine, prober))
+/// Resolves every event kind on `machine`, and how a run asking for `unwind` would unwind each
+/// one's stacks.
+pub fn probe(machine: &Machine, rates: &Rates, unwind: UnwindMode, prober: &LiveProber) -> ProbeReport {
+    let resolutions = events::resolve_all(rates, machine, prober);
+    let mut report = report(machine, &resolutions);
+    for (e, r) in report.events.iter_mut().zip(&resolutions) {
+        e.unwinding = r.chosen.as_ref().map(|s| prober.unwinding(unwind, s));
+    }
+    report
+}
+
+impl ProbeReport {
+    /// The report as a started sampler left it: how each sampled event kind's stacks are
+    /// unwound, and the event kinds whose programs the kernel refused at the load, unavailable
+    /// with that reason.
+    pub fn with_sampler(mut self, sampler: &bpf::Sampler) -> ProbeReport {
+        for e in &mut self.events {
+            let Some(event) = EventKind::from_name(e.event) else {
+                continue;
+            };
+            if let Some((source, why)) = sampler.refused_sources().iter().find(|(s, _)| s.event == event) {
+                e.chosen = None;
+                e.unwinding = None;
+                e.rejected.push(Rejected {
+                    candidate: source.encoding.clone(),
+                    reason: why.clone(),
+                });
+            } else if let Some(u) = sampler.unwinding(event) {
+                e.unwinding = Some(u.clone());
+            }
+        }
+        self
+    }
+}
+
+/// Loads every program of the agent alone under the widest settings: whether this kernel takes
+/// each, and the verifier's figures for it.
+pub fn verifier(prober: &LiveProber) -> Vec<ProgramLoad> {
+    Program::ALL.into_iter().map(|p| prober.trial(p)).collect()
 }
 
 /// The report of `resolutions` ([`events::resolve_all`]) on `machine`.
@@ -82,6 +169,7 @@ pub fn report(machine: &Machine, resolutions: &[Resolution]) -> ProbeReport {
                 encoding: s.encoding.clone(),
                 data_address: s.data_address,
             }),
+            unwinding: None,
             rejected: r.rejected.clone(),
         })
         .collect();
@@ -93,6 +181,7 @@ pub fn report(machine: &Machine, resolutions: &[Resolution]) -> ProbeReport {
         pmus: machine.pmus.iter().map(|p| p.name.clone()).collect(),
         hardware_pmu: machine.pmus.core_pmu().map(|p| p.name.clone()),
         events,
+        programs: Vec::new(),
     }
 }
 
@@ -120,6 +209,12 @@ impl ProbeReport {
                 Some(c) => {
                     let addr = if c.data_address { ", with data addresses" } else { "" };
                     let _ = writeln!(out, "{}: {} [{} via {}]{addr}", e.event, c.source, c.encoding, c.attach);
+                    if let Some(u) = &e.unwinding {
+                        let _ = match &u.reduced {
+                            None => writeln!(out, "  stacks: {}", describe_method(u.method)),
+                            Some(why) => writeln!(out, "  stacks: {} — REDUCED: {why}", describe_method(u.method)),
+                        };
+                    }
                 }
                 None => {
                     let _ = writeln!(out, "{}: UNAVAILABLE", e.event);
@@ -129,6 +224,73 @@ impl ProbeReport {
                 let _ = writeln!(out, "  rejected {}: {}", r.candidate, r.reason);
             }
         }
+        if !self.programs.is_empty() {
+            let _ = writeln!(out);
+            let _ = write!(out, "{}", verifier_table(&self.programs));
+        }
         out
     }
+}
+
+/// A method of unwinding in words.
+fn describe_method(m: bpf::UnwindMethod) -> &'static str {
+    match m {
+        bpf::UnwindMethod::KernelTables => "unwound in the kernel from .eh_frame tables",
+        bpf::UnwindMethod::StackCopies => "unwound by the agent from stack copies",
+        bpf::UnwindMethod::FramePointers => "frame pointers only (callers of code without them are lost)",
+    }
+}
+
+/// The verifier's figures per program, as a table: instructions processed and states per
+/// instruction against the verifier's limits, and the margin (how many times over the program
+/// would fit).
+pub fn verifier_table(loads: &[ProgramLoad]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "verifier, per program (limits: {} instructions processed, {} states per instruction):",
+        bpf::VERIFIER_INSNS_LIMIT,
+        bpf::VERIFIER_STATES_PER_INSN_LIMIT
+    );
+    let _ = writeln!(
+        out,
+        "  {:<22} {:>9} {:>12} {:>7} {:>8} {:>8} {:>9}  verdict",
+        "program", "insns", "states/insn", "total", "peak", "margin", "time"
+    );
+    for l in loads {
+        let verdict = match &l.refused {
+            None => "loaded".to_owned(),
+            Some(why) => format!("REFUSED: {why}"),
+        };
+        match &l.figures {
+            Some(f) => {
+                let time = f.verification_usec.map_or("-".to_owned(), |us| format!("{us} us"));
+                let _ = writeln!(
+                    out,
+                    "  {:<22} {:>9} {:>12} {:>7} {:>8} {:>7.0}x {:>9}  {verdict}",
+                    l.program.name(),
+                    f.insns_processed,
+                    f.max_states_per_insn,
+                    f.total_states,
+                    f.peak_states,
+                    f.margin(),
+                    time
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "  {:<22} {:>9} {:>12} {:>7} {:>8} {:>8} {:>9}  {verdict}",
+                    l.program.name(),
+                    "-",
+                    "-",
+                    "-",
+                    "-",
+                    "-",
+                    "-"
+                );
+            }
+        }
+    }
+    out
 }

@@ -53,6 +53,8 @@ pub struct RunOptions {
     pub debug_dirs: Vec<PathBuf>,
     /// Images kept parsed for naming and unwinding.
     pub cached_images: usize,
+    /// Tests only: programs the kernel is made to refuse.
+    pub test_refusals: crate::sample::bpf::TestRefusals,
     /// Where unacknowledged batches are kept for resending, and how many bytes of them.
     pub spool: SpoolOptions,
     /// Memory placement is read every this many intervals (0: never); reading `numa_maps`
@@ -114,7 +116,7 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
         })
         .transpose()?;
     let machine = Machine::read();
-    let prober = LiveProber::default();
+    let prober = LiveProber::new(opts.test_refusals);
     // One resolution of every kind: the facts sent to the server and the sources sampled.
     let resolutions = events::resolve_all(&opts.rates, &machine, &prober);
     let report = probe::report(&machine, &resolutions);
@@ -152,7 +154,6 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
     };
     let root = Path::new("/");
     let topology = Topology::read_from(root).context("failed to read the node's topology")?;
-    let node_facts = facts::node_facts(&topology, &report);
     let mut sampler = Sampler::start(SamplerOptions {
         sources,
         pid: opts.pid,
@@ -162,10 +163,32 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
         data_addresses: true,
         work_uprobe: opts.work_uprobe.clone(),
         cached_images: opts.cached_images,
+        test_refusals: opts.test_refusals,
     })?;
+    // The facts say what the sampler does: the unwinding each source got, the sources whose
+    // programs the kernel refused.
+    let report = report.with_sampler(&sampler);
+    let node_facts = facts::node_facts(&topology, &report);
     for s in sampler.sources() {
-        tracing::info!(event = s.event.name(), source = %s.description, "sampling");
+        let unwinding = sampler.unwinding(s.event);
+        let method = unwinding.map_or("", |u| u.method.name());
+        match unwinding.and_then(|u| u.reduced.as_deref()) {
+            None => tracing::info!(event = s.event.name(), source = %s.description, unwinding = method, "sampling"),
+            Some(why) => tracing::warn!(
+                event = s.event.name(),
+                source = %s.description,
+                unwinding = method,
+                "sampling with reduced unwinding, chains may be short: {why}"
+            ),
+        }
     }
+    for (s, why) in sampler.refused_sources() {
+        tracing::warn!(
+            event = s.event.name(),
+            "not sampled, the kernel refused its program: {why}"
+        );
+    }
+    crate::metrics::programs(sampler.program_loads(), &report);
 
     let hello = v1::Hello {
         node: opts.node.clone(),

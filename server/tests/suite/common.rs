@@ -250,6 +250,7 @@ pub fn agent_options(server_url: String, node: &str, pid: u32, events: Vec<Event
         upload_max_bytes: 1 << 30,
         debug_dirs: bimodal_agent::host::debugfile::default_dirs(),
         cached_images: bimodal_agent::symbolize::DEFAULT_CACHED_IMAGES,
+        test_refusals: Default::default(),
         spool: bimodal_proto::spool::SpoolOptions::memory(64 << 20),
         placement_every: 0,
         placement_processes: 0,

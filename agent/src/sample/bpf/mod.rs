@@ -1,16 +1,14 @@
 //! Loads the BPF sampling programs, attaches them to their sources and drains their maps.
 
 use std::collections::{HashMap, HashSet};
-use std::mem::MaybeUninit;
-use std::os::fd::{AsRawFd, IntoRawFd};
+use std::os::fd::{AsFd, AsRawFd, IntoRawFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, OpenObject, RingBuffer, RingBufferBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, RingBuffer, RingBufferBuilder};
 
 use crate::host::maps;
 use crate::sample::events::{perf, Attach, EventKind, EventSource};
@@ -31,7 +29,7 @@ mod profile {
 use profile::types::{
     data_sample, new_process, sample_key, sample_value, stack_snapshot, unwind_process, unwind_row, user_chain,
 };
-use profile::{OpenProfileSkel, ProfileSkel, ProfileSkelBuilder};
+use profile::ProfileSkel;
 
 // SAFETY: these are plain C structs of integers and byte arrays: every bit pattern of their
 // size is a valid value, which is what `plain` requires.
@@ -51,7 +49,13 @@ unsafe impl plain::Plain for user_chain {}
 // SAFETY: as above.
 unsafe impl plain::Plain for new_process {}
 
+pub mod kernel;
+mod programs;
 mod tables;
+pub use programs::{
+    trial, Program, ProgramLoad, Settings, TestRefusals, VerifierFigures, VERIFIER_INSNS_LIMIT,
+    VERIFIER_STATES_PER_INSN_LIMIT,
+};
 use tables::TableLoader;
 pub use tables::TableStats;
 
@@ -96,6 +100,8 @@ pub enum SamplerError {
         map: &'static str,
         source: libbpf_rs::Error,
     },
+    #[error("the kernel refused every program asked for: {reasons}")]
+    AllRefused { reasons: String },
     #[error(
         "cannot count units of work at `{binary}:{symbol}` (is the path an ELF file with that function?): {source}"
     )]
@@ -107,7 +113,7 @@ pub enum SamplerError {
 }
 
 /// Sizes of the BPF maps, in entries.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MapSizes {
     /// Distinct (thread, event, stacks) keys per drain interval, per buffer.
     pub samples: u32,
@@ -117,7 +123,13 @@ pub struct MapSizes {
     pub snapshot_ring: u32,
     /// Rows of unwind tables, of every image loaded (12 bytes each, in kernel memory).
     pub unwind_rows: u32,
+    /// Processes with unwind tables (4 KiB each once used; from the start where the kernel
+    /// needs the map preallocated, [`kernel::PREALLOCATED_PROCESSES`]).
+    pub processes: u32,
 }
+
+/// Processes with unwind tables by default, where the map fills as they come.
+pub const DEFAULT_PROCESSES: u32 = 16384;
 
 /// Unwind table rows by default: 12 MiB of kernel memory, the tables of about 50 images the size
 /// of libc (BENCHMARKS.md, "Unwinding in the kernel").
@@ -155,6 +167,7 @@ impl MapSizes {
             stacks: sized(samples / 2, MIN_MAP_STACKS, MAX_MAP_STACKS),
             snapshot_ring: MapSizes::snapshot_ring_for(cpus, hz),
             unwind_rows: DEFAULT_UNWIND_ROWS,
+            processes: DEFAULT_PROCESSES,
         }
     }
 
@@ -175,6 +188,7 @@ impl Default for MapSizes {
             stacks: MIN_MAP_STACKS,
             snapshot_ring: 8 << 20,
             unwind_rows: DEFAULT_UNWIND_ROWS,
+            processes: DEFAULT_PROCESSES,
         }
     }
 }
@@ -263,6 +277,96 @@ pub struct SamplerOptions {
     pub work_uprobe: Option<WorkUprobe>,
     /// Images the unwinder keeps parsed ([`crate::symbolize::DEFAULT_CACHED_IMAGES`]).
     pub cached_images: usize,
+    /// Tests only: programs the kernel is made to refuse.
+    pub test_refusals: TestRefusals,
+}
+
+/// The programs a run of `opts` loads: the sampling program of each source, its unwinder when
+/// unwinding is `auto`, exec and exit of processes, and the work uprobe when there is one.
+fn wanted_programs(opts: &SamplerOptions) -> Vec<Program> {
+    let mut wanted: Vec<Program> = Vec::new();
+    for s in &opts.sources {
+        let program = Program::sampling(s.event, &s.attach);
+        wanted.push(program);
+        if opts.unwind == UnwindMode::Auto {
+            wanted.extend(program.unwinder());
+        }
+    }
+    wanted.extend([Program::ProcessExec, Program::ProcessExit]);
+    if opts.work_uprobe.is_some() {
+        wanted.push(Program::CountWork);
+    }
+    wanted.sort();
+    wanted.dedup();
+    wanted
+}
+
+/// How user stacks are actually unwound (what [`UnwindMode`] asked for, or less).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnwindMethod {
+    /// In the kernel, from tables compiled from `.eh_frame` (frame pointers where none covers
+    /// the code); stack copies for a process's first milliseconds.
+    KernelTables,
+    /// In the agent, from a copy of the stack per sample (frame pointers when the ring is full).
+    StackCopies,
+    /// Frame pointers only: code built without them loses callers.
+    FramePointers,
+}
+
+impl UnwindMethod {
+    /// The name used in facts, metrics and the server (`kernel_tables`, `stack_copies`,
+    /// `frame_pointers`).
+    pub fn name(self) -> &'static str {
+        match self {
+            UnwindMethod::KernelTables => "kernel_tables",
+            UnwindMethod::StackCopies => "stack_copies",
+            UnwindMethod::FramePointers => "frame_pointers",
+        }
+    }
+}
+
+/// How one source's user stacks are unwound, and why not as asked when they are not.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Unwinding {
+    pub method: UnwindMethod,
+    /// Why the method is less than `--unwind` asked for; `None` when it is what was asked.
+    pub reduced: Option<String>,
+}
+
+impl Unwinding {
+    /// The unwinding of a run asking for `mode`, whose source's unwinder loaded as `load` says
+    /// (`None`: not tried).
+    pub fn of_run(mode: UnwindMode, load: Option<&ProgramLoad>) -> Unwinding {
+        match mode {
+            UnwindMode::FramePointer => Unwinding {
+                method: UnwindMethod::FramePointers,
+                reduced: None,
+            },
+            UnwindMode::EhFrame => Unwinding {
+                method: UnwindMethod::StackCopies,
+                reduced: None,
+            },
+            UnwindMode::Auto => match load {
+                Some(l) if l.loaded() => Unwinding {
+                    method: UnwindMethod::KernelTables,
+                    reduced: None,
+                },
+                Some(l) => Unwinding {
+                    method: UnwindMethod::StackCopies,
+                    reduced: Some(format!(
+                        "the kernel refused the unwinder {}: {}",
+                        l.program,
+                        l.refused.as_deref().unwrap_or_default()
+                    )),
+                },
+                None => Unwinding {
+                    method: UnwindMethod::StackCopies,
+                    reduced: Some("no unwinder program was loaded".into()),
+                },
+            },
+        }
+    }
 }
 
 /// A function whose calls are the node's units of work (`--work-uprobe BINARY:SYMBOL`).
@@ -292,6 +396,12 @@ impl std::str::FromStr for WorkUprobe {
 pub struct Sampler {
     skel: ProfileSkel<'static>,
     sources: Vec<EventSource>,
+    /// Sources asked for whose programs the kernel refused, and why.
+    refused_sources: Vec<(EventSource, String)>,
+    /// How each program's load went, with the verifier's figures.
+    loads: Vec<ProgramLoad>,
+    /// How each source's user stacks are unwound.
+    unwinding: Vec<(EventKind, Unwinding)>,
     ring: RingBuffer<'static>,
     /// Data samples read from the ring, with the key of their user chain (0: none).
     ring_out: Arc<Mutex<Vec<(DataSample, u64)>>>,
@@ -558,8 +668,6 @@ fn load_error(e: libbpf_rs::Error) -> SamplerError {
     }
 }
 
-/// Opens the skeleton with only the programs `attaches` need marked for loading, so a program
-/// this kernel refuses (fentry under lockdown, a missing kprobe) never fails the others.
 /// libbpf explains every refused program on stderr; those lines belong in the debug log, and
 /// the agent reports the refusal itself (probe, errors).
 fn route_libbpf_logs() {
@@ -572,105 +680,66 @@ fn route_libbpf_logs() {
     });
 }
 
-fn open_for(
-    attaches: &[&Attach],
-    opts: Option<&SamplerOptions>,
-    events: u32,
-) -> Result<OpenProfileSkel<'static>, SamplerError> {
-    route_libbpf_logs();
-    let sizes = opts.map_or(
-        MapSizes {
-            samples: 16,
-            stacks: 16,
-            snapshot_ring: 64 << 10,
-            unwind_rows: 1,
-        },
-        |o| o.map_sizes,
-    );
-    // The skeleton borrows its object storage for its whole life; a sampler lives for the
-    // whole process, so the few bytes are leaked deliberately rather than self-referenced.
-    let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
-    let mut open = ProfileSkelBuilder::default().open(storage).map_err(load_error)?;
-    if let Some(rodata) = open.maps.rodata_data.as_deref_mut() {
-        rodata.filter_tgid = opts.and_then(|o| o.pid).unwrap_or(0);
-        rodata.skip_tgid = std::process::id();
-        rodata.send_data_addresses = opts.is_some_and(|o| o.data_addresses);
-        rodata.enabled_events = events;
-        rodata.unwind_all = opts.is_some_and(|o| o.unwind == UnwindMode::EhFrame);
-        rodata.unwind_auto = opts.is_some_and(|o| o.unwind == UnwindMode::Auto);
-    }
-    open.maps
-        .stack_snapshots
-        .set_max_entries(sizes.snapshot_ring)
-        .map_err(load_error)?;
-    for map in [&mut open.maps.samples_0, &mut open.maps.samples_1] {
-        map.set_max_entries(sizes.samples).map_err(load_error)?;
-    }
-    open.maps.stacks.set_max_entries(sizes.stacks).map_err(load_error)?;
-    open.maps
-        .user_chains
-        .set_max_entries(sizes.stacks)
-        .map_err(load_error)?;
-    open.maps
-        .unwind_rows
-        .set_max_entries(sizes.unwind_rows.max(1))
-        .map_err(load_error)?;
-    let wants = |a: &Attach| attaches.contains(&a);
-    let any_perf = attaches.iter().any(|a| matches!(a, Attach::Perf(_)));
-    let progs = &mut open.progs;
-    for p in [
-        &mut progs.sample_cpu,
-        &mut progs.sample_page_fault,
-        &mut progs.sample_cache_miss,
-        &mut progs.sample_remote_access,
-    ] {
-        p.set_autoload(any_perf);
-    }
-    progs.numa_fault_fentry.set_autoload(wants(&Attach::NumaFaultFentry));
-    progs.numa_fault_kprobe.set_autoload(wants(&Attach::NumaFaultKprobe));
-    progs.page_migration.set_autoload(wants(&Attach::MigrateTracepoint));
-    progs
-        .count_work
-        .set_autoload(opts.is_some_and(|o| o.work_uprobe.is_some()));
-    // Only a sampler needs to know which processes were sampled; a probe does not.
-    progs.process_exec.set_autoload(opts.is_some());
-    progs.process_exit.set_autoload(opts.is_some());
-    Ok(open)
-}
-
 fn attach_tracing(
     skel: &ProfileSkel<'static>,
     event: EventKind,
     attach: &Attach,
 ) -> Result<Option<Link>, SamplerError> {
-    let prog = match attach {
-        Attach::NumaFaultFentry => &skel.progs.numa_fault_fentry,
-        Attach::NumaFaultKprobe => &skel.progs.numa_fault_kprobe,
-        Attach::MigrateTracepoint => &skel.progs.page_migration,
-        Attach::Perf(_) => return Ok(None),
-    };
-    prog.attach().map(Some).map_err(|source| SamplerError::Attach {
-        event: event.name(),
-        attach: attach.kind_name(),
-        source,
-    })
+    if let Attach::Perf(_) = attach {
+        return Ok(None);
+    }
+    Program::sampling(event, attach)
+        .of(skel)
+        .attach()
+        .map(Some)
+        .map_err(|source| SamplerError::Attach {
+            event: event.name(),
+            attach: attach.kind_name(),
+            source,
+        })
 }
 
 /// Loads and attaches one tracing source, then detaches it: whether it works here, in words.
-pub fn try_attach(attach: &Attach) -> Result<(), String> {
-    let result = open_for(&[attach], None, 0)
-        .and_then(|open| open.load().map_err(load_error))
-        .and_then(|skel| attach_tracing(&skel, EventKind::Unspecified, attach).map(drop));
-    result.map_err(|e| {
-        let source = match &e {
-            SamplerError::Load { source, .. } | SamplerError::Attach { source, .. } => source.to_string(),
-            other => other.to_string(),
-        };
-        match diagnose(attach) {
-            Some(why) => format!("{why} ({source})"),
-            None => e.to_string(),
+/// The program is loaded under the widest settings ([`Settings::widest`]), so a verifier that
+/// would refuse it in a run refuses it here.
+pub fn try_attach(attach: &Attach, refusals: TestRefusals) -> Result<(), String> {
+    let program = Program::sampling(EventKind::Unspecified, attach);
+    let settings = Settings::widest(refusals.0);
+    let skel = match programs::load(&[program], &settings, &programs::TRIAL_SIZES) {
+        Ok((skel, _)) => skel,
+        Err((e, loads)) => {
+            // The verifier said why itself; other refusals (lockdown, a missing function) are
+            // explained from the machine.
+            if let Some(ProgramLoad {
+                refused: Some(why),
+                figures: Some(_),
+                ..
+            }) = loads.first()
+            {
+                return Err(format!("{program}: {why}"));
+            }
+            let source = match &e {
+                SamplerError::Load { source, .. } => source.to_string(),
+                other => other.to_string(),
+            };
+            return Err(match diagnose(attach) {
+                Some(why) => format!("{why} ({source})"),
+                None => e.to_string(),
+            });
         }
-    })
+    };
+    attach_tracing(&skel, EventKind::Unspecified, attach)
+        .map(drop)
+        .map_err(|e| {
+            let source = match &e {
+                SamplerError::Attach { source, .. } => source.to_string(),
+                other => other.to_string(),
+            };
+            match diagnose(attach) {
+                Some(why) => format!("{why} ({source})"),
+                None => e.to_string(),
+            }
+        })
 }
 
 /// The machine fact that explains why a tracing source fails, where one can be read.
@@ -710,15 +779,140 @@ fn diagnose(attach: &Attach) -> Option<String> {
 }
 
 impl Sampler {
-    /// Loads the programs and starts every source (perf events on every online CPU).
-    pub fn start(opts: SamplerOptions) -> Result<Sampler, SamplerError> {
+    /// Loads the programs and starts every source (perf events on every online CPU). A program
+    /// the kernel refuses costs only what depends on it: an event kind whose program is refused
+    /// is not sampled (the others are), and where an unwinder is refused the samples are unwound
+    /// from stack copies, or walk frame pointers ([`Sampler::unwinding`]).
+    pub fn start(mut opts: SamplerOptions) -> Result<Sampler, SamplerError> {
         if !Path::new("/sys/kernel/btf/vmlinux").exists() {
             return Err(SamplerError::NoBtf);
         }
         let cpus = perf::online_cpus()?;
-        let attaches: Vec<&Attach> = opts.sources.iter().map(|s| &s.attach).collect();
-        let events = opts.sources.iter().fold(0u32, |m, s| m | 1 << (s.event as u32));
-        let skel = open_for(&attaches, Some(&opts), events)?.load().map_err(load_error)?;
+        let settings = Settings {
+            filter_tgid: opts.pid.unwrap_or(0),
+            enabled_events: opts.sources.iter().fold(0u32, |m, s| m | 1 << (s.event as u32)),
+            send_data_addresses: opts.data_addresses,
+            unwind_all: opts.unwind == UnwindMode::EhFrame,
+            unwind_auto: opts.unwind == UnwindMode::Auto,
+            refuse_for_test: opts.test_refusals.0,
+        };
+        let features = kernel::features();
+        let mut sizes = features.sizes(&opts.map_sizes, cpus.len() as u64);
+        if sizes != opts.map_sizes {
+            tracing::warn!(
+                asked = ?opts.map_sizes,
+                given = ?sizes,
+                "maps smaller than asked for: {}",
+                features.memlock_note().unwrap_or_else(|| "this kernel needs unwind_processes preallocated".into())
+            );
+        }
+        let mut wanted = wanted_programs(&opts);
+        let mut first = programs::load(&wanted, &settings, &sizes);
+        // Where maps count against RLIMIT_MEMLOCK, other processes of the user may hold part of
+        // it: smaller maps, a few times.
+        for _ in 0..3 {
+            match &first {
+                Err((SamplerError::Load { source, .. }, _))
+                    if features.memlock_limit.is_some() && source.kind() == libbpf_rs::ErrorKind::PermissionDenied =>
+                {
+                    let budget = kernel::charged_bytes(&sizes, cpus.len() as u64) / 2;
+                    sizes = kernel::fit(&sizes, budget, cpus.len() as u64);
+                    tracing::warn!(given = ?sizes, "maps refused for RLIMIT_MEMLOCK, trying smaller ones");
+                    first = programs::load(&wanted, &settings, &sizes);
+                }
+                _ => break,
+            }
+        }
+        let (skel, loads, refused_sources) = match first {
+            Ok((skel, loads)) => (skel, loads, Vec::new()),
+            Err((error, _)) => {
+                // Which programs does this kernel refuse? Each alone, then the rest together.
+                let trials: Vec<ProgramLoad> = wanted.iter().map(|&p| programs::trial(p, &settings)).collect();
+                let refused: Vec<&ProgramLoad> = trials.iter().filter(|t| !t.loaded()).collect();
+                if refused.is_empty() {
+                    return Err(error);
+                }
+                for t in &refused {
+                    tracing::warn!(
+                        program = %t.program,
+                        "the kernel refuses this program, what depends on it is off: {}",
+                        t.refused.as_deref().unwrap_or_default()
+                    );
+                }
+                let refused_programs: Vec<Program> = refused.iter().map(|t| t.program).collect();
+                let (kept, dropped): (Vec<EventSource>, Vec<EventSource>) = std::mem::take(&mut opts.sources)
+                    .into_iter()
+                    .partition(|s| !refused_programs.contains(&Program::sampling(s.event, &s.attach)));
+                if kept.is_empty() {
+                    return Err(SamplerError::AllRefused {
+                        reasons: refused
+                            .iter()
+                            .map(|t| format!("{}: {}", t.program, t.refused.as_deref().unwrap_or_default()))
+                            .collect::<Vec<_>>()
+                            .join("; "),
+                    });
+                }
+                let refused_sources = dropped
+                    .into_iter()
+                    .map(|s| {
+                        let program = Program::sampling(s.event, &s.attach);
+                        let why = trials
+                            .iter()
+                            .find(|t| t.program == program)
+                            .and_then(|t| t.refused.clone())
+                            .unwrap_or_default();
+                        (s, format!("{program}: {why}"))
+                    })
+                    .collect::<Vec<_>>();
+                opts.sources = kept;
+                wanted = wanted_programs(&opts);
+                wanted.retain(|p| !refused_programs.contains(p));
+                let (skel, mut loads) = programs::load(&wanted, &settings, &sizes).map_err(|(e, _)| e)?;
+                loads.extend(refused.into_iter().cloned());
+                (skel, loads, refused_sources)
+            }
+        };
+        for load in &loads {
+            if let Some(f) = &load.figures {
+                tracing::debug!(
+                    program = %load.program,
+                    insns = f.insns_processed,
+                    max_states_per_insn = f.max_states_per_insn,
+                    peak_states = f.peak_states,
+                    "verified"
+                );
+            }
+        }
+        // Each loaded unwinder goes into its array, where the sampling programs of its type find
+        // it by a tail call.
+        let loaded = |p: Program| loads.iter().any(|l| l.program == p && l.loaded());
+        for (unwinder, array) in [
+            (Program::UnwindPerfEvent, &skel.maps.unwinder_perf_event),
+            (Program::UnwindFentry, &skel.maps.unwinder_fentry),
+            (Program::UnwindKprobe, &skel.maps.unwinder_kprobe),
+            (Program::UnwindRawTp, &skel.maps.unwinder_raw_tp),
+        ] {
+            if !loaded(unwinder) {
+                continue;
+            }
+            let fd = unwinder.of(&skel).as_fd().as_raw_fd() as u32;
+            array
+                .update(&0u32.to_ne_bytes(), &fd.to_ne_bytes(), MapFlags::ANY)
+                .map_err(|source| SamplerError::Map {
+                    map: "unwinder arrays",
+                    source,
+                })?;
+        }
+        let unwinding: Vec<(EventKind, Unwinding)> = opts
+            .sources
+            .iter()
+            .map(|s| {
+                let unwinder = Program::sampling(s.event, &s.attach).unwinder();
+                let load = unwinder.and_then(|u| loads.iter().find(|l| l.program == u));
+                (s.event, Unwinding::of_run(opts.unwind, load))
+            })
+            .collect();
+        let any_tables = unwinding.iter().any(|(_, u)| u.method == UnwindMethod::KernelTables);
 
         // The threads that read what the programs send start before any program is attached:
         // the first samples of a process that lives a few milliseconds find them running.
@@ -737,7 +931,8 @@ impl Sampler {
             }))
         };
         let table_stats: Arc<Mutex<TableStats>> = Arc::default();
-        let loader = if opts.unwind == UnwindMode::Auto {
+        // Tables are written only for an unwinder that loaded.
+        let loader = if any_tables {
             let handle = |map: &'static str, m: &libbpf_rs::Map<'_>| {
                 MapHandle::try_from(m).map_err(|source| SamplerError::Map { map, source })
             };
@@ -745,7 +940,7 @@ impl Sampler {
                 handle("unwind_rows", &skel.maps.unwind_rows)?,
                 handle("unwind_processes", &skel.maps.unwind_processes)?,
                 handle("sampled_processes", &skel.maps.sampled_processes)?,
-                opts.map_sizes.unwind_rows.max(1),
+                sizes.unwind_rows.max(1),
             );
             Some((loader, table_stats.clone()))
         } else {
@@ -767,21 +962,16 @@ impl Sampler {
                 for &cpu in &cpus {
                     fds.push((
                         source.event,
-                        cpu,
+                        Program::sampling(source.event, &source.attach),
                         perf::open_sampling_event(event, &source.description, cpu)?,
                     ));
                 }
             }
         }
         let mut links = Vec::new();
-        for (event, _cpu, fd) in fds {
-            let prog = match event {
-                EventKind::Cpu => &skel.progs.sample_cpu,
-                EventKind::PageFault => &skel.progs.sample_page_fault,
-                EventKind::CacheMiss => &skel.progs.sample_cache_miss,
-                _ => &skel.progs.sample_remote_access,
-            };
-            let link = prog
+        for (event, program, fd) in fds {
+            let link = program
+                .of(&skel)
                 .attach_perf_event(fd.as_raw_fd())
                 .map_err(|source| SamplerError::Attach {
                     event: event.name(),
@@ -866,6 +1056,9 @@ impl Sampler {
         Ok(Sampler {
             skel,
             sources: opts.sources,
+            refused_sources,
+            loads,
+            unwinding,
             ring,
             ring_out,
             _links: links,
@@ -934,6 +1127,22 @@ impl Sampler {
     /// The sources being sampled.
     pub fn sources(&self) -> &[EventSource] {
         &self.sources
+    }
+
+    /// Sources that were asked for but are not sampled, since the kernel refused their
+    /// programs, each with the refusal.
+    pub fn refused_sources(&self) -> &[(EventSource, String)] {
+        &self.refused_sources
+    }
+
+    /// How the load of each program went, with the verifier's figures.
+    pub fn program_loads(&self) -> &[ProgramLoad] {
+        &self.loads
+    }
+
+    /// How the user stacks of `event`'s samples are unwound.
+    pub fn unwinding(&self, event: EventKind) -> Option<&Unwinding> {
+        self.unwinding.iter().find(|(e, _)| *e == event).map(|(_, u)| u)
     }
 
     /// Reads the data samples the programs sent so far (they are kept until the next drain): call

@@ -156,10 +156,13 @@ impl Machine {
     }
 }
 
-/// Checks a candidate by opening it for real: perf events on CPU 0, tracing programs by a
-/// trial load and attach. `Err` carries the reason in words.
+/// Checks a candidate by opening it for real: perf events on CPU 0, the BPF program that would
+/// sample it by a trial load, tracing programs by a trial load and attach. `Err` carries the
+/// reason in words.
 pub trait Prober {
     fn open_perf(&self, event: &PerfEvent, description: &str) -> Result<(), String>;
+    /// Whether the kernel takes the program that samples `event` from perf events.
+    fn load_perf_program(&self, event: EventKind) -> Result<(), String>;
     fn load_tracing(&self, attach: &Attach) -> Result<(), String>;
 }
 
@@ -324,7 +327,10 @@ pub fn resolve(event: EventKind, rates: &Rates, machine: &Machine, prober: &dyn 
                         sample_addr: c.encoding.sample_addr,
                         period: rates.hardware_period.max(1),
                     };
-                    match prober.open_perf(&perf_event, &name) {
+                    match prober
+                        .open_perf(&perf_event, &name)
+                        .and_then(|()| prober.load_perf_program(event))
+                    {
                         Ok(()) => {
                             return Resolution {
                                 event,
@@ -356,7 +362,9 @@ pub fn resolve(event: EventKind, rates: &Rates, machine: &Machine, prober: &dyn 
     }
     for source in software_candidates(event, rates) {
         let result = match &source.attach {
-            Attach::Perf(p) => prober.open_perf(p, &source.description),
+            Attach::Perf(p) => prober
+                .open_perf(p, &source.description)
+                .and_then(|()| prober.load_perf_program(event)),
             other => prober.load_tracing(other),
         };
         match result {
@@ -404,6 +412,9 @@ mod tests {
             } else {
                 Err("ENOENT".into())
             }
+        }
+        fn load_perf_program(&self, _: EventKind) -> Result<(), String> {
+            Ok(())
         }
         fn load_tracing(&self, a: &Attach) -> Result<(), String> {
             if (self.tracing_ok)(a) {
@@ -527,6 +538,35 @@ mod tests {
             .rejected
             .iter()
             .any(|r| r.candidate.contains("cache-misses") && r.reason == "ENOENT"));
+    }
+
+    /// A kernel that refuses the program sampling cpu leaves cpu unavailable, saying so, and
+    /// page_fault sampling.
+    #[test]
+    fn a_refused_program_makes_its_event_unavailable_and_no_other() {
+        struct Refusing;
+        impl Prober for Refusing {
+            fn open_perf(&self, _: &PerfEvent, _: &str) -> Result<(), String> {
+                Ok(())
+            }
+            fn load_perf_program(&self, e: EventKind) -> Result<(), String> {
+                match e {
+                    EventKind::Cpu => Err("sample_cpu: refused by the verifier: too large".into()),
+                    _ => Ok(()),
+                }
+            }
+            fn load_tracing(&self, _: &Attach) -> Result<(), String> {
+                Ok(())
+            }
+        }
+        let m = machine(SKX, &[]);
+        let cpu = resolve(EventKind::Cpu, &Rates::default(), &m, &Refusing);
+        assert!(cpu.chosen.is_none());
+        assert_eq!(cpu.rejected.len(), 1);
+        assert!(cpu.rejected[0].reason.contains("sample_cpu"), "{:?}", cpu.rejected);
+        assert!(resolve(EventKind::PageFault, &Rates::default(), &m, &Refusing)
+            .chosen
+            .is_some());
     }
 
     /// page_fault is the software event with data addresses; cpu is cpu-clock at the given rate.

@@ -218,6 +218,8 @@ impl Node {
             attach: "perf_event".to_owned(),
             data_address,
             rejected: Vec::new(),
+            unwinding: "kernel_tables".to_owned(),
+            unwinding_reduced: String::new(),
         };
         v1::NodeFacts {
             kernel_release: self.kernel().to_owned(),
