@@ -40,7 +40,9 @@ manifests: setup
 ## test: every test: Rust suites (BPF, ClickHouse 18.16, gRPC, browser), the web UI on its mock API,
 ##       modern SQL in chdb, the Helm chart and manifests (tools/deploy-check.sh), the agent's image
 ##       under its DaemonSet's confinement in podman (tests/deploy/podman_agent.py), the NUMA guest,
-##       a fleet of eight NUMA guests compared, each fuzz target for 20 s (FUZZ_TEST_SECONDS)
+##       the kernel matrix (every program loaded and sampling on Debian's 5.10, 6.1 and 6.12 in
+##       guests and on the host, tests/kernels), a fleet of eight NUMA guests compared, each fuzz
+##       target for 20 s (FUZZ_TEST_SECONDS)
 test: web
 	$(CARGO) test --workspace --no-fail-fast
 	tools/fuzz.sh $${FUZZ_TEST_SECONDS:-20}
@@ -49,6 +51,7 @@ test: web
 	tools/deploy-check.sh
 	python3 tests/deploy/podman_agent.py
 	tests/numa/run.sh
+	tests/kernels/run.sh target/release/bimodal-agent
 	tests/numa/fleet.sh target/release/bimodal-agent
 
 ## bench: cost of bimodal-agent record vs perf record under a page-fault-heavy workload (BENCH_SECONDS=30),

@@ -812,11 +812,13 @@ static __always_inline int record_sample(void *ctx, enum event_kind event, __u32
 		/* no unwinder program loaded for this type: the sample goes another way */
 	}
 	/*
-	 * No chain from tables (not read yet, no unwinder, or the entry is missing or for the
-	 * address space before an exec until the agent reads the process again): a stack copy for
-	 * the agent to unwind, not frame pointers that FP-less code would cut short.
+	 * No chain from tables (not read yet, or the entry is missing or for the address space
+	 * before an exec until the agent reads the process again): a stack copy for the agent to
+	 * unwind, not frame pointers that FP-less code would cut short. Processes the agent marked
+	 * for frame pointers (no unwinder loaded) walk them.
 	 */
-	if (user && (unwind_all || unwind_auto) && send_snapshot(&key, weight, address)) {
+	if (user && (unwind_all || (unwind_auto && state != PROCESS_FRAME_POINTERS)) &&
+	    send_snapshot(&key, weight, address)) {
 		if (!also)
 			return 0;
 		key.event = also;

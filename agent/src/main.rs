@@ -392,9 +392,11 @@ fn main() -> std::process::ExitCode {
         2 => "debug",
         _ => "trace",
     };
+    // Colours only on a terminal: a DaemonSet's log goes to a file, where escapes are noise.
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()))
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -438,6 +440,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 summary.tables.rows,
                 summary.tables.images_refused
             );
+            if let Some((method, why)) = &summary.reduced_unwinding {
+                eprintln!("bimodal-agent: stacks walked by {method}, less than asked for: {why}");
+            }
             Ok(())
         }
         Command::Probe(a) => {

@@ -49,7 +49,7 @@ pub struct RecordOptions {
 }
 
 /// What a `record` run sampled.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct RecordSummary {
     pub samples: u64,
     pub dropped: u64,
@@ -63,6 +63,8 @@ pub struct RecordSummary {
     pub unwound_truncated: u64,
     /// What the unwind tables held at the end.
     pub tables: crate::sample::bpf::TableStats,
+    /// How the stacks were unwound, when it was less than asked for: the method and why.
+    pub reduced_unwinding: Option<(&'static str, String)>,
 }
 
 /// How often `record` empties the kernel maps: often enough that short-lived processes are
@@ -136,6 +138,9 @@ pub fn record(opts: &RecordOptions) -> anyhow::Result<RecordSummary> {
     summary.unwound_in_kernel = sampler.kernel_unwound().snapshots;
     summary.tables = sampler.table_stats();
     summary.unwound_truncated = stats.truncated;
+    summary.reduced_unwinding = sampler
+        .unwinding(opts.event)
+        .and_then(|u| u.reduced.clone().map(|why| (u.method.name(), why)));
     profile.start_unix_nanos = started
         .duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)

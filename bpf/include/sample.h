@@ -45,7 +45,7 @@ enum drop_reason {
 enum process_state {
 	/* sampled and told to the agent, not judged yet: unwound from stack copies meanwhile */
 	PROCESS_NOTICED = 0,
-	/* no unwind tables could be written for it: the kernel's frame-pointer stacks serve */
+	/* no unwinder program loaded: the kernel walks its frame pointers (docs/design/030) */
 	PROCESS_FRAME_POINTERS = 1,
 	/* its unwind tables are in `unwind_processes`: unwound in the kernel (docs/design/014) */
 	PROCESS_TABLES = 2,

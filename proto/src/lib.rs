@@ -60,6 +60,69 @@ impl v1::EventKind {
     }
 }
 
+/// How a node's agent unwinds the user stacks of one event kind's samples (the facts'
+/// `EventSourceReport.unwinding`): the one definition of the names the agent sends, the server
+/// reads and the UI shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum UnwindMethod {
+    /// In the kernel, from tables compiled from `.eh_frame` (frame pointers where none covers
+    /// the code); stack copies for a process's first milliseconds.
+    KernelTables,
+    /// By the agent, from a copy of the stack per sample (frame pointers when the ring is full).
+    StackCopies,
+    /// Frame pointers only: callers of code built without them are lost.
+    FramePointers,
+}
+
+impl UnwindMethod {
+    pub const ALL: [UnwindMethod; 3] = [
+        UnwindMethod::KernelTables,
+        UnwindMethod::StackCopies,
+        UnwindMethod::FramePointers,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            UnwindMethod::KernelTables => "kernel_tables",
+            UnwindMethod::StackCopies => "stack_copies",
+            UnwindMethod::FramePointers => "frame_pointers",
+        }
+    }
+
+    /// Parses a name produced by [`Self::name`].
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    /// Whether chains reach their outermost frame through code built without frame pointers.
+    pub fn whole_chains(self) -> bool {
+        match self {
+            UnwindMethod::KernelTables | UnwindMethod::StackCopies => true,
+            UnwindMethod::FramePointers => false,
+        }
+    }
+}
+
+impl v1::NodeFacts {
+    /// How this node unwinds `event`'s stacks, when its agent says (agents before the field did
+    /// not; they unwound from tables).
+    pub fn unwinding(&self, event: v1::EventKind) -> Option<UnwindMethod> {
+        self.event_sources
+            .iter()
+            .find(|s| s.event == event as i32)
+            .and_then(|s| UnwindMethod::from_name(&s.unwinding))
+    }
+
+    /// The weakest unwinding of any event kind this node samples (the facts' `unwinding`
+    /// label); `None` when its agent does not say.
+    pub fn weakest_unwinding(&self) -> Option<UnwindMethod> {
+        self.event_sources
+            .iter()
+            .filter_map(|s| UnwindMethod::from_name(&s.unwinding))
+            .max()
+    }
+}
+
 /// The node counter carrying units of work (`bimodal-agent run --work-uprobe`): calls of one
 /// function per batch interval. The server compares nodes by work per CPU-second.
 pub const WORK_COUNTER: &str = "work";

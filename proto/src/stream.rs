@@ -75,7 +75,7 @@ pub fn metrics() -> &'static StreamMetrics {
 }
 
 /// The hello of a node's written batches, and the batches' file names (in the order written).
-const HELLO_FILE: &str = "hello.pb";
+pub const HELLO_FILE: &str = "hello.pb";
 const BATCH_PREFIX: &str = "batch-";
 
 /// Writes the hello and every batch under `dir` (`bimodal-agent run --output-dir`), each file

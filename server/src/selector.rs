@@ -26,6 +26,7 @@ pub const NODE_FACT_LABELS: &[&str] = &[
     "numa_balancing",
     "thp",
     "pmu",
+    "unwinding",
     "agent_version",
 ];
 

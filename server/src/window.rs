@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use bimodal_proto::v1::EventKind;
 
 use crate::analysis::bands::{BandConfig, Bands, Evidence, NullCache};
+use crate::analysis::chains;
 use crate::analysis::compare::{
     self, BandChoice, DataTable, DataValues, Direction, FunctionTable, FunctionValues, Metric, MetricKind,
 };
@@ -452,6 +453,15 @@ impl Window {
     pub fn names(&self, indices: &[usize]) -> Vec<&str> {
         indices.iter().map(|&i| self.nodes[i].node.as_str()).collect()
     }
+
+    /// The nodes whose `event` stacks may stop short beside the others' (their agents walk
+    /// frame pointers): their stack-derived values are not compared ([`chains::short_chains`]).
+    pub fn short_chains(&self, event: &str) -> Vec<usize> {
+        match EventKind::from_name(event) {
+            Some(kind) => chains::short_chains(self.nodes.iter().map(|n| n.facts.as_ref()), kind),
+            None => Vec::new(),
+        }
+    }
 }
 
 /// A node's CPU-seconds in a window: the sampled process's exact CPU time when its agent sends it
@@ -518,7 +528,9 @@ pub fn no_bands_verdict(w: &Window, metrics: &[Metric], choice: &BandChoice) -> 
 /// The largest functions of every event and source, normalized per node: `cpu` as a share of
 /// the node's CPU time, other events per CPU-second. Values of the nodes `read` only when a
 /// sample (the others' values are 0, so only those nodes may be compared); the functions are
-/// the largest over every node.
+/// the largest over every node. A function's total over its callees is not measured on nodes
+/// whose chains may stop short beside the others' ([`Window::short_chains`]): a lost caller
+/// would read as a smaller total there.
 pub async fn function_tables(
     store: &Store,
     selector: &Selector,
@@ -545,6 +557,14 @@ pub async fn function_tables(
             false => w.node_cpu_seconds.clone(),
         };
         let normalize = w.normalizer(&found.nodes, &divisor);
+        let short = w.short_chains(event);
+        let totals = |per_node: &[u64]| {
+            let mut values = normalize(per_node);
+            for &i in &short {
+                values[i] = None;
+            }
+            values
+        };
         tables.push(FunctionTable {
             event: event.to_string(),
             source: source.clone(),
@@ -560,7 +580,7 @@ pub async fn function_tables(
                     function: f.function.name.clone(),
                     module: f.function.module.clone(),
                     self_values: normalize(&f.self_values),
-                    total_values: normalize(&f.total_values),
+                    total_values: totals(&f.total_values),
                 })
                 .collect(),
         });

@@ -241,7 +241,9 @@ elif [ -n "$bbver" ]; then
   BBDIR="$CACHE/busybox/${bbver//:/%}"
   dpkg-deb -x "$deb" "$tmp/x"
   rm -rf "$BBDIR"; mkdir -p "$BBDIR"
-  cp "$tmp/x/bin/busybox" "$BBDIR/busybox"
+  # /bin before merged-/usr suites (trixie ships it in /usr/bin)
+  bb="$tmp/x/bin/busybox"; [ -f "$bb" ] || bb="$tmp/x/usr/bin/busybox"
+  cp "$bb" "$BBDIR/busybox"
   rm -rf "$tmp"
   touch "$BBDIR/.complete"
 else

@@ -43,6 +43,13 @@ export interface ApiEventSource {
   data_address: boolean;
   /** "candidate: reason" for every better candidate rejected. */
   rejected: string[];
+  /**
+   * How the source's user stacks are unwound: "kernel_tables", "stack_copies", "frame_pointers"
+   * (callers of code built without frame pointers are lost); empty from agents that do not say.
+   */
+  unwinding: string;
+  /** Why the unwinding is less than the agent was asked for; empty when it is not. */
+  unwinding_reduced: string;
 }
 
 /** A node's facts as `/api/v1/nodes` answers them (proto/bimodal/v1/facts.proto). */
@@ -65,6 +72,10 @@ export interface ApiFacts {
   hardware_pmu: string;
   /** By event kind (`cpu`, `page_fault`, …). */
   event_sources: Record<string, ApiEventSource>;
+  /** The weakest unwinding of the node's event kinds (its `unwinding` label); null: not said. */
+  unwinding: string | null;
+  /** Event kinds whose unwinding is less than asked for, with why. */
+  unwinding_reduced: Record<string, string>;
 }
 
 export interface ApiEvent {

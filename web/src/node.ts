@@ -537,7 +537,7 @@ function renderSources(f: ApiFacts): void {
     return (ia < 0 ? 99 : ia) - (ib < 0 ? 99 : ib) || a.localeCompare(b);
   });
   const head = el('tr');
-  for (const h of ['event', 'chosen source', 'attach · encoding', 'data address', 'rejected candidates']) {
+  for (const h of ['event', 'chosen source', 'attach · encoding', 'data address', 'stacks', 'rejected candidates']) {
     head.append(el('th', undefined, h));
   }
   const rows = events.map((event) => {
@@ -550,6 +550,7 @@ function renderSources(f: ApiFacts): void {
     const data = el('td', 'small', s?.source ? (s.data_address ? 'yes' : 'no') : '—');
     data.dataset.label = 'data address';
     tr.append(data);
+    tr.append(stacksCell(s));
     const rejected = el('td', 'rejected');
     const list = s?.rejected ?? [];
     if (list.length === 0) {
@@ -572,6 +573,29 @@ function renderSources(f: ApiFacts): void {
   ui.sources.createTHead().append(head);
   ui.sources.createTBody().append(...rows);
   if (rows.length === 0) ui.sources.append(el('caption', 'status empty', 'The agent reported no event sources.'));
+}
+
+/** How a source's stacks are unwound, in words; why, when it is less than asked for. */
+const UNWINDING: Record<string, string> = {
+  kernel_tables: 'unwound in the kernel from .eh_frame tables',
+  stack_copies: 'unwound by the agent from stack copies',
+  frame_pointers: 'frame pointers only: callers of code built without them are lost',
+};
+
+function stacksCell(s: ApiEventSource | undefined): HTMLElement {
+  const td = el('td', 'stacks small');
+  td.dataset.label = 'stacks';
+  if (!s?.source || !s.unwinding) {
+    td.append(el('span', 'muted', '—'));
+    return td;
+  }
+  td.dataset.unwinding = s.unwinding;
+  td.append(UNWINDING[s.unwinding] ?? s.unwinding);
+  if (s.unwinding_reduced) {
+    td.classList.add('reduced');
+    td.append(el('div', 'reduced-why', `Less than asked for: ${s.unwinding_reduced}. This node's stacks of the event are left out of comparisons with nodes that unwind them whole.`));
+  }
+  return td;
 }
 
 // ---------------------------------------------------------------------------------------------

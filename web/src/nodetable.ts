@@ -19,11 +19,15 @@ export const FACT_LABELS: readonly string[] = [
   'numa_balancing',
   'thp',
   'pmu',
+  'unwinding',
   'agent_version',
 ];
 
-/** The facts shown as columns: those that tell hardware and kernel classes apart. */
-const FACT_COLUMNS = ['cpu_model', 'cpus', 'numa_nodes', 'kernel', 'thp', 'numa_balancing'];
+/**
+ * The facts shown as columns: those that tell hardware and kernel classes apart, and how the
+ * node's stacks are unwound (frame pointers beside whole chains: its stacks are not compared).
+ */
+const FACT_COLUMNS = ['cpu_model', 'cpus', 'numa_nodes', 'kernel', 'thp', 'numa_balancing', 'unwinding'];
 
 /** The labels an operator gave a node (`--label`), without `node` and the facts' labels. */
 export function operatorLabels(n: ApiNode | undefined): [string, string][] {
@@ -117,7 +121,13 @@ export function renderNodeTable(
     td(link, 'mono');
     td(r.band || '—');
     for (const m of a.metrics) td(figure(m.values[r.i]), 'num');
-    for (const f of FACT_COLUMNS) td(value(f, label(r.node, f)), f === 'cpu_model' ? 'small' : undefined);
+    for (const f of FACT_COLUMNS) {
+      if (f === 'unwinding') {
+        td(unwinding(info.get(r.node), value(f, label(r.node, f))), 'small unwinding');
+        continue;
+      }
+      td(value(f, label(r.node, f)), f === 'cpu_model' ? 'small' : undefined);
+    }
     const labels = el('span');
     for (const [k, v] of operatorLabels(info.get(r.node))) {
       labels.append(el('span', 'muted', `${k}=`), value(k, v), ' ');
@@ -130,4 +140,14 @@ export function renderNodeTable(
   table.createTHead().append(head);
   table.createTBody().append(...body);
   return rows.length;
+}
+
+/** The unwinding cell: its value, marked reduced (with why, on hover) when less than asked for. */
+function unwinding(n: ApiNode | undefined, shown: Node): Node {
+  const reduced = Object.entries(n?.facts?.unwinding_reduced ?? {});
+  if (reduced.length === 0) return shown;
+  const span = el('span', 'reduced');
+  span.title = reduced.map(([event, why]) => `${event}: ${why}`).join('\n');
+  span.append(shown, ' ', el('span', 'badge', 'reduced'));
+  return span;
 }

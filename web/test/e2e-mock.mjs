@@ -33,9 +33,10 @@ const CASES = [
 ];
 
 // The node view: web-1 with two NUMA nodes, counters and a placement finding; web-2 with none.
+// web-2's kernel refused the unwinder: its stacks walk frame pointers, and the page says why.
 const NODE_CASES = [
-  { name: 'node-web-1', node: 'web-1', extra: ['--counter', 'pgfault', '--pid', '4242'] },
-  { name: 'node-web-2-empty', node: 'web-2', extra: [] },
+  { name: 'node-web-1', node: 'web-1', extra: ['--counter', 'pgfault', '--pid', '4242', '--unwinding', 'kernel_tables'] },
+  { name: 'node-web-2-empty', node: 'web-2', extra: ['--unwinding', 'frame_pointers', '--reduced'] },
 ];
 
 const mock = spawn(process.execPath, [join(here, 'mock-server.mjs'), '--port', '0'], { stdio: ['ignore', 'pipe', 'inherit'] });

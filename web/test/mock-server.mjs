@@ -72,8 +72,17 @@ function factsOf(node) {
         { id: 1, cpus: [...range(16, 31), ...range(48, 63)], memory_bytes: 128 * 2 ** 30, distances: [21, 10] },
       ]
     : [{ id: 0, cpus: range(0, 7), memory_bytes: 32 * 2 ** 30, distances: [10] }];
-  const source = (s, encoding, attach, rejected = [], data_address = false) => ({ source: s, encoding, attach, data_address, rejected });
-  return {
+  // A node without a PMU whose kernel refused the unwinder: its stacks walk frame pointers.
+  const source = (s, encoding, attach, rejected = [], data_address = false) => ({
+    source: s,
+    encoding,
+    attach,
+    data_address,
+    rejected,
+    unwinding: s === '' ? '' : two ? 'kernel_tables' : 'frame_pointers',
+    unwinding_reduced: two || s === '' ? '' : 'the kernel refused the unwinder unwind_perf_event: refused by the verifier: BPF program is too large',
+  });
+  const facts = {
     kernel_release: two ? '6.8.0-45-generic' : '5.15.0-105-generic',
     cpu: { vendor: 'GenuineIntel', model_name: 'Intel(R) Xeon(R) Gold 6338 CPU @ 2.00GHz', family: 6, model: 106 },
     online_cpus: two ? 64 : 8,
@@ -107,6 +116,13 @@ function factsOf(node) {
         : source('', '', '', ['kprobe/task_numa_fault: the kernel has no kprobe support']),
     },
   };
+  facts.unwinding = two ? 'kernel_tables' : 'frame_pointers';
+  facts.unwinding_reduced = Object.fromEntries(
+    Object.entries(facts.event_sources)
+      .filter(([, v]) => v.unwinding_reduced !== '')
+      .map(([k, v]) => [k, v.unwinding_reduced]),
+  );
+  return facts;
 }
 
 function timeRange(params) {

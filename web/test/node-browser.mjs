@@ -2,7 +2,8 @@
 // End-to-end check of the node view in a real (headless) Chromium, against a real server.
 //
 //   node test/node-browser.mjs --url http://127.0.0.1:PORT/ --node NAME --screenshot PATH
-//        [--counter NAME …] [--pid PID …] [--range 15m] [--timeout 30] [--chromium /usr/bin/chromium]
+//        [--counter NAME …] [--pid PID …] [--unwinding METHOD [--reduced]] [--range 15m]
+//        [--timeout 30] [--chromium /usr/bin/chromium]
 //
 // Opens node.html?node=NAME&range=RANGE and checks: the topology draws at least one NUMA node box
 // with its CPUs; the event sources list the `cpu` event's chosen source; the counters section draws
@@ -10,7 +11,9 @@
 // at least one process or states that none was read; no page error. With --counter, that counter's
 // chart must be drawn; with --pid, that process must be listed and show its mappings when opened
 // (both wait, pressing Refresh every 3 s, until --timeout). When charts are drawn it switches them
-// to per interval and checks that Back restores per second. Saves a screenshot (full page), prints
+// to per interval and checks that Back restores per second. With --unwinding, the `cpu` event's
+// stacks must be unwound that way (kernel_tables, stack_copies, frame_pointers), and with
+// --reduced the row must say that it is less than asked for, and why. Saves a screenshot (full page), prints
 // `ok: …` and exits 0; on failure it still saves the screenshot, prints `FAIL: reason` and exits 1
 // (2 for bad usage).
 
@@ -20,7 +23,7 @@ import { browserArgs, fail, finish, launch, poll } from './harness.mjs';
 
 const USAGE =
   'usage: node test/node-browser.mjs --url http://127.0.0.1:PORT/ --node NAME --screenshot PATH ' +
-  '[--counter NAME …] [--pid PID …] [--range 15m] [--timeout 30] [--chromium PATH]';
+  '[--counter NAME …] [--pid PID …] [--unwinding METHOD [--reduced]] [--range 15m] [--timeout 30] [--chromium PATH]';
 
 const args = browserArgs(
   USAGE,
@@ -30,6 +33,8 @@ const args = browserArgs(
     pid: { type: 'string', multiple: true, default: [] },
     range: { type: 'string', default: '15m' },
     timeout: { type: 'string', default: '30' },
+    unwinding: { type: 'string' },
+    reduced: { type: 'boolean', default: false },
   },
   ['node'],
 );
@@ -95,6 +100,15 @@ async function run() {
   if ((await cpuRow.count()) === 0) fail('the event sources do not list the cpu event');
   const cpuSource = (await cpuRow.locator('td.source').innerText()).trim();
   if (!cpuSource || cpuSource === 'none works here') fail(`the cpu event has no chosen source: "${cpuSource}"`);
+  if (args.unwinding) {
+    const stacks = cpuRow.locator('td.stacks');
+    const method = await stacks.getAttribute('data-unwinding');
+    if (method !== args.unwinding) fail(`the cpu event's stacks are unwound by ${method}, not ${args.unwinding}`);
+    const reduced = await stacks.evaluate((td) => td.classList.contains('reduced'));
+    const why = (await stacks.innerText()).trim();
+    if (reduced !== args.reduced) fail(`the cpu event's unwinding is${reduced ? '' : ' not'} shown as reduced: "${why}"`);
+    if (args.reduced && !/Less than asked for: .+refused/.test(why)) fail(`the reduced unwinding does not say why: "${why}"`);
+  }
 
   // 3. Counters: charts (the named ones if asked for), or the statement that there are none.
   const counters = await waitFor(

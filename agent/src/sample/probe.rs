@@ -46,7 +46,9 @@ impl LiveProber {
             UnwindMode::Auto => unwinder.map(|u| self.trial(u)),
             UnwindMode::FramePointer | UnwindMode::EhFrame => None,
         };
-        Unwinding::of_run(mode, load.as_ref())
+        // Alone, a source whose unwinder is refused has its processes walk frame pointers.
+        let tables = load.as_ref().is_some_and(ProgramLoad::loaded);
+        Unwinding::of_run(mode, load.as_ref(), tables)
     }
 }
 

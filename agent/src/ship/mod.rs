@@ -140,7 +140,11 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
         );
         offered
     } else {
-        opts.events
+        // Kinds asked for that this node cannot sample (a kernel that refuses their program, a
+        // PMU it lacks) are left out, said so, and the others sampled: a node of a fleet never
+        // goes without a profile for one of them. Only when none can be sampled is it an error.
+        let (available, unavailable): (Vec<_>, Vec<_>) = opts
+            .events
             .iter()
             .map(|&e| {
                 resolutions
@@ -150,7 +154,17 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
                     .unwrap_or_else(|| events::resolve(e, &opts.rates, &machine, &prober))
                     .into_source()
             })
-            .collect::<Result<Vec<_>, _>>()?
+            .partition(Result::is_ok);
+        let mut unavailable: Vec<events::Unavailable> = unavailable.into_iter().filter_map(Result::err).collect();
+        if available.is_empty() {
+            if let Some(first) = unavailable.drain(..).next() {
+                return Err(first.into());
+            }
+        }
+        for u in &unavailable {
+            tracing::warn!("left out: {u}");
+        }
+        available.into_iter().filter_map(Result::ok).collect()
     };
     let root = Path::new("/");
     let topology = Topology::read_from(root).context("failed to read the node's topology")?;

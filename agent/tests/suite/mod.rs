@@ -2,3 +2,4 @@ mod cli;
 mod golden;
 mod probe;
 mod record;
+mod refused;

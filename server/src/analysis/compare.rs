@@ -411,7 +411,12 @@ pub fn code_differences(tables: &[FunctionTable], groups: &Groups, limit: usize)
     for table in tables {
         let first = found.len();
         for f in &table.functions {
-            let has_callees = f.self_values != f.total_values;
+            // Totals left unmeasured on some nodes (short chains) say nothing of callees.
+            let has_callees = f
+                .self_values
+                .iter()
+                .zip(&f.total_values)
+                .any(|(own, total)| total.is_some() && own != total);
             let measures = [
                 (Measure::SelfValue, &f.self_values),
                 (Measure::TotalValue, &f.total_values),
@@ -964,6 +969,63 @@ mod tests {
                 ("scan_bss_table", Measure::TotalValue),
                 ("task_numa_fault", Measure::SelfValue)
             ]
+        );
+    }
+
+    /// Totals not measured on nodes with short chains (frame pointers beside whole chains): a
+    /// caller's total is tested over the other nodes only, its own samples over all; a leaf
+    /// (own samples equal to its total wherever both are measured) gets no total test.
+    #[test]
+    fn totals_left_out_on_short_chains_are_not_tested_there() {
+        let groups = Groups {
+            low: (0..6).collect(),
+            high: (6..12).collect(),
+            slow: Some("high"),
+        };
+        let short = [2, 8];
+        let leave_out = |values: Vec<Option<f64>>| -> Vec<Option<f64>> {
+            values
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| if short.contains(&i) { None } else { v })
+                .collect()
+        };
+        let leaf: Vec<Option<f64>> = (0..12)
+            .map(|i| Some(if i >= 6 { 50.0 } else { 10.0 } + i as f64))
+            .collect();
+        let caller: Vec<Option<f64>> = leaf.iter().map(|v| v.map(|v| v + 100.0)).collect();
+        let table = FunctionTable {
+            event: "page_fault".into(),
+            source: "page-faults".into(),
+            unit: "faults per CPU-second".into(),
+            functions: vec![
+                FunctionValues {
+                    function: "touch".into(),
+                    module: "app".into(),
+                    self_values: leaf.clone(),
+                    total_values: leave_out(leaf.clone()),
+                },
+                FunctionValues {
+                    function: "loop".into(),
+                    module: "app".into(),
+                    self_values: vec![Some(0.0); 12],
+                    total_values: leave_out(caller),
+                },
+            ],
+        };
+        let found = code_differences(&[table], &groups, 10);
+        let tested: Vec<(&str, Measure, usize)> = found
+            .iter()
+            .map(|d| {
+                let n = d.difference.low.len() + d.difference.high.len();
+                (d.function.as_str(), d.measure, n)
+            })
+            .collect();
+        assert!(tested.contains(&("touch", Measure::SelfValue, 12)), "{tested:?}");
+        assert!(tested.contains(&("loop", Measure::TotalValue, 10)), "{tested:?}");
+        assert!(
+            !tested.iter().any(|t| t.0 == "touch" && t.1 == Measure::TotalValue),
+            "{tested:?}"
         );
     }
 }

@@ -4,9 +4,12 @@
 //! - [`bands`]: two bands of nodes in one metric, or a reasoned "no bands";
 //! - [`rank`]: tests between two groups of nodes that count each node once;
 //! - [`compare`]: the strongest bands over every metric, and the labels and functions that
-//!   differ between them.
+//!   differ between them;
+//! - [`chains`]: which nodes' stacks may stop short beside the others', and stay out of
+//!   stack-derived comparisons.
 
 pub mod bands;
+pub mod chains;
 pub mod compare;
 pub mod rank;
 

@@ -229,9 +229,25 @@ impl Sample {
 }
 
 /// The nodes the code and data differences were read over (their `low` and `high` values are
-/// those of these nodes that have one, in this order: a node without CPU time has none), and
-/// the bound they were sampled to.
+/// those of these nodes that have one, in this order: a node without CPU time has none), the
+/// bound they were sampled to, and per event the nodes among them whose functions' totals were
+/// not compared, their chains possibly short beside the others' (`short_chains`).
 fn explained_json(w: &Window, explained: &Groups, per_group: usize) -> Value {
+    let members = explained.nodes();
+    let mut short = serde_json::Map::new();
+    for (event, _, _) in &w.sources {
+        if short.contains_key(*event) {
+            continue;
+        }
+        let left_out: Vec<usize> = w
+            .short_chains(event)
+            .into_iter()
+            .filter(|i| members.contains(i))
+            .collect();
+        if !left_out.is_empty() {
+            short.insert(event.to_string(), json!(w.names(&left_out)));
+        }
+    }
     json!({
         "per_group": match per_group {
             usize::MAX => Value::Null,
@@ -239,6 +255,7 @@ fn explained_json(w: &Window, explained: &Groups, per_group: usize) -> Value {
         },
         "low": w.names(&explained.low),
         "high": w.names(&explained.high),
+        "short_chains": short,
     })
 }
 

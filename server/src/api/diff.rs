@@ -7,7 +7,8 @@
 //! `--work-uprobe`/`--work-metric` counter), and by the number of nodes of its group, so a value
 //! is the **mean over the group's nodes of the events per CPU-second** (or per unit of work)
 //! under a frame: a big node or a large group does not outweigh a small one, and a node with
-//! nothing to divide by is left out (and listed). With `groups=bands`, `a` is the band that is not slow and `b` the slow one (when the
+//! nothing to divide by is left out (and listed), as is a node whose stacks of the event may
+//! stop short beside the others' (its agent walks frame pointers: `nodes_short_chains`). With `groups=bands`, `a` is the band that is not slow and `b` the slow one (when the
 //! band metric says which is slow; else `a` is the low band).
 //!
 //! `mode=relative` divides each group's values by its total: shares in the JSON tree, percent in
@@ -47,6 +48,9 @@ struct Group {
     /// Nodes of the group with nothing to divide by in the range (no CPU samples, no units of
     /// work): not normalized, left out.
     left_out: Vec<String>,
+    /// Nodes of the group whose stacks may stop short beside the other nodes' (frame pointers
+    /// beside whole chains, [`crate::analysis::chains`]): left out.
+    short_chains: Vec<String>,
     graph: FlameGraph,
 }
 
@@ -147,6 +151,20 @@ pub(super) async fn diff(
             )))
         }
     };
+    // Nodes of either side whose stacks may stop short beside the others'.
+    let short: std::collections::HashSet<String> = {
+        let mut facts: HashMap<String, Option<bimodal_proto::v1::NodeFacts>> = HashMap::new();
+        for (_, _, selector) in &sides {
+            for n in state.store.nodes(selector, from, to).await? {
+                facts.insert(n.node, n.facts);
+            }
+        }
+        let members: Vec<&String> = sides.iter().flat_map(|(_, nodes, _)| nodes).collect();
+        crate::analysis::chains::short_chains(members.iter().map(|n| facts.get(*n).and_then(Option::as_ref)), event)
+            .into_iter()
+            .map(|i| members[i].clone())
+            .collect()
+    };
     // Both sides' stacks, held until the answer is built.
     let _building = state.building.hold(&reader, max_stacks.saturating_mul(2)).await?;
     let mut groups = Vec::new();
@@ -170,6 +188,7 @@ pub(super) async fn diff(
             from,
             to,
         };
+        let (short_chains, nodes): (Vec<String>, Vec<String>) = nodes.into_iter().partition(|n| short.contains(n));
         let (with, left_out): (Vec<String>, Vec<String>) = nodes
             .iter()
             .cloned()
@@ -185,10 +204,19 @@ pub(super) async fn diff(
             label,
             nodes: with,
             left_out,
+            short_chains,
             graph,
         });
     }
     if let Some(g) = groups.iter().find(|g| g.nodes.is_empty()) {
+        if g.left_out.is_empty() && !g.short_chains.is_empty() {
+            return Err(AppError::BadRequest(format!(
+                "every node of the group `{}` walks `{}` stacks with frame pointers where other nodes unwind them whole: their stacks are not compared ({})",
+                g.label,
+                event.name(),
+                g.short_chains.join(", ")
+            )));
+        }
         return Err(AppError::BadRequest(match per_work {
             true => format!(
                 "no node of the group `{}` counted units of work in this range (bimodal-agent run --work-uprobe or --work-metric)",
@@ -282,6 +310,7 @@ fn side_json(g: &Group) -> serde_json::Value {
         "label": g.label,
         "nodes": g.nodes,
         "nodes_left_out": g.left_out,
+        "nodes_short_chains": g.short_chains,
         "total": g.graph.profile.total() as f64 / SCALE,
         "truncated_stacks": g.graph.truncated_stacks,
     })

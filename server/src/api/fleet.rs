@@ -244,6 +244,8 @@ fn facts_json(f: &bimodal_proto::v1::NodeFacts) -> serde_json::Value {
                 "attach": s.attach,
                 "data_address": s.data_address,
                 "rejected": s.rejected,
+                "unwinding": s.unwinding,
+                "unwinding_reduced": s.unwinding_reduced,
             });
             (event, value)
         })
@@ -264,5 +266,14 @@ fn facts_json(f: &bimodal_proto::v1::NodeFacts) -> serde_json::Value {
         "transparent_hugepages": f.transparent_hugepages,
         "hardware_pmu": f.hardware_pmu,
         "event_sources": sources,
+        // The weakest unwinding of the node's event kinds (also its `unwinding` label), and those
+        // whose unwinding is less than its agent was asked for, with why.
+        "unwinding": f.weakest_unwinding().map(|m| m.name()),
+        "unwinding_reduced": f
+            .event_sources
+            .iter()
+            .filter(|s| !s.unwinding_reduced.is_empty())
+            .map(|s| (EventKind::try_from(s.event).unwrap_or_default().name().to_owned(), serde_json::json!(s.unwinding_reduced)))
+            .collect::<serde_json::Map<String, serde_json::Value>>(),
     })
 }

@@ -852,6 +852,10 @@ pub fn node_labels(sender: &Sender) -> (Vec<String>, Vec<String>) {
             ("numa_balancing".into(), f.numa_balancing.clone()),
             ("thp".into(), f.transparent_hugepages.clone()),
             ("pmu".into(), f.hardware_pmu.clone()),
+            (
+                "unwinding".into(),
+                f.weakest_unwinding().map_or(String::new(), |m| m.name().to_owned()),
+            ),
         ]);
     }
     labels.sort();

@@ -10,7 +10,10 @@ use crate::fixture;
 
 /// A real agent streams page-fault and cpu samples of a fixture to a real server; the API's
 /// flame graph holds the fixture's faulting stack, the node is listed with its label, and
-/// headless Chromium renders that frame (screenshot in target/artifacts/flamegraph.png).
+/// headless Chromium renders that frame (screenshot in target/artifacts/flamegraph.png). A
+/// second agent, whose kernel is made to refuse the unwinder (`--test-refuse`, tests only),
+/// samples cpu all the same: the server lists that node's stacks as walked by frame pointers,
+/// less than asked for and why, in its facts, its `unwinding` label and its node page.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_samples_reach_the_flame_graph_in_the_browser() {
     let server = TestServer::start().await;
@@ -27,6 +30,13 @@ async fn agent_samples_reach_the_flame_graph_in_the_browser() {
                 workload.pid(),
                 vec![EventKind::PageFault, EventKind::Cpu],
             )
+        },
+        agent_stopped.clone(),
+    ));
+    let reduced = tokio::spawn(ship::run(
+        RunOptions {
+            test_refusals: "unwinder".parse().unwrap(),
+            ..agent_options(server.url(), "e2e-reduced", workload.pid(), vec![EventKind::Cpu])
         },
         agent_stopped,
     ));
@@ -68,11 +78,33 @@ async fn agent_samples_reach_the_flame_graph_in_the_browser() {
         "only {hit} of {total} faults on the fixture's stack:\n{folded}"
     );
 
-    let (status, nodes) = server.get("/api/v1/nodes").await;
-    assert_eq!(status, 200);
-    let nodes: serde_json::Value = serde_json::from_str(&nodes).unwrap();
+    // Both nodes listed, each with how its stacks are unwound.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let nodes = loop {
+        let (status, nodes) = server.get("/api/v1/nodes").await;
+        assert_eq!(status, 200);
+        let nodes: serde_json::Value = serde_json::from_str(&nodes).unwrap();
+        if nodes["nodes"].as_array().is_some_and(|n| n.len() == 2) {
+            break nodes;
+        }
+        assert!(Instant::now() < deadline, "both nodes never listed: {nodes}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
     assert_eq!(nodes["nodes"][0]["node"], "e2e-node");
     assert_eq!(nodes["nodes"][0]["labels"]["zone"], "test");
+    assert_eq!(nodes["nodes"][0]["labels"]["unwinding"], "kernel_tables");
+    assert_eq!(nodes["nodes"][0]["facts"]["unwinding_reduced"], serde_json::json!({}));
+    let refused = &nodes["nodes"][1];
+    assert_eq!(refused["node"], "e2e-reduced");
+    assert_eq!(refused["labels"]["unwinding"], "frame_pointers", "{refused}");
+    assert_eq!(refused["facts"]["event_sources"]["cpu"]["unwinding"], "frame_pointers");
+    let why = refused["facts"]["unwinding_reduced"]["cpu"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        why.contains("unwind_perf_event") && why.contains("refused"),
+        "{refused}"
+    );
 
     let (status, json) = server
         .get(&format!(
@@ -171,11 +203,31 @@ async fn agent_samples_reach_the_flame_graph_in_the_browser() {
         ],
     );
 
+    let screenshot = super::common::artifacts().join("node-reduced.png");
+    super::common::web_test(
+        "test/node-browser.mjs",
+        &[
+            "--url",
+            &format!("{}/", server.url()),
+            "--node",
+            "e2e-reduced",
+            "--unwinding",
+            "frame_pointers",
+            "--reduced",
+            "--screenshot",
+            screenshot.to_str().unwrap(),
+        ],
+    );
+
     let _ = stop_agent.send(true);
     agent
         .await
         .unwrap()
         .expect("agent stops cleanly after its last batch is acked");
+    reduced
+        .await
+        .unwrap()
+        .expect("the agent without an unwinder stops cleanly too");
     server.stop().await;
 }
 

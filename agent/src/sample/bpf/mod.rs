@@ -27,7 +27,8 @@ mod profile {
 }
 
 use profile::types::{
-    data_sample, new_process, sample_key, sample_value, stack_snapshot, unwind_process, unwind_row, user_chain,
+    data_sample, new_process, process_state, sample_key, sample_value, stack_snapshot, unwind_process, unwind_row,
+    user_chain,
 };
 use profile::ProfileSkel;
 
@@ -301,43 +302,36 @@ fn wanted_programs(opts: &SamplerOptions) -> Vec<Program> {
     wanted
 }
 
-/// How user stacks are actually unwound (what [`UnwindMode`] asked for, or less).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum UnwindMethod {
-    /// In the kernel, from tables compiled from `.eh_frame` (frame pointers where none covers
-    /// the code); stack copies for a process's first milliseconds.
-    KernelTables,
-    /// In the agent, from a copy of the stack per sample (frame pointers when the ring is full).
-    StackCopies,
-    /// Frame pointers only: code built without them loses callers.
-    FramePointers,
-}
-
-impl UnwindMethod {
-    /// The name used in facts, metrics and the server (`kernel_tables`, `stack_copies`,
-    /// `frame_pointers`).
-    pub fn name(self) -> &'static str {
-        match self {
-            UnwindMethod::KernelTables => "kernel_tables",
-            UnwindMethod::StackCopies => "stack_copies",
-            UnwindMethod::FramePointers => "frame_pointers",
-        }
-    }
-}
+/// How user stacks are actually unwound (what [`UnwindMode`] asked for, or less): the name the
+/// facts carry to the server, defined once in the proto crate.
+pub use bimodal_proto::UnwindMethod;
 
 /// How one source's user stacks are unwound, and why not as asked when they are not.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Unwinding {
+    #[serde(serialize_with = "method_name")]
     pub method: UnwindMethod,
     /// Why the method is less than `--unwind` asked for; `None` when it is what was asked.
     pub reduced: Option<String>,
 }
 
+fn method_name<S: serde::Serializer>(m: &UnwindMethod, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(m.name())
+}
+
 impl Unwinding {
     /// The unwinding of a run asking for `mode`, whose source's unwinder loaded as `load` says
-    /// (`None`: not tried).
-    pub fn of_run(mode: UnwindMode, load: Option<&ProgramLoad>) -> Unwinding {
+    /// (`None`: not tried), and where tables are written (`tables`) when another source's
+    /// unwinder loaded. A source without an unwinder gets stack copies where processes are
+    /// marked for tables (its programs find no unwinder to hand them to), and frame pointers
+    /// where no unwinder loaded at all (processes are marked for them once read: stack copies
+    /// for every sample would cost a copy of up to 12 KiB each, `--unwind eh-frame`'s price).
+    pub fn of_run(mode: UnwindMode, load: Option<&ProgramLoad>, tables: bool) -> Unwinding {
+        let without = if tables {
+            UnwindMethod::StackCopies
+        } else {
+            UnwindMethod::FramePointers
+        };
         match mode {
             UnwindMode::FramePointer => Unwinding {
                 method: UnwindMethod::FramePointers,
@@ -353,7 +347,7 @@ impl Unwinding {
                     reduced: None,
                 },
                 Some(l) => Unwinding {
-                    method: UnwindMethod::StackCopies,
+                    method: without,
                     reduced: Some(format!(
                         "the kernel refused the unwinder {}: {}",
                         l.program,
@@ -361,7 +355,7 @@ impl Unwinding {
                     )),
                 },
                 None => Unwinding {
-                    method: UnwindMethod::StackCopies,
+                    method: without,
                     reduced: Some("no unwinder program was loaded".into()),
                 },
             },
@@ -475,6 +469,7 @@ fn watch_processes(
     ring_map: MapHandle,
     processes: ProcessMaps,
     loader: Option<(TableLoader, Arc<Mutex<TableStats>>)>,
+    frame_pointers: Option<MapHandle>,
     stop: Arc<AtomicBool>,
 ) {
     let tables = loader.map(|(mut loader, stats)| {
@@ -525,6 +520,17 @@ fn watch_processes(
             std::thread::sleep(Duration::from_millis(100));
         }
         let tgids = std::mem::take(&mut *noticed.lock().expect("not poisoned"));
+        // Without an unwinder, a process's samples walk frame pointers once it is read: stack
+        // copies only until then, as with tables.
+        if let Some(sampled) = &frame_pointers {
+            for &(tgid, _) in &tgids {
+                let _ = sampled.update(
+                    &tgid.to_ne_bytes(),
+                    &[process_state::PROCESS_FRAME_POINTERS.0 as u8],
+                    MapFlags::EXIST,
+                );
+            }
+        }
         // Mappings first: they are what a process that is about to exit takes with it.
         let mut read = Vec::new();
         for &(tgid, mm) in &tgids {
@@ -903,16 +909,21 @@ impl Sampler {
                     source,
                 })?;
         }
+        // Tables are written when some source's unwinder loaded.
+        let any_tables = opts.unwind == UnwindMode::Auto
+            && opts
+                .sources
+                .iter()
+                .any(|s| Program::sampling(s.event, &s.attach).unwinder().is_some_and(loaded));
         let unwinding: Vec<(EventKind, Unwinding)> = opts
             .sources
             .iter()
             .map(|s| {
                 let unwinder = Program::sampling(s.event, &s.attach).unwinder();
                 let load = unwinder.and_then(|u| loads.iter().find(|l| l.program == u));
-                (s.event, Unwinding::of_run(opts.unwind, load))
+                (s.event, Unwinding::of_run(opts.unwind, load, any_tables))
             })
             .collect();
-        let any_tables = unwinding.iter().any(|(_, u)| u.method == UnwindMethod::KernelTables);
 
         // The threads that read what the programs send start before any program is attached:
         // the first samples of a process that lives a few milliseconds find them running.
@@ -946,13 +957,26 @@ impl Sampler {
         } else {
             None
         };
+        // `auto` without any unwinder: frame pointers, once a process is read.
+        let frame_pointers = if opts.unwind == UnwindMode::Auto && !any_tables {
+            Some(
+                MapHandle::try_from(&skel.maps.sampled_processes).map_err(|source| SamplerError::Map {
+                    map: "sampled_processes",
+                    source,
+                })?,
+            )
+        } else {
+            None
+        };
         let process_thread = {
             let map = MapHandle::try_from(&skel.maps.new_processes).map_err(|source| SamplerError::Map {
                 map: "new_processes",
                 source,
             })?;
             let maps = processes.clone();
-            Worker::spawn("bimodal-procs", move |stop| watch_processes(map, maps, loader, stop))
+            Worker::spawn("bimodal-procs", move |stop| {
+                watch_processes(map, maps, loader, frame_pointers, stop)
+            })
         };
 
         // Open every perf event first: a refusal then leaves nothing half attached.
