@@ -55,7 +55,8 @@ test: web
 	tests/numa/fleet.sh target/release/bimodal-agent
 
 ## bench: cost of bimodal-agent record vs perf record under a page-fault-heavy workload (BENCH_SECONDS=30),
-##        frame-pointer against .eh_frame unwinding (tools/bench-unwind.sh), the agent's memory while it
+##        frame-pointer against .eh_frame unwinding (tools/bench-unwind.sh), the agent's cost on the oldest
+##        kernel it supports, 5.10, in a qemu guest (tools/bench-agent-kernel.sh), the agent's memory while it
 ##        uploads a 280 MiB image (tools/bench-upload.sh) and while short processes come and go
 ##        (tools/bench-cache.sh), then storage and ingest
 ##        of simulated fleets of 100 to 10,000 nodes (tools/bench_storage.py, BENCH_FLEETS=100,1000,10000),
@@ -66,6 +67,7 @@ test: web
 bench: release
 	tools/bench.sh
 	tools/bench-unwind.sh
+	tools/bench-agent-kernel.sh --suite bullseye target/release/bimodal-agent
 	tools/bench-upload.sh
 	tools/bench-cache.sh
 	python3 tools/bench_storage.py --nodes $${BENCH_FLEETS:-100,1000,10000}

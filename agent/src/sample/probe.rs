@@ -112,6 +112,9 @@ pub struct ProbeReport {
     /// The core (hardware) PMU, if any.
     pub hardware_pmu: Option<String>,
     pub events: Vec<EventReport>,
+    /// The running kernel's release, and what it makes the agent do without.
+    pub kernel: String,
+    pub kernel_notes: Vec<String>,
     /// Every program of the agent loaded alone on this kernel, with the verifier's figures
     /// (`probe --verifier`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -183,6 +186,10 @@ pub fn report(machine: &Machine, resolutions: &[Resolution]) -> ProbeReport {
         pmus: machine.pmus.iter().map(|p| p.name.clone()).collect(),
         hardware_pmu: machine.pmus.core_pmu().map(|p| p.name.clone()),
         events,
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|r| r.trim().to_owned())
+            .unwrap_or_default(),
+        kernel_notes: bpf::kernel::features().notes(),
         programs: Vec::new(),
     }
 }
@@ -192,6 +199,10 @@ impl ProbeReport {
     pub fn to_text(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "cpu: {}", self.cpu);
+        let _ = writeln!(out, "kernel: {}", self.kernel);
+        for note in &self.kernel_notes {
+            let _ = writeln!(out, "  without: {note}");
+        }
         match &self.hardware_pmu {
             Some(p) => {
                 let _ = writeln!(out, "hardware PMU: {p}");

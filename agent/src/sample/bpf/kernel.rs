@@ -62,6 +62,28 @@ impl KernelFeatures {
         }
     }
 
+    /// What this kernel makes the agent do without, in words: one line per feature it lacks
+    /// and what the agent does instead (empty on a kernel that has them all).
+    pub fn notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        if !self.unpreallocated_maps_in_nmi {
+            notes.push(format!(
+                "hash maps of perf-event programs must be preallocated (the BPF memory allocator came in Linux 6.1): unwind tables are kept for at most {PREALLOCATED_PROCESSES} processes at once, the others are unwound from stack copies"
+            ));
+        }
+        if let Some(note) = self.memlock_note() {
+            notes.push(format!(
+                "{note}: maps are made small enough to fit in three quarters of it"
+            ));
+        } else if !self.memcg_accounting {
+            notes.push(
+                "this kernel charges BPF maps to RLIMIT_MEMLOCK (before Linux 5.11); it is unlimited for the agent"
+                    .into(),
+            );
+        }
+        notes
+    }
+
     /// What counts against the agent's maps here, in words, when something does.
     pub fn memlock_note(&self) -> Option<String> {
         let limit = self.memlock_limit?;
