@@ -9,7 +9,7 @@ use std::sync::Arc;
 use bimodal_proto::v1;
 use bimodal_server::ingest::encoded::Inbound;
 use bimodal_server::ingest::rows::{self, NoNames, NothingKnown, Sender};
-use bimodal_server::ingest::validate;
+use bimodal_server::validate;
 use bytes::Bytes;
 use futures_util::FutureExt;
 use libfuzzer_sys::fuzz_target;

@@ -7,6 +7,7 @@ pub mod alerts;
 pub mod analysis;
 pub mod api;
 pub mod auth;
+pub mod clock;
 pub mod debuginfo;
 pub mod ingest;
 pub mod metrics;
@@ -15,6 +16,7 @@ pub mod selector;
 pub mod serve;
 pub mod storage;
 pub mod tls;
+pub mod validate;
 pub mod window;
 pub mod yaml;
 
@@ -164,7 +166,10 @@ impl Server {
         // A database upgraded from schema v1 has its old rows copied in while the server runs.
         let (copy_store, copy_writer) = (store.clone(), writer.clone());
         tokio::spawn(async move {
-            if let Err(e) = storage::migrate_v1::copy(copy_store, copy_writer).await {
+            let build = |sender: &ingest::rows::Sender, batch: &bimodal_proto::v1::Batch, known: &dyn ingest::rows::Known| {
+                ingest::rows::build(sender, batch, &ingest::rows::NoNames, known)
+            };
+            if let Err(e) = storage::migrate_v1::copy(copy_store, copy_writer, &build).await {
                 tracing::error!(error = %e, "copying schema v1's rows failed; it is tried again at the next start");
             }
         });
@@ -233,7 +238,7 @@ impl Server {
             debuginfo,
         );
         let incoming = match self.tls {
-            Some(acceptor) => serve::Incoming::Tls(tls::TlsListener::new(self.listener, acceptor)),
+            Some(acceptor) => serve::Incoming::Tls(serve::TlsListener::new(self.listener, acceptor)),
             None => serve::Incoming::Plain(self.listener),
         };
         serve::serve(incoming, app, self.max_connections, shutdown).await;

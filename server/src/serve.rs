@@ -25,7 +25,9 @@ use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Sleep;
 
-use crate::tls::TlsListener;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio_rustls::server::TlsStream;
 
 /// How long a new connection may take to send its first bytes.
 pub const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(10);
@@ -341,6 +343,87 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for FirstBytes<T> {
 
     fn is_write_vectored(&self) -> bool {
         self.inner.is_write_vectored()
+    }
+}
+
+/// How long a message admitted on the port may take to arrive after its first bytes: 10 s, and a
+/// second per MiB (64 MiB, the largest batch, in 74 s; a 2 MB batch over a link of 1 MB/s needs
+/// 2 s). A stream's Hello has the time of its largest size, counted from the stream's opening;
+/// an upload of a debug file the time of its stated size.
+pub(crate) fn time_to_receive(bytes: usize) -> std::time::Duration {
+    std::time::Duration::from_secs(10 + (bytes as u64 >> 20))
+}
+
+/// Connections accepted over TCP and handed on once their TLS handshake is done. The handshakes
+/// run beside the accept loop, each holding the connection's place under the server's bound on
+/// open connections from its first byte: a flood of clients that never finish a handshake is
+/// refused at the bound like any other, instead of holding descriptors beside it.
+#[derive(Debug)]
+pub struct TlsListener {
+    tcp: TcpListener,
+    acceptor: crate::tls::Acceptor,
+    done: mpsc::Sender<Handshaken>,
+    ready: mpsc::Receiver<Handshaken>,
+}
+
+/// A connection whose handshake is done, its client's address, and its place.
+type Handshaken = (TlsStream<TcpStream>, SocketAddr, OwnedSemaphorePermit);
+
+impl TlsListener {
+    pub fn new(tcp: TcpListener, acceptor: crate::tls::Acceptor) -> TlsListener {
+        let (done, ready) = mpsc::channel(64);
+        TlsListener {
+            tcp,
+            acceptor,
+            done,
+            ready,
+        }
+    }
+
+    /// The next connection whose handshake is done, the client's address and the place it holds
+    /// in `places`. A connection that finds no place is closed before its handshake and counted
+    /// as `too_many_connections`. Cancel-safe: a handshake under way goes on and is handed out
+    /// by a later call.
+    pub async fn accept(
+        &mut self,
+        places: &Arc<Semaphore>,
+    ) -> (TlsStream<TcpStream>, SocketAddr, OwnedSemaphorePermit) {
+        loop {
+            tokio::select! {
+                Some(handshaken) = self.ready.recv() => return handshaken,
+                accepted = self.tcp.accept() => {
+                    let (stream, peer) = match accepted {
+                        Ok(accepted) => accepted,
+                        Err(e) => {
+                            // Out of file descriptors and the like: wait, then go on.
+                            tracing::warn!(error = %e, "accepting a connection failed");
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            continue;
+                        }
+                    };
+                    let Some(place) = take_place(places, peer) else { continue };
+                    let (done, acceptor) = (self.done.clone(), self.acceptor.clone());
+                    tokio::spawn(async move {
+                        match acceptor.handshake(stream).await {
+                            Some(Ok(tls)) => {
+                                let _ = done.send((tls, peer, place)).await;
+                            }
+                            // Counted whatever the cause: a client that does not speak TLS, trusts
+                            // another CA, presents a certificate of another CA, or closes before a
+                            // handshake (a TCP health check).
+                            Some(Err(e)) => {
+                                count_refused_connection("tls_handshake");
+                                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                            }
+                            None => {
+                                count_refused_connection("tls_timeout");
+                                tracing::debug!(%peer, "TLS handshake timed out");
+                            }
+                        }
+                    });
+                }
+            }
+        }
     }
 }
 

@@ -8,7 +8,6 @@
 //! `curl` with a token); what it may do is the caller's to decide: ingest takes writes only from
 //! an agent whose certificate names its node ([`crate::serve::Peer::certified_for`]).
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
@@ -20,8 +19,7 @@ use rustls::sign::CertifiedKey;
 use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
@@ -113,6 +111,12 @@ impl ResolvesServerCert for Reloading {
 pub struct Acceptor(TlsAcceptor, Option<ClientTrust>);
 
 impl Acceptor {
+    /// The TLS handshake of a connection, within the time a client may take for it: `None`
+    /// when it timed out.
+    pub(crate) async fn handshake(&self, stream: TcpStream) -> Option<std::io::Result<TlsStream<TcpStream>>> {
+        tokio::time::timeout(HANDSHAKE_TIMEOUT, self.0.accept(stream)).await.ok()
+    }
+
     /// The client CA in force, where clients are asked for certificates.
     pub fn client_trust(&self) -> Option<ClientTrust> {
         self.1.clone()
@@ -286,78 +290,5 @@ impl ClientCertVerifier for ClientCa {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.get().supported_verify_schemes()
-    }
-}
-
-/// Connections accepted over TCP and handed on once their TLS handshake is done. The handshakes
-/// run beside the accept loop, each holding the connection's place under the server's bound on
-/// open connections from its first byte: a flood of clients that never finish a handshake is
-/// refused at the bound like any other, instead of holding descriptors beside it.
-#[derive(Debug)]
-pub struct TlsListener {
-    tcp: TcpListener,
-    acceptor: Acceptor,
-    done: mpsc::Sender<Handshaken>,
-    ready: mpsc::Receiver<Handshaken>,
-}
-
-/// A connection whose handshake is done, its client's address, and its place.
-type Handshaken = (TlsStream<TcpStream>, SocketAddr, OwnedSemaphorePermit);
-
-impl TlsListener {
-    pub fn new(tcp: TcpListener, acceptor: Acceptor) -> TlsListener {
-        let (done, ready) = mpsc::channel(64);
-        TlsListener {
-            tcp,
-            acceptor,
-            done,
-            ready,
-        }
-    }
-
-    /// The next connection whose handshake is done, the client's address and the place it holds
-    /// in `places`. A connection that finds no place is closed before its handshake and counted
-    /// as `too_many_connections`. Cancel-safe: a handshake under way goes on and is handed out
-    /// by a later call.
-    pub async fn accept(
-        &mut self,
-        places: &Arc<Semaphore>,
-    ) -> (TlsStream<TcpStream>, SocketAddr, OwnedSemaphorePermit) {
-        loop {
-            tokio::select! {
-                Some(handshaken) = self.ready.recv() => return handshaken,
-                accepted = self.tcp.accept() => {
-                    let (stream, peer) = match accepted {
-                        Ok(accepted) => accepted,
-                        Err(e) => {
-                            // Out of file descriptors and the like: wait, then go on.
-                            tracing::warn!(error = %e, "accepting a connection failed");
-                            tokio::time::sleep(Duration::from_millis(100)).await;
-                            continue;
-                        }
-                    };
-                    let Some(place) = crate::serve::take_place(places, peer) else { continue };
-                    let (done, acceptor) = (self.done.clone(), self.acceptor.clone());
-                    tokio::spawn(async move {
-                        match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.0.accept(stream)).await {
-                            Ok(Ok(tls)) => {
-                                let _ = done.send((tls, peer, place)).await;
-                            }
-                            // Counted whatever the cause: a client that does not speak TLS, trusts
-                            // another CA, presents a certificate of another CA, or closes before a
-                            // handshake (a TCP health check).
-                            Ok(Err(e)) => {
-                                crate::serve::count_refused_connection("tls_handshake");
-                                tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                            }
-                            Err(_) => {
-                                crate::serve::count_refused_connection("tls_timeout");
-                                tracing::debug!(%peer, "TLS handshake timed out");
-                            }
-                        }
-                    });
-                }
-            }
-        }
     }
 }

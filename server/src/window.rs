@@ -94,7 +94,7 @@ impl Window {
         // Where batches stored before the server counted their length: seconds from the node's
         // first report to now or to its last one (`last_seen` is refreshed once per NODE_REFRESH
         // while a node reports, so a node is counted as reporting until a refresh after it).
-        let now = crate::api::params::now();
+        let now = crate::clock::now_secs();
         let refresh = crate::storage::writer::NODE_REFRESH.as_secs() as u32;
         let estimated: Vec<f64> = nodes
             .iter()

@@ -3,13 +3,14 @@
 // server.
 //
 //   node test/fleet-browser.mjs --url http://127.0.0.1:PORT/ --node NODE [--node NODE …]
-//        --slow NODE [--slow NODE …] --screenshot PATH [--range 15m] [--timeout 30]
-//        [--chromium /usr/bin/chromium]
+//        --slow NODE [--slow NODE …] [--reduced NODE …] --screenshot PATH [--range 15m]
+//        [--timeout 30] [--chromium /usr/bin/chromium]
 //
 // --node lists every node of the fleet, --slow those of the slow band. Opens
 // fleet.html?selector={}&range=RANGE and checks: the verdict names two bands and states its
 // confidence; the strip plot is drawn; the metrics table marks the chosen metric; the node table
-// lists every node and marks exactly the slow ones. Then, as a user would: sorts by node (URL
+// lists every node and marks exactly the slow ones, and its unwinding column marks exactly the
+// --reduced nodes as reduced (their stacks unwound less well than asked for), saying why. Then, as a user would: sorts by node (URL
 // `sort=`), filters by a slow node's name (one row, URL `filter=`), writes a selector with the
 // completion list only (`{no` ↓ Enter picks the `node` label, then the slow node's value), submits
 // it (URL `selector=`, one node in the table), goes Back (all nodes again), clicks a fact value in
@@ -25,13 +26,14 @@ import { browserArgs, fail, finish, launch, poll } from './harness.mjs';
 
 const USAGE =
   'usage: node test/fleet-browser.mjs --url http://127.0.0.1:PORT/ --node NODE [--node NODE …] ' +
-  '--slow NODE [--slow NODE …] --screenshot PATH [--range 15m] [--timeout 30] [--chromium PATH]';
+  '--slow NODE [--slow NODE …] [--reduced NODE …] --screenshot PATH [--range 15m] [--timeout 30] [--chromium PATH]';
 
 const args = browserArgs(
   USAGE,
   {
     node: { type: 'string', multiple: true, default: [] },
     slow: { type: 'string', multiple: true, default: [] },
+    reduced: { type: 'string', multiple: true, default: [] },
     range: { type: 'string', default: '15m' },
     timeout: { type: 'string', default: '30' },
   },
@@ -74,6 +76,15 @@ async function run() {
   if (!same(all, sorted(args.node))) fail(`the node table lists ${JSON.stringify(all)}, expected ${JSON.stringify(sorted(args.node))}`);
   const slow = sorted(await page.locator('#node-table tr.band-slow td:first-child').allInnerTexts());
   if (!same(slow, sorted(args.slow))) fail(`slow band ${JSON.stringify(slow)}, expected ${JSON.stringify(sorted(args.slow))}`);
+  const reduced = await page.locator('#node-table tbody tr').evaluateAll((rows) =>
+    rows
+      .filter((r) => r.querySelector('td.unwinding .reduced'))
+      .map((r) => ({ node: r.querySelector('td')?.innerText ?? '', why: r.querySelector('td.unwinding .reduced')?.getAttribute('title') ?? '' })),
+  );
+  if (!same(sorted(reduced.map((r) => r.node)), sorted(args.reduced))) {
+    fail(`reduced unwinding on ${JSON.stringify(reduced.map((r) => r.node))}, expected ${JSON.stringify(sorted(args.reduced))}`);
+  }
+  if (reduced.some((r) => !/refused/.test(r.why))) fail(`a reduced unwinding without its reason: ${JSON.stringify(reduced)}`);
   mkdirSync(dirname(screenshotPath), { recursive: true });
   await page.addStyleTag({ content: '.topbar { position: static; }' });
   await page.screenshot({ path: screenshotPath, fullPage: true });

@@ -19,7 +19,8 @@ use crate::metrics::{label, metrics};
 use crate::selector::{MatchOp, Matcher, Selector};
 use crate::storage::lease::Lease;
 use crate::storage::queries::Measures;
-use crate::storage::{now_secs, NodesRead, Scope, StorageError, Store};
+use crate::clock::now_secs;
+use crate::storage::{NodesRead, Scope, StorageError, Store};
 use crate::window::{self, Window};
 
 /// Functions read to find an alert's top function.

@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::state::{Alert, State};
-use crate::api::params::rfc3339;
+use crate::clock::rfc3339;
 
 /// How long a resolved alert is still sent to Alertmanager.
 pub const RESEND_RESOLVED: Duration = Duration::from_secs(15 * 60);

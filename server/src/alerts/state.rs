@@ -9,64 +9,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use super::judge::Found;
 use super::rules::{render, Rule};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum State {
-    Pending,
-    Firing,
-    Resolved,
-    /// Pending, then its condition stopped before `for:` was over.
-    Inactive,
-}
-
-impl State {
-    pub fn name(self) -> &'static str {
-        match self {
-            State::Pending => "pending",
-            State::Firing => "firing",
-            State::Resolved => "resolved",
-            State::Inactive => "inactive",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<State> {
-        [State::Pending, State::Firing, State::Resolved, State::Inactive]
-            .into_iter()
-            .find(|s| s.name() == name)
-    }
-}
-
-/// One alert: a rule's condition holding for one set of labels (a node and source, or a band).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Alert {
-    pub rule: String,
-    /// A hash of the labels: the alert's identity, as in Alertmanager.
-    pub fingerprint: u64,
-    pub state: State,
-    pub labels: BTreeMap<String, String>,
-    pub annotations: BTreeMap<String, String>,
-    /// The figure judged at the last evaluation while active.
-    pub value: f64,
-    /// Unix seconds: when the condition started holding (the alert's start).
-    pub active_since: u32,
-    /// When it started firing; 0 before.
-    pub fired_at: u32,
-    /// When it resolved (or went inactive); 0 while active.
-    pub resolved_at: u32,
-    /// The nodes it is about, as a selector (a node, or the rule's selector for bands).
-    pub selector: String,
-    /// The window judged last: what the compare view of the alert shows.
-    pub from: u32,
-    pub to: u32,
-    /// The function that differs most on the alert's nodes, once it fires (empty if none).
-    pub top_function: String,
-}
-
-impl Alert {
-    pub fn is_active(&self) -> bool {
-        matches!(self.state, State::Pending | State::Firing)
-    }
-}
+/// An alert and its states are rows of the alert history, defined with it in storage.
+pub use crate::storage::alerts::{Alert, State};
 
 /// Labels hashed in order (they are sorted): the same labels give the same fingerprint on every
 /// server and after restarts.

@@ -7,7 +7,8 @@ use axum::extract::{RawQuery, State};
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::params::{now, rfc3339, Params};
+use super::params::Params;
+use crate::clock::{now_secs as now, rfc3339};
 use super::{AppError, AppState};
 
 const DEFAULT_LIMIT: u32 = 500;

@@ -16,7 +16,8 @@ use axum::extract::{RawQuery, State};
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::params::{now, rfc3339, Params};
+use super::params::Params;
+use crate::clock::{now_secs as now, rfc3339};
 use super::{AppError, AppState};
 use crate::analysis::bands::{BandConfig, Bands, Split};
 use crate::analysis::compare::{self, Groups, Metric};

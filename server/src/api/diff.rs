@@ -26,7 +26,8 @@ use axum::{Extension, Json};
 use bimodal_profile::Profile;
 use bimodal_proto::v1::EventKind;
 
-use super::params::{now, rfc3339, Params};
+use super::params::Params;
+use crate::clock::{now_secs as now, rfc3339};
 use super::{AppError, AppState, Reader};
 use crate::selector::Selector;
 use crate::storage::{FlameGraph, Scope};

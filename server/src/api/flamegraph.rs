@@ -8,7 +8,8 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 
-use super::params::{now, rfc3339, Params};
+use super::params::Params;
+use crate::clock::{now_secs as now, rfc3339};
 use super::{AppError, AppState, Reader};
 use crate::storage::Scope;
 

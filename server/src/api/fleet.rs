@@ -11,7 +11,8 @@ use axum::extract::{RawQuery, State};
 use axum::Json;
 use bimodal_proto::v1::EventKind;
 
-use super::params::{now, rfc3339, Params};
+use super::params::Params;
+use crate::clock::{now_secs as now, rfc3339};
 use super::{AppError, AppState};
 use crate::storage::Scope;
 

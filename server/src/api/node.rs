@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use axum::extract::{RawQuery, State};
 use axum::Json;
 
-use super::params::{now, rfc3339, Params};
+use super::params::Params;
+use crate::clock::{now_secs as now, rfc3339};
 use super::{AppError, AppState};
 
 pub(super) async fn placement(

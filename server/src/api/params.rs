@@ -91,14 +91,6 @@ impl Params {
     }
 }
 
-/// Seconds since the Unix epoch.
-pub(crate) fn now() -> u32 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as u32)
-        .unwrap_or(0)
-}
-
 /// Unix seconds or RFC 3339.
 fn parse_time(s: &str) -> Option<u32> {
     if let Ok(secs) = s.parse::<u32>() {
@@ -106,12 +98,4 @@ fn parse_time(s: &str) -> Option<u32> {
     }
     let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()?;
     u32::try_from(t.unix_timestamp()).ok()
-}
-
-/// Unix seconds as RFC 3339 in UTC.
-pub(crate) fn rfc3339(secs: u32) -> String {
-    time::OffsetDateTime::from_unix_timestamp(i64::from(secs))
-        .ok()
-        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
-        .unwrap_or_default()
 }

@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use bimodal_proto::v1;
 
 use super::symtab::SymbolTable;
-use crate::ingest::rows::FrameNamer;
 use crate::storage::{StorageError, Store};
 
 /// Build ids of one batch whose tables are loaded at most.
@@ -173,5 +172,22 @@ impl FrameNamer for Names {
             a => a,
         };
         table.name_at(address).map(str::to_owned)
+    }
+}
+
+/// Names frames of images with a build id from uploaded symbols.
+pub trait FrameNamer {
+    /// The function at a frame of image `build_id` (hex), by ELF address (0: unknown) or else
+    /// by file offset.
+    fn name(&self, build_id: &str, elf_address: u64, file_offset: u64) -> Option<String>;
+}
+
+/// A namer that knows nothing (tests, and frames no upload covers).
+#[derive(Debug, Default)]
+pub struct NoNames;
+
+impl FrameNamer for NoNames {
+    fn name(&self, _: &str, _: u64, _: u64) -> Option<String> {
+        None
     }
 }

@@ -19,7 +19,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::names::Names;
 use super::symtab;
-use crate::ingest::validate;
+use crate::validate;
 use crate::metrics::{label, metrics};
 use crate::serve::Peer;
 use crate::storage::debuginfo::StoredFile;
@@ -43,7 +43,7 @@ pub enum UploadError {
     #[error("the file is larger than the {0} bytes this server accepts")]
     TooLarge(u64),
     #[error("the file name: {0}")]
-    FileName(crate::ingest::validate::Invalid),
+    FileName(crate::validate::Invalid),
     #[error("build id {build_id} already has a different {kind} stored; the symbols of a build id are never replaced")]
     Conflict { build_id: String, kind: &'static str },
     #[error("build id {build_id}: the debug file contradicts the executable stored for it: {found}")]
@@ -445,7 +445,7 @@ impl Debuginfo for DebuginfoService {
             write(&first.data, &mut received)?;
             // Its place is held while it arrives, so it must arrive in the time its size may
             // take (as an ingest message must): a client cannot hold a place by stopping.
-            let allowed = crate::ingest::time_to_receive(usize::try_from(first.size).unwrap_or(usize::MAX));
+            let allowed = crate::serve::time_to_receive(usize::try_from(first.size).unwrap_or(usize::MAX));
             let rest = async {
                 while let Some(chunk) = chunks.next().await {
                     write(&chunk?.data, &mut received)?;

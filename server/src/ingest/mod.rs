@@ -10,7 +10,6 @@
 
 pub mod encoded;
 pub mod rows;
-pub mod validate;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -28,6 +27,7 @@ use crate::debuginfo::Names;
 use crate::metrics::{label, metrics};
 use crate::serve::Peer;
 use crate::storage::writer::{Outcome, Writer};
+use crate::validate;
 use encoded::{Inbound, ReadError};
 use rows::Sender;
 
@@ -112,13 +112,6 @@ fn ack(batch_id: Vec<u8>, status: v1::ack::Status, error: String, retry_after_mi
             retry_after_millis,
         })),
     }
-}
-
-fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
 }
 
 /// Counts an agent's open stream while it lives.
@@ -386,13 +379,6 @@ struct Admission {
     waiting: std::sync::atomic::AtomicUsize,
 }
 
-/// How long an admitted batch may take to arrive after its first bytes: 10 s, and a second per
-/// MiB (64 MiB, the largest, in 74 s; a 2 MB batch over a link of 1 MB/s needs 2 s). A stream's
-/// Hello has the time of its largest size, counted from the stream's opening.
-pub(crate) fn time_to_receive(bytes: usize) -> std::time::Duration {
-    std::time::Duration::from_secs(10 + (bytes as u64 >> 20))
-}
-
 /// The answer to a batch refused by the bound on batches held (`in_flight`): send it again
 /// after `retry_after` ms.
 fn held_back(batch_id: Vec<u8>, retry_after: u32) -> v1::IngestResponse {
@@ -418,7 +404,7 @@ async fn in_time<T>(
     late: impl FnOnce(u64) -> String,
     read: impl Future<Output = T>,
 ) -> Result<T, Status> {
-    let allowed = time_to_receive(bytes);
+    let allowed = crate::serve::time_to_receive(bytes);
     tokio::time::timeout(allowed, read).await.map_err(|_| {
         count_refused("slow");
         Status::deadline_exceeded(late(allowed.as_secs()))
@@ -481,7 +467,7 @@ async fn store(
         // Refused by the bound as a batch with an id is, decoded only to find its id.
         Err(retry_after) => return held_back(batch.batch_id, retry_after),
     };
-    if let Err(invalid) = validate::batch(&batch, unix_now()) {
+    if let Err(invalid) = validate::batch(&batch, i64::from(crate::clock::now_secs())) {
         tracing::warn!(node = %sender.node, error = %invalid, "rejected a malformed batch");
         return ack(batch.batch_id, v1::ack::Status::Rejected, invalid.to_string(), 0);
     }

@@ -5,8 +5,67 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::{now_millis, StorageError, Store};
-use crate::alerts::state::{Alert, State};
+use super::{StorageError, Store};
+use crate::clock::now_millis;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    Pending,
+    Firing,
+    Resolved,
+    /// Pending, then its condition stopped before `for:` was over.
+    Inactive,
+}
+
+impl State {
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Pending => "pending",
+            State::Firing => "firing",
+            State::Resolved => "resolved",
+            State::Inactive => "inactive",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<State> {
+        [State::Pending, State::Firing, State::Resolved, State::Inactive]
+            .into_iter()
+            .find(|s| s.name() == name)
+    }
+}
+
+/// One alert: a rule's condition holding for one set of labels (a node and source, or a band).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Alert {
+    pub rule: String,
+    /// A hash of the labels: the alert's identity, as in Alertmanager.
+    pub fingerprint: u64,
+    pub state: State,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    /// The figure judged at the last evaluation while active.
+    pub value: f64,
+    /// Unix seconds: when the condition started holding (the alert's start).
+    pub active_since: u32,
+    /// When it started firing; 0 before.
+    pub fired_at: u32,
+    /// When it resolved (or went inactive); 0 while active.
+    pub resolved_at: u32,
+    /// The nodes it is about, as a selector (a node, or the rule's selector for bands).
+    pub selector: String,
+    /// The window judged last: what the compare view of the alert shows.
+    pub from: u32,
+    pub to: u32,
+    /// The function that differs most on the alert's nodes, once it fires (empty if none).
+    pub top_function: String,
+}
+
+impl Alert {
+    pub fn is_active(&self) -> bool {
+        matches!(self.state, State::Pending | State::Firing)
+    }
+}
 
 #[derive(clickhouse::Row, serde::Serialize)]
 struct WriteRow<'a> {
@@ -144,7 +203,7 @@ impl Store {
         let err = StorageError::insert("alerts");
         let client = self.writer_client();
         let mut insert = client.insert::<WriteRow<'_>>("alerts").await.map_err(err)?;
-        let written = super::now_secs();
+        let written = crate::clock::now_secs();
         for a in alerts {
             let row = WriteRow {
                 rule: &a.rule,

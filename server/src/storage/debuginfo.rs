@@ -5,8 +5,71 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::lease::Lease;
-use super::{now_secs, queries, StorageError, Store};
-use crate::debuginfo::symtab::{Function, Segment, SymbolTable};
+use super::{queries, StorageError, Store};
+use crate::clock::now_secs;
+
+/// One run of code addresses with one name: a function, or the part of one before or after a
+/// label inside it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Function {
+    /// ELF virtual address of the first byte.
+    pub address: u64,
+    /// Bytes from `address` that carry this name; 0 means unknown, up to the next entry.
+    pub size: u64,
+    /// The demangled name.
+    pub name: String,
+}
+
+/// A `PT_LOAD` segment: file offsets `[offset, offset + file_size)` hold ELF addresses
+/// `[address, address + file_size)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segment {
+    /// `p_offset`.
+    pub offset: u64,
+    /// `p_vaddr`.
+    pub address: u64,
+    /// `p_filesz`.
+    pub file_size: u64,
+}
+
+/// The functions of one ELF file, sorted by address, and its load segments in program-header
+/// order (empty for a separate debug file).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SymbolTable {
+    /// Disjoint runs of code, by address.
+    pub functions: Vec<Function>,
+    /// `PT_LOAD` segments with file bytes.
+    pub segments: Vec<Segment>,
+}
+
+impl SymbolTable {
+    /// A table from its parts (as read back from storage), sorted by address.
+    pub fn from_parts(mut functions: Vec<Function>, segments: Vec<Segment>) -> SymbolTable {
+        // Stable, so entries stored at one address keep their stored order.
+        functions.sort_by_key(|f| f.address);
+        SymbolTable { functions, segments }
+    }
+
+    /// The name of the function at an ELF virtual address, if any: a binary search for the
+    /// last entry at or below it, which names it unless it is sized and ends before it.
+    pub fn name_at(&self, elf_address: u64) -> Option<&str> {
+        let i = self
+            .functions
+            .partition_point(|f| f.address <= elf_address)
+            .checked_sub(1)?;
+        let f = &self.functions[i];
+        (f.size == 0 || elf_address - f.address < f.size).then_some(f.name.as_str())
+    }
+
+    /// The ELF virtual address a file offset of the image is loaded at (the first load segment
+    /// holding it, as blazesym translates). None for a separate debug file's table.
+    pub fn address_of_file_offset(&self, file_offset: u64) -> Option<u64> {
+        self.segments.iter().find_map(|s| {
+            let delta = file_offset.checked_sub(s.offset)?;
+            (delta < s.file_size).then(|| s.address.checked_add(delta)).flatten()
+        })
+    }
+}
 
 /// How long a server that stopped while storing a file holds back other uploads of its build id.
 const DEBUGINFO_LEASE: Duration = Duration::from_secs(60);

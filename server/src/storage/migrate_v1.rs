@@ -13,9 +13,13 @@ use std::time::Duration;
 use bimodal_proto::v1;
 use clickhouse::Client;
 
+use super::batch::{BatchRows, Known, Sender};
 use super::writer::{Outcome, Writer};
 use super::{lease, migrations, StorageError, Store};
-use crate::ingest::rows::{self, NoNames, Sender};
+
+/// Turns a wire batch of a sender into the rows storage writes (ingest's, given by the caller:
+/// storage knows rows, not how a wire batch becomes them).
+pub type BuildRows = dyn Fn(&Sender, &v1::Batch, &dyn Known) -> BatchRows + Send + Sync;
 
 const V1_TABLES: &[&str] = &[
     "v1_samples",
@@ -131,18 +135,18 @@ fn q(what: &'static str) -> impl FnOnce(clickhouse::error::Error) -> StorageErro
 
 /// Copies the v1 tables into v2 and drops them; does nothing where there are none. Holds a
 /// lease so that servers starting together copy once.
-pub async fn copy(store: Arc<Store>, writer: Writer) -> Result<(), StorageError> {
+pub async fn copy(store: Arc<Store>, writer: Writer, build: &BuildRows) -> Result<(), StorageError> {
     let client = store.client().clone();
     if !migrations::table_exists(&client, "v1_samples").await? {
         return Ok(());
     }
     let lease = lease::Lease::acquire(client.clone(), "migrate_v1", Duration::from_secs(120)).await?;
-    let result = copy_held(&client, &writer).await;
+    let result = copy_held(&client, &writer, build).await;
     lease.release().await;
     result
 }
 
-async fn copy_held(client: &Client, writer: &Writer) -> Result<(), StorageError> {
+async fn copy_held(client: &Client, writer: &Writer, build: &BuildRows) -> Result<(), StorageError> {
     if !migrations::table_exists(client, "v1_samples").await? {
         return Ok(());
     }
@@ -343,7 +347,7 @@ async fn copy_held(client: &Client, writer: &Writer) -> Result<(), StorageError>
                 facts: facts.get(&r.node).cloned(),
             });
             writer.note_node(sender.clone());
-            let rows = rows::build(&sender, &batch, &NoNames, &writer.known());
+            let rows = build(&sender, &batch, &writer.known());
             loop {
                 match writer.submit(rows.clone(), ()).await {
                     Outcome::Stored | Outcome::Duplicate => break,

@@ -6,6 +6,7 @@
 //! for the ids it has not seen.
 
 pub mod alerts;
+pub mod batch;
 pub mod debuginfo;
 pub mod lease;
 pub mod managed;
@@ -315,24 +316,6 @@ impl std::fmt::Debug for Store {
 #[derive(clickhouse::Row, serde::Deserialize)]
 struct Version {
     version: String,
-}
-
-/// Unix seconds now.
-pub(crate) fn now_secs() -> u32 {
-    (now_millis() / 1000) as u32
-}
-
-/// Unix milliseconds now.
-pub(crate) fn now_millis() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
-/// Today as a ClickHouse `Date` (days since the epoch).
-pub(crate) fn today() -> u16 {
-    (now_secs() / 86_400) as u16
 }
 
 fn base_client(config: &StoreConfig) -> Client {

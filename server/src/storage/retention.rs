@@ -11,7 +11,8 @@
 
 use std::time::Duration;
 
-use super::{now_secs, StorageError, Store};
+use super::{StorageError, Store};
+use crate::clock::now_secs;
 
 /// How a table is partitioned, so its partition ids can be turned into dates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -33,8 +33,9 @@ use super::rows::{
     CounterInputRow, DataSampleInputRow, EventSourceRow, FrameWriteRow, FunctionRow, LedgerRow, LedgerStateRow,
     NodeFactsRow, NodeWriteRow, PlacementInputRow, ProcessRow, ProgressRow, SampleInputRow, StackRow,
 };
-use super::{now_millis, now_secs, queries, today, StorageError, Store};
-use crate::ingest::rows::{BatchRows, Sender};
+use super::{queries, StorageError, Store};
+use crate::clock::{now_millis, now_secs, today};
+use super::batch::{BatchRows, Sender};
 
 /// Ledger states.
 const CLAIMED: u8 = 1;
@@ -238,7 +239,7 @@ impl KnownToday<'_> {
     }
 }
 
-impl crate::ingest::rows::Known for KnownToday<'_> {
+impl super::batch::Known for KnownToday<'_> {
     fn frame(&self, id: u64) -> bool {
         self.written(&self.dimensions.frames, id)
     }

@@ -33,13 +33,17 @@ use crate::fixture;
 /// CPU-second (below), whichever of the two splits them more strongly; name `instance_type` as
 /// the label that splits them, rank `load_session` first among the page-fault differences with
 /// every slow node above every fast one, and find it higher in the CPU profile too; the
-/// differential flame graph of the bands, in JSON, folded pairs and pprof, agrees. The
+/// differential flame graph of the bands, in JSON, folded pairs and pprof, agrees. One fast
+/// node's kernel is made to refuse the unwinder (`--test-refuse`, tests only): it samples with
+/// frame-pointer chains, and its stacks are left out of what rests on chains (functions' totals,
+/// the differential flame graph) while it keeps its place in the bands, which rest on counts. The
 /// answers are kept in target/artifacts/compare.json and diff.json.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_of_agents_is_split_into_its_slow_band_and_explained() {
     let server = TestServer::start().await;
     let start = super::common::unix_now();
     let slow = ["node-c", "node-f", "node-h"];
+    let short_chains = "node-b";
     let names = [
         "node-a", "node-b", "node-c", "node-d", "node-e", "node-f", "node-g", "node-h",
     ];
@@ -65,6 +69,10 @@ async fn a_fleet_of_agents_is_split_into_its_slow_band_and_explained() {
                     binary: fixture::workload().to_owned(),
                     symbol: "handle_request".into(),
                 }),
+                test_refusals: match name == short_chains {
+                    true => "unwinder".parse().unwrap(),
+                    false => Default::default(),
+                },
                 ..agent_options(
                     server.url(),
                     name,
@@ -223,6 +231,14 @@ async fn a_fleet_of_agents_is_split_into_its_slow_band_and_explained() {
     assert_eq!(session["effect"], sign, "{session:#}");
     assert_eq!(session[slow_side].as_array().unwrap().len(), 3);
     assert_eq!(session[fast_side].as_array().unwrap().len(), 5);
+    // The node walking frame pointers beside nodes unwinding from tables: its functions' totals
+    // were not compared, on either event.
+    let short = &answer["explanation"]["nodes"]["short_chains"];
+    assert_eq!(short["page_fault"], serde_json::json!([short_chains]), "{short}");
+    assert_eq!(short["cpu"], serde_json::json!([short_chains]), "{short}");
+    for d in code.iter().filter(|d| d["measure"] == "total_value") {
+        assert_eq!(d[fast_side].as_array().unwrap().len(), 4, "{d:#}");
+    }
     // On the cpu event, the slow nodes spend a larger share under the session path.
     assert!(
         code.iter()
@@ -265,7 +281,8 @@ async fn a_fleet_of_agents_is_split_into_its_slow_band_and_explained() {
         diff["b"]
     );
     assert_eq!(diff["b"]["nodes"], serde_json::json!(slow));
-    assert_eq!(diff["a"]["nodes"].as_array().unwrap().len(), 5);
+    assert_eq!(diff["a"]["nodes"].as_array().unwrap().len(), 4);
+    assert_eq!(diff["a"]["nodes_short_chains"], serde_json::json!([short_chains]));
     let touch = find(&diff["root"], "load_session").expect("load_session in the diff");
     let (a, b) = (touch["a"].as_f64().unwrap(), touch["b"].as_f64().unwrap());
     assert!(b > 2.0 * a && a > 0.0, "a {a} b {b}");
@@ -434,6 +451,7 @@ async fn a_fleet_of_agents_is_split_into_its_slow_band_and_explained() {
     for node in slow {
         args.extend(["--slow".to_owned(), node.to_owned()]);
     }
+    args.extend(["--reduced".to_owned(), short_chains.to_owned()]);
     args.extend(["--screenshot".to_owned(), screenshot.to_string_lossy().into_owned()]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     super::common::web_test("test/fleet-browser.mjs", &args);

@@ -170,7 +170,7 @@ async fn thousands_of_streams_a_million_stacks_and_the_largest_reads_leave_the_s
     eprintln!("hostile: {} streams held", CONNECTIONS * STREAMS_PER_CONNECTION);
 
     // A million distinct stacks, in four batches as large as a batch may be.
-    let per_batch = bimodal_server::ingest::validate::MAX_STACKS;
+    let per_batch = bimodal_server::validate::MAX_STACKS;
     // Sent as an agent sends them: a batch answered "retry" (the server holds as many as it
     // may) goes again after the delay it was given.
     for b in 0..4u8 {
