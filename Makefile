@@ -79,11 +79,13 @@ bench: release
 fuzz: setup
 	tools/fuzz.sh $${FUZZ_SECONDS:-600}
 
-## lint: rustfmt, clippy (warnings denied), clang-format for BPF and fixture C, eslint
+## lint: rustfmt, clippy (warnings denied), clang-format for BPF and fixture C, the server's layers
+##       (tools/layers.py: every module imports only from the layers below it), eslint
 lint: setup
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CLANG_FORMAT) --dry-run -Werror $(C_SOURCES)
+	python3 tools/layers.py
 	cd web && npm run lint --silent
 
 ## fmt: format Rust and C in place
