@@ -166,9 +166,10 @@ impl Server {
         // A database upgraded from schema v1 has its old rows copied in while the server runs.
         let (copy_store, copy_writer) = (store.clone(), writer.clone());
         tokio::spawn(async move {
-            let build = |sender: &ingest::rows::Sender, batch: &bimodal_proto::v1::Batch, known: &dyn ingest::rows::Known| {
-                ingest::rows::build(sender, batch, &ingest::rows::NoNames, known)
-            };
+            let build =
+                |sender: &ingest::rows::Sender, batch: &bimodal_proto::v1::Batch, known: &dyn ingest::rows::Known| {
+                    ingest::rows::build(sender, batch, &ingest::rows::NoNames, known)
+                };
             if let Err(e) = storage::migrate_v1::copy(copy_store, copy_writer, &build).await {
                 tracing::error!(error = %e, "copying schema v1's rows failed; it is tried again at the next start");
             }

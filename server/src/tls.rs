@@ -114,7 +114,9 @@ impl Acceptor {
     /// The TLS handshake of a connection, within the time a client may take for it: `None`
     /// when it timed out.
     pub(crate) async fn handshake(&self, stream: TcpStream) -> Option<std::io::Result<TlsStream<TcpStream>>> {
-        tokio::time::timeout(HANDSHAKE_TIMEOUT, self.0.accept(stream)).await.ok()
+        tokio::time::timeout(HANDSHAKE_TIMEOUT, self.0.accept(stream))
+            .await
+            .ok()
     }
 
     /// The client CA in force, where clients are asked for certificates.

@@ -15,11 +15,11 @@ use super::rules::{Condition, Rule, RuleFile};
 use super::state::{Alert, State, Tracker};
 use crate::analysis::bands::NullCache;
 use crate::analysis::compare;
+use crate::clock::now_secs;
 use crate::metrics::{label, metrics};
 use crate::selector::{MatchOp, Matcher, Selector};
 use crate::storage::lease::Lease;
 use crate::storage::queries::Measures;
-use crate::clock::now_secs;
 use crate::storage::{NodesRead, Scope, StorageError, Store};
 use crate::window::{self, Window};
 

@@ -8,8 +8,8 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use super::params::Params;
-use crate::clock::{now_secs as now, rfc3339};
 use super::{AppError, AppState};
+use crate::clock::{now_secs as now, rfc3339};
 
 const DEFAULT_LIMIT: u32 = 500;
 const MAX_LIMIT: u32 = 10_000;

@@ -17,10 +17,10 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use super::params::Params;
-use crate::clock::{now_secs as now, rfc3339};
 use super::{AppError, AppState};
 use crate::analysis::bands::{BandConfig, Bands, Split};
 use crate::analysis::compare::{self, Groups, Metric};
+use crate::clock::{now_secs as now, rfc3339};
 use crate::selector::Selector;
 use crate::storage::NodesRead;
 use crate::window::{data_tables, find_bands, function_tables, no_bands_verdict, Window};

@@ -27,8 +27,8 @@ use bimodal_profile::Profile;
 use bimodal_proto::v1::EventKind;
 
 use super::params::Params;
-use crate::clock::{now_secs as now, rfc3339};
 use super::{AppError, AppState, Reader};
+use crate::clock::{now_secs as now, rfc3339};
 use crate::selector::Selector;
 use crate::storage::{FlameGraph, Scope};
 

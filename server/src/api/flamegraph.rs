@@ -9,8 +9,8 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 
 use super::params::Params;
-use crate::clock::{now_secs as now, rfc3339};
 use super::{AppError, AppState, Reader};
+use crate::clock::{now_secs as now, rfc3339};
 use crate::storage::Scope;
 
 /// Stacks a flame graph holds at most by default (the largest), and at most when asked.

@@ -12,8 +12,8 @@ use axum::Json;
 use bimodal_proto::v1::EventKind;
 
 use super::params::Params;
-use crate::clock::{now_secs as now, rfc3339};
 use super::{AppError, AppState};
+use crate::clock::{now_secs as now, rfc3339};
 use crate::storage::Scope;
 
 /// Nodes listed when no range is given: those seen in the last day.

@@ -8,8 +8,8 @@ use axum::extract::{RawQuery, State};
 use axum::Json;
 
 use super::params::Params;
-use crate::clock::{now_secs as now, rfc3339};
 use super::{AppError, AppState};
+use crate::clock::{now_secs as now, rfc3339};
 
 pub(super) async fn placement(
     State(state): State<AppState>,

@@ -19,11 +19,11 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::names::Names;
 use super::symtab;
-use crate::validate;
 use crate::metrics::{label, metrics};
 use crate::serve::Peer;
 use crate::storage::debuginfo::StoredFile;
 use crate::storage::{StorageError, Store};
+use crate::validate;
 
 /// Why a file was not stored.
 #[derive(Debug, thiserror::Error)]

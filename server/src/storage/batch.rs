@@ -141,4 +141,3 @@ impl Known for NothingKnown {
         None
     }
 }
-

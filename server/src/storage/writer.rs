@@ -29,13 +29,13 @@ use std::time::{Duration, Instant};
 use clickhouse::Client;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
+use super::batch::{BatchRows, Sender};
 use super::rows::{
     CounterInputRow, DataSampleInputRow, EventSourceRow, FrameWriteRow, FunctionRow, LedgerRow, LedgerStateRow,
     NodeFactsRow, NodeWriteRow, PlacementInputRow, ProcessRow, ProgressRow, SampleInputRow, StackRow,
 };
 use super::{queries, StorageError, Store};
 use crate::clock::{now_millis, now_secs, today};
-use super::batch::{BatchRows, Sender};
 
 /// Ledger states.
 const CLAIMED: u8 = 1;
