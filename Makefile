@@ -2,6 +2,8 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 CLANG_FORMAT ?= clang-format-19
+# Each step of lint and test notes its time in target/ci-steps.tsv (.ci/run prints them).
+STEP := tools/step.sh
 C_SOURCES := $(wildcard bpf/*.c bpf/include/*.h testdata/fixtures/*.c)
 
 .PHONY: all setup web build release demo test bench fuzz lint fmt clean images manifests
@@ -10,11 +12,11 @@ all: build
 
 ## setup: install the system packages and web tools bimodal needs (idempotent)
 setup:
-	tools/setup.sh
+	$(STEP) setup tools/setup.sh
 
 ## web: build the web UI into web/dist (embedded into the server at build time)
 web: setup
-	cd web && npm run build --silent
+	$(STEP) web-build bash -c 'cd web && npm run build --silent'
 
 ## build: debug builds of the agent and server
 build: web
@@ -44,15 +46,18 @@ manifests: setup
 ##       guests and on the host, tests/kernels), a fleet of eight NUMA guests compared, each fuzz
 ##       target for 20 s (FUZZ_TEST_SECONDS)
 test: web
-	$(CARGO) test --workspace --no-fail-fast
-	tools/fuzz.sh $${FUZZ_TEST_SECONDS:-20}
-	cd web && npm run test:unit --silent && npm run test:e2e-mock --silent
-	python3 tests/modern_sql.py target/debug/bimodal-server
-	tools/deploy-check.sh
-	python3 tests/deploy/podman_agent.py
-	tests/numa/run.sh
-	tests/kernels/run.sh target/release/bimodal-agent
-	tests/numa/fleet.sh target/release/bimodal-agent
+	$(STEP) rust-build $(CARGO) test --workspace --no-run
+	$(STEP) rust-tests $(CARGO) test --workspace --no-fail-fast --exclude bimodal-server
+	@# the server's tests mostly wait (for ClickHouse, agents, deadlines): four at a time
+	$(STEP) server-tests $(CARGO) test -p bimodal-server --no-fail-fast -- --test-threads 4
+	$(STEP) fuzz tools/fuzz.sh $${FUZZ_TEST_SECONDS:-20}
+	$(STEP) web-tests bash -c 'cd web && npm run test:unit --silent && npm run test:e2e-mock --silent'
+	$(STEP) modern-sql python3 tests/modern_sql.py target/debug/bimodal-server
+	$(STEP) deploy-check tools/deploy-check.sh
+	$(STEP) podman-agent python3 tests/deploy/podman_agent.py
+	$(STEP) numa-guest tests/numa/run.sh target/release/bimodal-agent
+	$(STEP) kernel-matrix tests/kernels/run.sh target/release/bimodal-agent
+	$(STEP) numa-fleet tests/numa/fleet.sh target/release/bimodal-agent
 
 ## bench: cost of bimodal-agent record vs perf record under a page-fault-heavy workload (BENCH_SECONDS=30),
 ##        frame-pointer against .eh_frame unwinding (tools/bench-unwind.sh), the agent's cost on the oldest
@@ -82,11 +87,11 @@ fuzz: setup
 ## lint: rustfmt, clippy (warnings denied), clang-format for BPF and fixture C, the server's layers
 ##       (tools/layers.py: every module imports only from the layers below it), eslint
 lint: setup
-	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	$(CLANG_FORMAT) --dry-run -Werror $(C_SOURCES)
-	python3 tools/layers.py
-	cd web && npm run lint --silent
+	$(STEP) rustfmt $(CARGO) fmt --all -- --check
+	$(STEP) clippy $(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(STEP) clang-format $(CLANG_FORMAT) --dry-run -Werror $(C_SOURCES)
+	$(STEP) layers python3 tools/layers.py
+	$(STEP) eslint bash -c 'cd web && npm run lint --silent'
 
 ## fmt: format Rust and C in place
 fmt:

@@ -18,7 +18,60 @@ pub fn selector(s: &str) -> String {
     format!("selector={encoded}")
 }
 
-/// A running server with its own managed ClickHouse in a temporary directory.
+/// One ClickHouse for every server of this test binary, each server on a database of its own
+/// ([`test_config`]); started at the first use, on a thread that lives as long as the process
+/// (the ClickHouse it starts ends with that thread: PR_SET_PDEATHSIG). A ClickHouse per server
+/// cost its start and an empty server's migrations for each of some 50 tests. Tests that stop,
+/// freeze or kill ClickHouse start their own (`storage::SharedClickHouse`, the cluster).
+fn test_clickhouse() -> String {
+    static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    URL.get_or_init(|| {
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("test-clickhouse");
+        // Earlier runs' directories, their ClickHouse gone with their process.
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            for e in entries.flatten() {
+                let alive = e
+                    .file_name()
+                    .to_str()
+                    .and_then(|pid| pid.parse::<u32>().ok())
+                    .is_some_and(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists());
+                if !alive {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
+        let dir = dir.join(std::process::id().to_string());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("test-clickhouse".into())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a runtime for the test ClickHouse");
+                runtime.block_on(async move {
+                    let clickhouse = bimodal_server::storage::managed::ManagedClickHouse::start(&dir)
+                        .await
+                        .expect("the test ClickHouse starts");
+                    tx.send(clickhouse.url.clone()).expect("the test waits for the URL");
+                    // Its supervisor runs on this runtime, for the rest of the process.
+                    let _kept = clickhouse;
+                    std::future::pending::<()>().await
+                })
+            })
+            .expect("a thread for the test ClickHouse");
+        rx.recv().expect("the test ClickHouse started")
+    })
+    .clone()
+}
+
+/// A database name no other server of this test binary uses.
+fn fresh_database() -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    format!("test_{}", NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+}
+
+/// A running server on the test binary's ClickHouse (a database of its own), or one it manages.
 pub struct TestServer {
     pub addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
@@ -115,13 +168,14 @@ pub fn log_if_asked() {
     }
 }
 
-/// Settings of a test server with a managed ClickHouse under `dir`: flushes every 100 ms so
-/// tests do not wait a second per batch.
+/// Settings of a test server with its files under `dir`, on a database of its own in the test
+/// binary's ClickHouse ([`test_clickhouse`]): flushes every 100 ms so tests do not wait a second
+/// per batch. A restarted server is given the same settings (its database).
 pub fn test_config(listen: SocketAddr, dir: &std::path::Path) -> Config {
     Config {
         listen,
-        clickhouse_url: None,
-        clickhouse_database: "bimodal".into(),
+        clickhouse_url: Some(test_clickhouse()),
+        clickhouse_database: fresh_database(),
         clickhouse_user: None,
         clickhouse_password: None,
         clickhouse_cluster: None,

@@ -45,6 +45,7 @@ impl SharedClickHouse {
         let data = self.dir.path().join(name);
         Config {
             clickhouse_url: Some(self.url()),
+            clickhouse_database: "bimodal".into(),
             ..test_config("127.0.0.1:0".parse().unwrap(), &data)
         }
     }
@@ -920,6 +921,7 @@ async fn a_two_shard_cluster_holds_the_fleet() {
     let config = |shard: usize| Config {
         clickhouse_url: Some(cluster.urls[shard].clone()),
         clickhouse_cluster: Some(cluster.name.clone()),
+        clickhouse_database: "bimodal".into(),
         ..test_config("127.0.0.1:0".parse().unwrap(), &dir.path().join(format!("s{shard}")))
     };
     let (a, b) = tokio::join!(
