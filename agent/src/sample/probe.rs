@@ -41,7 +41,7 @@ impl LiveProber {
 
     /// How a run asking for `mode` would unwind the stacks of `source`'s samples here.
     pub fn unwinding(&self, mode: UnwindMode, source: &events::EventSource) -> Unwinding {
-        let unwinder = Program::sampling(source.event, &source.attach).unwinder();
+        let unwinder = Program::sampling(source.event, &source.attach).and_then(Program::unwinder);
         let load = match mode {
             UnwindMode::Auto => unwinder.map(|u| self.trial(u)),
             UnwindMode::FramePointer | UnwindMode::EhFrame => None,
@@ -63,7 +63,9 @@ impl Prober for LiveProber {
     }
 
     fn load_perf_program(&self, event: EventKind) -> Result<(), String> {
-        let program = Program::sampling_perf(event);
+        let Some(program) = Program::sampling_perf(event) else {
+            return Err(format!("no BPF program samples {} from perf events", event.name()));
+        };
         let load = self.trial(program);
         match load.refused {
             None => Ok(()),

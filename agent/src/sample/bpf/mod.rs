@@ -101,6 +101,8 @@ pub enum SamplerError {
         map: &'static str,
         source: libbpf_rs::Error,
     },
+    #[error("no BPF program samples `{event}` from perf events")]
+    NoProgram { event: &'static str },
     #[error("the kernel refused every program asked for: {reasons}")]
     AllRefused { reasons: String },
     #[error(
@@ -282,12 +284,19 @@ pub struct SamplerOptions {
     pub test_refusals: TestRefusals,
 }
 
+/// The program that samples `source`; an error for a perf source of a kind no perf-event
+/// program counts.
+fn program_of(source: &EventSource) -> Result<Program, SamplerError> {
+    Program::sampling(source.event, &source.attach).ok_or(SamplerError::NoProgram {
+        event: source.event.name(),
+    })
+}
+
 /// The programs a run of `opts` loads: the sampling program of each source, its unwinder when
 /// unwinding is `auto`, exec and exit of processes, and the work uprobe when there is one.
 fn wanted_programs(opts: &SamplerOptions) -> Vec<Program> {
     let mut wanted: Vec<Program> = Vec::new();
-    for s in &opts.sources {
-        let program = Program::sampling(s.event, &s.attach);
+    for program in opts.sources.iter().filter_map(|s| program_of(s).ok()) {
         wanted.push(program);
         if opts.unwind == UnwindMode::Auto {
             wanted.extend(program.unwinder());
@@ -600,7 +609,7 @@ fn unwind_snapshots(
         let key = SampleKey {
             tgid: snap.tgid,
             pid: snap.pid,
-            event: EventKind::try_from(snap.event as i32).unwrap_or(EventKind::Unspecified),
+            event: event_of(snap.event),
             user_stack_id: -1,
             kernel_stack_id: snap.kernel_stack_id,
             comm: comm_string(&snap.comm),
@@ -691,10 +700,12 @@ fn attach_tracing(
     event: EventKind,
     attach: &Attach,
 ) -> Result<Option<Link>, SamplerError> {
-    if let Attach::Perf(_) = attach {
+    let (Attach::NumaFaultFentry | Attach::NumaFaultKprobe | Attach::MigrateTracepoint, Some(program)) =
+        (attach, Program::sampling(event, attach))
+    else {
         return Ok(None);
-    }
-    Program::sampling(event, attach)
+    };
+    program
         .of(skel)
         .attach()
         .map(Some)
@@ -709,7 +720,9 @@ fn attach_tracing(
 /// The program is loaded under the widest settings ([`Settings::widest`]), so a verifier that
 /// would refuse it in a run refuses it here.
 pub fn try_attach(attach: &Attach, refusals: TestRefusals) -> Result<(), String> {
-    let program = Program::sampling(EventKind::Unspecified, attach);
+    let Some(program) = Program::sampling(EventKind::Unspecified, attach) else {
+        return Err(format!("{} is not a tracing source", attach.kind_name()));
+    };
     let settings = Settings::widest(refusals.0);
     let skel = match programs::load(&[program], &settings, &programs::TRIAL_SIZES) {
         Ok((skel, _)) => skel,
@@ -794,9 +807,12 @@ impl Sampler {
             return Err(SamplerError::NoBtf);
         }
         let cpus = perf::online_cpus()?;
+        for source in &opts.sources {
+            program_of(source)?;
+        }
         let settings = Settings {
             filter_tgid: opts.pid.unwrap_or(0),
-            enabled_events: opts.sources.iter().fold(0u32, |m, s| m | 1 << (s.event as u32)),
+            enabled_events: opts.sources.iter().fold(0u32, |m, s| m | 1 << bpf_event(s.event)),
             send_data_addresses: opts.data_addresses,
             unwind_all: opts.unwind == UnwindMode::EhFrame,
             unwind_auto: opts.unwind == UnwindMode::Auto,
@@ -848,7 +864,7 @@ impl Sampler {
                 let refused_programs: Vec<Program> = refused.iter().map(|t| t.program).collect();
                 let (kept, dropped): (Vec<EventSource>, Vec<EventSource>) = std::mem::take(&mut opts.sources)
                     .into_iter()
-                    .partition(|s| !refused_programs.contains(&Program::sampling(s.event, &s.attach)));
+                    .partition(|s| !program_of(s).is_ok_and(|p| refused_programs.contains(&p)));
                 if kept.is_empty() {
                     return Err(SamplerError::AllRefused {
                         reasons: refused
@@ -861,13 +877,12 @@ impl Sampler {
                 let refused_sources = dropped
                     .into_iter()
                     .map(|s| {
-                        let program = Program::sampling(s.event, &s.attach);
-                        let why = trials
-                            .iter()
-                            .find(|t| t.program == program)
-                            .and_then(|t| t.refused.clone())
+                        let refusal = program_of(&s)
+                            .ok()
+                            .and_then(|p| trials.iter().find(|t| t.program == p))
+                            .map(|t| format!("{}: {}", t.program, t.refused.as_deref().unwrap_or_default()))
                             .unwrap_or_default();
-                        (s, format!("{program}: {why}"))
+                        (s, refusal)
                     })
                     .collect::<Vec<_>>();
                 opts.sources = kept;
@@ -914,12 +929,12 @@ impl Sampler {
             && opts
                 .sources
                 .iter()
-                .any(|s| Program::sampling(s.event, &s.attach).unwinder().is_some_and(loaded));
+                .any(|s| program_of(s).ok().and_then(Program::unwinder).is_some_and(loaded));
         let unwinding: Vec<(EventKind, Unwinding)> = opts
             .sources
             .iter()
             .map(|s| {
-                let unwinder = Program::sampling(s.event, &s.attach).unwinder();
+                let unwinder = program_of(s).ok().and_then(Program::unwinder);
                 let load = unwinder.and_then(|u| loads.iter().find(|l| l.program == u));
                 (s.event, Unwinding::of_run(opts.unwind, load, any_tables))
             })
@@ -986,7 +1001,7 @@ impl Sampler {
                 for &cpu in &cpus {
                     fds.push((
                         source.event,
-                        Program::sampling(source.event, &source.attach),
+                        program_of(source)?,
                         perf::open_sampling_event(event, &source.description, cpu)?,
                     ));
                 }
@@ -1050,7 +1065,7 @@ impl Sampler {
                     let sample = DataSample {
                         tgid: d.tgid,
                         pid: d.pid,
-                        event: EventKind::try_from(d.event as i32).unwrap_or(EventKind::Unspecified),
+                        event: event_of(d.event),
                         user_stack_id: d.user_stack_id,
                         address: d.address,
                         weight: d.weight,
@@ -1347,7 +1362,7 @@ impl Sampler {
         for source in &self.sources {
             let entry = drained.dropped.entry(source.event).or_default();
             for reason in 0..reasons {
-                let index = source.event as u32 * reasons + reason;
+                let index = bpf_event(source.event) * reasons + reason;
                 let per_cpu = self
                     .skel
                     .maps
@@ -1374,6 +1389,42 @@ impl Sampler {
     }
 }
 
+/// The number BPF gives an event kind (`enum event_kind` in sample.h), kind by kind: a kind added
+/// to the wire does not compile here until BPF numbers it.
+pub fn bpf_event(kind: EventKind) -> u32 {
+    use profile::types::event_kind as n;
+    match kind {
+        EventKind::Unspecified => 0,
+        EventKind::Cpu => n::EVENT_KIND_CPU.0,
+        EventKind::PageFault => n::EVENT_KIND_PAGE_FAULT.0,
+        EventKind::CacheMiss => n::EVENT_KIND_CACHE_MISS.0,
+        EventKind::RemoteAccess => n::EVENT_KIND_REMOTE_ACCESS.0,
+        EventKind::NumaHintFault => n::EVENT_KIND_NUMA_HINT_FAULT.0,
+        EventKind::PageMigration => n::EVENT_KIND_PAGE_MIGRATION.0,
+    }
+}
+
+// The wire's numbers are BPF's (sample.h says so, and the agent's maps are indexed by them):
+// checked when the agent compiles, so renumbering either side fails the build.
+const _: () = {
+    use profile::types::event_kind as n;
+    assert!(n::EVENT_KIND_CPU.0 == EventKind::Cpu as u32);
+    assert!(n::EVENT_KIND_PAGE_FAULT.0 == EventKind::PageFault as u32);
+    assert!(n::EVENT_KIND_CACHE_MISS.0 == EventKind::CacheMiss as u32);
+    assert!(n::EVENT_KIND_REMOTE_ACCESS.0 == EventKind::RemoteAccess as u32);
+    assert!(n::EVENT_KIND_NUMA_HINT_FAULT.0 == EventKind::NumaHintFault as u32);
+    assert!(n::EVENT_KIND_PAGE_MIGRATION.0 == EventKind::PageMigration as u32);
+    assert!(n::EVENT_KIND_COUNT.0 as usize == EventKind::ALL.len() + 1);
+};
+
+/// The event kind of a number BPF wrote (`Unspecified` for one it has no kind for).
+fn event_of(number: u32) -> EventKind {
+    EventKind::ALL
+        .into_iter()
+        .find(|&k| bpf_event(k) == number)
+        .unwrap_or(EventKind::Unspecified)
+}
+
 /// A task name from BPF: the bytes of a C `char[16]` up to its NUL.
 fn comm_string(comm: &[std::ffi::c_char]) -> String {
     let bytes: Vec<u8> = comm.iter().map(|&c| c as u8).take_while(|&c| c != 0).collect();
@@ -1387,7 +1438,7 @@ fn decode_key(raw: &[u8]) -> (SampleKey, u64) {
     let key = SampleKey {
         tgid: k.tgid,
         pid: k.pid,
-        event: EventKind::try_from(k.event as i32).unwrap_or(EventKind::Unspecified),
+        event: event_of(k.event),
         user_stack_id: k.user_stack_id,
         kernel_stack_id: k.kernel_stack_id,
         comm: comm_string(&k.comm),
@@ -1398,6 +1449,23 @@ fn decode_key(raw: &[u8]) -> (SampleKey, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every kind of the wire has a BPF number, each its own, read back as that kind, and BPF
+    /// counts exactly those kinds (`EVENT_KIND_COUNT`). The numbers are the wire's too, as
+    /// sample.h says (conversions go through [`bpf_event`] all the same).
+    #[test]
+    fn every_event_kind_has_its_own_bpf_number() {
+        let numbers: std::collections::BTreeSet<u32> = EventKind::ALL.into_iter().map(bpf_event).collect();
+        assert_eq!(numbers.len(), EventKind::ALL.len());
+        for kind in EventKind::ALL {
+            assert_eq!(event_of(bpf_event(kind)), kind);
+            assert_eq!(bpf_event(kind), kind as u32, "{}", kind.name());
+        }
+        assert_eq!(
+            profile::types::event_kind::EVENT_KIND_COUNT.0 as usize,
+            EventKind::ALL.len() + 1
+        );
+    }
 
     /// The wait never truncates to 0 ms before a read is due (the ring would return at once).
     #[test]

@@ -82,26 +82,26 @@ impl Program {
         }
     }
 
-    /// The program that samples `event` through `attach`.
-    pub fn sampling(event: EventKind, attach: &Attach) -> Program {
+    /// The program that samples `event` through `attach`; `None` for a perf event of a kind no
+    /// perf-event program counts.
+    pub fn sampling(event: EventKind, attach: &Attach) -> Option<Program> {
         match attach {
             Attach::Perf(_) => Program::sampling_perf(event),
-            Attach::NumaFaultFentry => Program::NumaFaultFentry,
-            Attach::NumaFaultKprobe => Program::NumaFaultKprobe,
-            Attach::MigrateTracepoint => Program::PageMigration,
+            Attach::NumaFaultFentry => Some(Program::NumaFaultFentry),
+            Attach::NumaFaultKprobe => Some(Program::NumaFaultKprobe),
+            Attach::MigrateTracepoint => Some(Program::PageMigration),
         }
     }
 
-    /// The program that samples `event` from perf events.
-    pub fn sampling_perf(event: EventKind) -> Program {
+    /// The program that samples `event` from perf events; `None` for kinds no perf event counts
+    /// (their sources are tracing ones).
+    pub fn sampling_perf(event: EventKind) -> Option<Program> {
         match event {
-            EventKind::Cpu => Program::SampleCpu,
-            EventKind::PageFault => Program::SamplePageFault,
-            EventKind::CacheMiss => Program::SampleCacheMiss,
-            EventKind::RemoteAccess => Program::SampleRemoteAccess,
-            // No perf event stands for these: their sources are tracing ones. Should one ever
-            // be given, the remote_access program counts it under its own kind.
-            EventKind::NumaHintFault | EventKind::PageMigration | EventKind::Unspecified => Program::SampleRemoteAccess,
+            EventKind::Cpu => Some(Program::SampleCpu),
+            EventKind::PageFault => Some(Program::SamplePageFault),
+            EventKind::CacheMiss => Some(Program::SampleCacheMiss),
+            EventKind::RemoteAccess => Some(Program::SampleRemoteAccess),
+            EventKind::NumaHintFault | EventKind::PageMigration | EventKind::Unspecified => None,
         }
     }
 
@@ -181,7 +181,7 @@ impl Settings {
     pub fn widest(refuse_for_test: u32) -> Settings {
         Settings {
             filter_tgid: 0,
-            enabled_events: EventKind::ALL.iter().fold(0, |m, e| m | 1 << (*e as u32)),
+            enabled_events: EventKind::ALL.iter().fold(0, |m, e| m | 1 << super::bpf_event(*e)),
             send_data_addresses: true,
             unwind_all: false,
             unwind_auto: true,
@@ -208,7 +208,7 @@ impl std::str::FromStr for TestRefusals {
             bits |= match word {
                 "unwinder" => TEST_REFUSE_UNWINDER,
                 other => match EventKind::ALL.into_iter().find(|e| e.name() == other) {
-                    Some(e) => 1 << (e as u32),
+                    Some(e) => 1 << super::bpf_event(e),
                     None => return Err(format!("`{other}` is neither `unwinder` nor an event kind")),
                 },
             };
@@ -512,7 +512,7 @@ mod tests {
     #[test]
     fn test_refusals_parse() {
         let r: TestRefusals = "unwinder, cpu".parse().unwrap();
-        assert_eq!(r.0, TEST_REFUSE_UNWINDER | 1 << (EventKind::Cpu as u32));
+        assert_eq!(r.0, TEST_REFUSE_UNWINDER | 1 << super::super::bpf_event(EventKind::Cpu));
         assert!("unwinders".parse::<TestRefusals>().is_err());
         assert_eq!("".parse::<TestRefusals>().unwrap().0, 0);
     }
