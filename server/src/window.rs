@@ -25,8 +25,9 @@ use crate::analysis::compare::{
     self, BandChoice, DataTable, DataValues, Direction, FunctionTable, FunctionValues, Metric, MetricKind,
 };
 use crate::selector::Selector;
+use crate::storage::placement::ProcessPlacement;
 use crate::storage::queries::Measures;
-use crate::storage::{NodeInfo, NodesRead, Scope, StorageError, Store};
+use crate::storage::{NodeInfo, NodeTotal, NodesRead, Scope, StorageError, Store};
 
 /// Functions read per event and source for the explanation (the largest over the fleet).
 const FUNCTIONS_READ: u32 = 200;
@@ -77,8 +78,31 @@ pub struct Window {
     pub findings: Vec<Vec<(String, String)>>,
 }
 
-impl Window {
-    pub async fn read(store: &Store, selector: &Selector, from: u32, to: u32) -> Result<Window, StorageError> {
+/// What a window is made of, as storage answers it: every read [`Window::assemble`] needs,
+/// nothing derived.
+#[derive(Clone, Debug, Default)]
+pub struct WindowRows {
+    /// The nodes the selector reaches, by name.
+    pub nodes: Vec<NodeInfo>,
+    /// The unit of each (event, source)'s values.
+    pub units: HashMap<(String, String), String>,
+    /// Per event kind, each node's total per source.
+    pub totals: Vec<(EventKind, Vec<NodeTotal>)>,
+    /// Each node's counters' increases in the range: (node, counter, increase).
+    pub counters: Vec<(String, String, u64)>,
+    /// Which (node, event, source) agents sampled with.
+    pub sampled_with: Vec<(String, String, String)>,
+    /// The placement of each node's busiest processes.
+    pub placements: BTreeMap<String, Vec<ProcessPlacement>>,
+    /// When the selector picks processes: every process's `cpu` totals of each node, from the
+    /// `cpu` source most nodes have (what per-node function values are divided by); `None`
+    /// when the selector's own totals are those.
+    pub node_cpu: Option<Vec<NodeTotal>>,
+}
+
+impl WindowRows {
+    /// The reads of a window, at once where one does not need another's answer.
+    pub async fn read(store: &Store, selector: &Selector, from: u32, to: u32) -> Result<WindowRows, StorageError> {
         let scope_of = |event: EventKind| Scope {
             event: event.name(),
             source: None,
@@ -90,11 +114,102 @@ impl Window {
         let any_event = scope_of(EventKind::Cpu);
         let (mut nodes, reach) = tokio::try_join!(store.nodes(selector, from, to), store.reach(&any_event))?;
         nodes.sort_by(|a, b| a.node.cmp(&b.node));
+        let names: Vec<String> = nodes.iter().map(|n| n.node.clone()).collect();
+        // Every read below needs only the nodes: they run at once (one after another, their
+        // round trips and ClickHouse times added up).
+        let totals_of = |event: EventKind| {
+            let (scope, reach) = (scope_of(event), &reach);
+            async move { store.node_totals_over(&scope, reach).await.map(|t| (event, t)) }
+        };
+        let (sources, totals, counters, sampled_with, placements) = tokio::try_join!(
+            store.sources(),
+            futures_util::future::try_join_all(EventKind::ALL.into_iter().map(totals_of)),
+            store.node_counters(&names, from, to),
+            store.node_sources(&names, from, to),
+            store.placements_of(&names, from, to),
+        )?;
+        let units = sources.into_iter().map(|s| ((s.event, s.source), s.unit)).collect();
+        let node_cpu = if selector.process_matchers().next().is_none() {
+            None
+        } else {
+            // The same nodes' CPU of every process: the node labels of the selector only.
+            let cpu = totals
+                .iter()
+                .find(|(e, _)| *e == EventKind::Cpu)
+                .map(|(_, t)| t.as_slice());
+            let source = cpu_source_of(
+                cpu_nodes_per_source(cpu.unwrap_or_default())
+                    .iter()
+                    .map(|(s, n)| (s.as_str(), *n)),
+            )
+            .map(str::to_owned);
+            let mut node_only = selector.clone();
+            node_only
+                .matchers
+                .retain(|m| m.scope() == crate::selector::LabelScope::Node);
+            let scope = Scope {
+                event: EventKind::Cpu.name(),
+                source,
+                selector: node_only,
+                from,
+                to,
+            };
+            // The nodes reached are the same: a selector reaches nodes by their node labels.
+            Some(store.node_totals_over(&scope, &reach).await?)
+        };
+        Ok(WindowRows {
+            nodes,
+            units,
+            totals,
+            counters,
+            sampled_with,
+            placements,
+            node_cpu,
+        })
+    }
+}
+
+/// How many nodes have a total of each `cpu` source.
+fn cpu_nodes_per_source(totals: &[NodeTotal]) -> BTreeMap<String, usize> {
+    let mut per_source = BTreeMap::new();
+    for t in totals {
+        *per_source.entry(t.source.clone()).or_default() += 1;
+    }
+    per_source
+}
+
+impl Window {
+    /// The window over [from, to) of the nodes `selector` reaches, read at `now` (when nodes
+    /// still reporting are counted to): its reads ([`WindowRows::read`]), then its figures
+    /// ([`Window::assemble`]).
+    pub async fn read(
+        store: &Store,
+        selector: &Selector,
+        from: u32,
+        to: u32,
+        now: u32,
+    ) -> Result<Window, StorageError> {
+        let rows = WindowRows::read(store, selector, from, to).await?;
+        Ok(Window::assemble(rows, selector, from, to, now))
+    }
+
+    /// A window's figures from its rows, without a database: per-node metrics, the sources
+    /// sampled, placement findings.
+    pub fn assemble(rows: WindowRows, selector: &Selector, from: u32, to: u32, now: u32) -> Window {
+        let picks_processes = selector.process_matchers().next().is_some();
+        let WindowRows {
+            nodes,
+            units,
+            totals: event_totals,
+            counters: counter_rows,
+            sampled_with,
+            placements,
+            ..
+        } = rows;
         let index: HashMap<String, usize> = nodes.iter().enumerate().map(|(i, n)| (n.node.clone(), i)).collect();
         // Where batches stored before the server counted their length: seconds from the node's
         // first report to now or to its last one (`last_seen` is refreshed once per NODE_REFRESH
         // while a node reports, so a node is counted as reporting until a refresh after it).
-        let now = crate::clock::now_secs();
         let refresh = crate::storage::writer::NODE_REFRESH.as_secs() as u32;
         let estimated: Vec<f64> = nodes
             .iter()
@@ -104,22 +219,6 @@ impl Window {
                 f64::from(end.saturating_sub(start).max(1))
             })
             .collect();
-        let names: Vec<String> = nodes.iter().map(|n| n.node.clone()).collect();
-        // Every read below needs only the nodes: they run at once (one after another, their
-        // round trips and ClickHouse times added up).
-        let totals_of = |event: EventKind| {
-            let (scope, reach) = (scope_of(event), &reach);
-            async move { store.node_totals_over(&scope, reach).await.map(|t| (event, t)) }
-        };
-        let (sources, event_totals, counter_rows, sampled_with, placements) = tokio::try_join!(
-            store.sources(),
-            futures_util::future::try_join_all(EventKind::ALL.into_iter().map(totals_of)),
-            store.node_counters(&names, from, to),
-            store.node_sources(&names, from, to),
-            store.placements_of(&names, from, to),
-        )?;
-        let units: HashMap<(String, String), String> =
-            sources.into_iter().map(|s| ((s.event, s.source), s.unit)).collect();
         // Values per (event, source), per node.
         let mut totals: Vec<(&'static str, String, Vec<Option<f64>>)> = Vec::new();
         // Samples behind each total: what a rate rests on.
@@ -167,7 +266,6 @@ impl Window {
                     .unwrap_or(estimated[i])
             })
             .collect();
-        let picks_processes = selector.process_matchers().next().is_some();
         let process_cpu = |i: usize| {
             counters
                 .get(&(i, bimodal_proto::PROCESS_CPU_COUNTER.to_owned()))
@@ -176,28 +274,18 @@ impl Window {
         let cpu_seconds: Vec<Option<f64>> = (0..nodes.len())
             .map(|i| node_cpu_seconds(cpu_ns[i], process_cpu(i), picks_processes))
             .collect();
-        let node_cpu_ns = if !picks_processes {
-            cpu_ns.clone()
-        } else {
-            let mut node_only = selector.clone();
-            node_only
-                .matchers
-                .retain(|m| m.scope() == crate::selector::LabelScope::Node);
-            let scope = Scope {
-                event: EventKind::Cpu.name(),
-                source: cpu_source.clone(),
-                selector: node_only,
-                from,
-                to,
-            };
-            // The nodes reached are the same: a selector reaches nodes by their node labels.
-            let mut all = vec![None; nodes.len()];
-            for t in store.node_totals_over(&scope, &reach).await? {
-                if let Some(&i) = index.get(&t.node) {
-                    all[i] = Some(t.value as f64);
+        // Every process's CPU of each node (the selector's own when it picks no processes).
+        let node_cpu_ns = match rows.node_cpu {
+            None => cpu_ns.clone(),
+            Some(found) => {
+                let mut all = vec![None; nodes.len()];
+                for t in found {
+                    if let Some(&i) = index.get(&t.node) {
+                        all[i] = Some(t.value as f64);
+                    }
                 }
+                all
             }
-            all
         };
         // Per-node function values are kept per node: their rates use the node's CPU-seconds.
         let node_cpu_seconds_all: Vec<Option<f64>> = (0..nodes.len())
@@ -378,14 +466,14 @@ impl Window {
                 evidence: Some(remote_evidence),
             });
         }
-        Ok(Window {
+        Window {
             nodes,
             node_cpu_ns,
             node_cpu_seconds: node_cpu_seconds_all,
             metrics,
             sources,
             findings,
-        })
+        }
     }
 
     /// A function from values read per node (columns aligned with `read_nodes`) to values
@@ -646,4 +734,202 @@ fn source_scopes<'a>(
             to,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use bimodal_proto::{PROCESS_CPU_COUNTER, REPORTED_COUNTER};
+
+    use super::*;
+    use crate::storage::placement::MappingPages;
+
+    const FROM: u32 = 1_000_000;
+    const TO: u32 = FROM + 600;
+
+    fn node(name: &str) -> NodeInfo {
+        NodeInfo {
+            node: name.into(),
+            labels: BTreeMap::new(),
+            first_seen: FROM - 3600,
+            last_seen: TO,
+            agent_version: "test".into(),
+            facts: None,
+        }
+    }
+
+    fn total(node: &str, source: &str, samples: u64, value: u64) -> NodeTotal {
+        NodeTotal {
+            node: node.into(),
+            source: source.into(),
+            samples,
+            value,
+        }
+    }
+
+    fn counter(node: &str, name: &str, value: u64) -> (String, String, u64) {
+        (node.into(), name.into(), value)
+    }
+
+    /// Two nodes that reported for 100 s each: one used 20 CPU-seconds and faulted 2,000 times,
+    /// the other 40 CPU-seconds and 1,000 faults.
+    fn two_nodes() -> WindowRows {
+        WindowRows {
+            nodes: vec![node("a"), node("b")],
+            units: [(("page_fault".to_owned(), "page-faults".to_owned()), "faults".to_owned())].into(),
+            totals: vec![
+                (
+                    EventKind::Cpu,
+                    vec![
+                        total("a", "cpu-clock", 2000, 20_000_000_000),
+                        total("b", "cpu-clock", 4000, 40_000_000_000),
+                    ],
+                ),
+                (
+                    EventKind::PageFault,
+                    vec![total("a", "page-faults", 20, 2000), total("b", "page-faults", 10, 1000)],
+                ),
+            ],
+            counters: vec![
+                counter("a", REPORTED_COUNTER, 100_000),
+                counter("b", REPORTED_COUNTER, 100_000),
+                counter("a", "numa_miss", 500),
+            ],
+            ..WindowRows::default()
+        }
+    }
+
+    fn metric<'a>(w: &'a Window, name: &str) -> &'a Metric {
+        w.metrics.iter().find(|m| m.name == name).unwrap_or_else(|| {
+            panic!(
+                "no metric {name}: {:?}",
+                w.metrics.iter().map(|m| &m.name).collect::<Vec<_>>()
+            )
+        })
+    }
+
+    /// CPU per second of reporting, events per CPU-second, counters per second; the unit of a
+    /// rate is its source's.
+    #[test]
+    fn rates_are_per_cpu_second_and_counters_per_second() {
+        let w = Window::assemble(two_nodes(), &Selector::all(), FROM, TO, TO);
+        assert_eq!(w.nodes.iter().map(|n| n.node.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(metric(&w, "cpu").values, [Some(0.2), Some(0.4)]);
+        let faults = metric(&w, "page_fault per CPU-second");
+        assert_eq!(faults.values, [Some(100.0), Some(25.0)]);
+        assert_eq!(faults.unit, "faults per CPU-second");
+        assert_eq!(
+            metric(&w, "numa_miss").values,
+            [Some(5.0), None],
+            "b counted no numa_miss"
+        );
+        assert_eq!(w.sources.len(), 2);
+        assert_eq!(w.node_cpu_seconds, [Some(20.0), Some(40.0)]);
+    }
+
+    /// A node whose agent sampled the event and had none of it has 0; one whose agent did not
+    /// sample it was not measured.
+    #[test]
+    fn an_event_a_node_did_not_sample_is_not_measured_there() {
+        let mut rows = two_nodes();
+        rows.nodes.push(node("c"));
+        rows.nodes.push(node("d"));
+        rows.totals[0].1.extend([
+            total("c", "cpu-clock", 1000, 10_000_000_000),
+            total("d", "cpu-clock", 1000, 10_000_000_000),
+        ]);
+        rows.counters.extend([
+            counter("c", REPORTED_COUNTER, 100_000),
+            counter("d", REPORTED_COUNTER, 100_000),
+        ]);
+        rows.sampled_with = ["a", "b", "c"]
+            .into_iter()
+            .map(|n| (n.to_owned(), "page_fault".to_owned(), "page-faults".to_owned()))
+            .chain([("d".to_owned(), "cpu".to_owned(), "cpu-clock".to_owned())])
+            .collect();
+        let w = Window::assemble(rows, &Selector::all(), FROM, TO, TO);
+        assert_eq!(
+            metric(&w, "page_fault per CPU-second").values,
+            [Some(100.0), Some(25.0), Some(0.0), None]
+        );
+    }
+
+    /// Without a reported length (batches stored before it was counted), a node reported from
+    /// its first sight, or the window's start, to its last refresh, or now.
+    #[test]
+    fn without_a_reported_length_a_node_reported_until_its_last_refresh() {
+        let mut rows = two_nodes();
+        rows.counters.clear();
+        rows.nodes[1].last_seen = FROM + 100;
+        let refresh = crate::storage::writer::NODE_REFRESH.as_secs() as f64;
+        let w = Window::assemble(rows, &Selector::all(), FROM, TO, FROM + 300);
+        let cpu = &metric(&w, "cpu").values;
+        assert_eq!(cpu[0], Some(20.0 / 300.0), "a: until now");
+        assert_eq!(
+            cpu[1],
+            Some(40.0 / (100.0 + refresh).min(300.0)),
+            "b: until its last refresh"
+        );
+    }
+
+    /// Where an agent sends its process's exact CPU time (`run --pid`), rates are divided by it
+    /// rather than by the CPU samples; not when the selector picks processes itself (the
+    /// process it picks may be another), and per-node function values are then divided by every
+    /// process's CPU, read apart.
+    #[test]
+    fn exact_process_cpu_divides_unless_the_selector_picks_processes() {
+        let mut rows = two_nodes();
+        rows.counters.push(counter("a", PROCESS_CPU_COUNTER, 10_000_000_000));
+        let w = Window::assemble(rows.clone(), &Selector::all(), FROM, TO, TO);
+        assert_eq!(
+            metric(&w, "page_fault per CPU-second").values,
+            [Some(200.0), Some(25.0)]
+        );
+        assert_eq!(w.node_cpu_ns, [Some(20e9), Some(40e9)]);
+
+        rows.node_cpu = Some(vec![
+            total("a", "cpu-clock", 0, 50_000_000_000),
+            total("b", "cpu-clock", 0, 60_000_000_000),
+        ]);
+        let selector = Selector::parse(r#"{comm="app"}"#).unwrap();
+        let w = Window::assemble(rows, &selector, FROM, TO, TO);
+        assert_eq!(
+            metric(&w, "page_fault per CPU-second").values,
+            [Some(100.0), Some(25.0)]
+        );
+        assert_eq!(w.node_cpu_ns, [Some(50e9), Some(60e9)]);
+    }
+
+    /// The share of placed pages far from their process's threads, and the finding it makes.
+    #[test]
+    fn remote_memory_and_its_findings() {
+        let mut rows = two_nodes();
+        let placement = |bss_node: u32| ProcessPlacement {
+            time: FROM + 10,
+            pid: 42,
+            comm: "app".into(),
+            executable: "/usr/bin/app".into(),
+            threads_per_node: [(0, 4)].into(),
+            mappings: vec![MappingPages {
+                kind: "bss".into(),
+                path: "/usr/bin/app".into(),
+                start: 0x1000,
+                end: 0x101000,
+                permissions: "rw-p".into(),
+                pages_per_node: [(bss_node, 256)].into(),
+                page_size: 4096,
+            }],
+        };
+        rows.placements = [
+            ("a".to_owned(), vec![placement(1)]),
+            ("b".to_owned(), vec![placement(0)]),
+        ]
+        .into();
+        let w = Window::assemble(rows, &Selector::all(), FROM, TO, TO);
+        assert_eq!(metric(&w, "remote_memory").values, [Some(1.0), Some(0.0)]);
+        assert_eq!(w.findings[0].len(), 1, "{:?}", w.findings);
+        assert!(w.findings[0][0].0.contains("bss of app"), "{:?}", w.findings[0]);
+        assert!(w.findings[1].is_empty());
+    }
 }

@@ -176,7 +176,8 @@ impl Windows {
         if let Some(w) = self.read.get(&key) {
             return Ok(w.clone());
         }
-        let w = Arc::new(Window::read(store, selector, from, to).await?);
+        // Windows judged end at the evaluation's time: read as of their end.
+        let w = Arc::new(Window::read(store, selector, from, to, to).await?);
         self.read.insert(key, w.clone());
         Ok(w)
     }

@@ -84,7 +84,7 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
     let (from, to) = crate::storage::queries::whole_buckets(from, to);
     let limit = p.bounded("limit", DEFAULT_LIMIT, MAX_LIMIT)?;
     let per_group = explained_per_group(&p)?;
-    let mut window = timed("window", Window::read(&state.store, &selector, from, to)).await?;
+    let mut window = timed("window", Window::read(&state.store, &selector, from, to, now())).await?;
     window.keep_metric(p.one("metric")).map_err(AppError::BadRequest)?;
     let (metrics, choice) = timed("bands", async {
         find_bands(std::mem::take(&mut window.metrics), state.bands_null.clone())
@@ -308,7 +308,7 @@ async fn given_groups(state: &AppState, p: &Params) -> Result<Json<Value>, AppEr
         crate::selector::Matcher::new("node", crate::selector::MatchOp::Regex, &alternatives.join("|"))
             .map_err(|e| AppError::Internal(format!("the groups' node names: {}", e.message)))?,
     );
-    let mut window = timed("window", Window::read(&state.store, &both, from, to)).await?;
+    let mut window = timed("window", Window::read(&state.store, &both, from, to, now())).await?;
     // Every node the window holds is of a or of b.
     let (high, low): (Vec<usize>, Vec<usize>) =
         (0..window.nodes.len()).partition(|&i| in_b.contains(window.nodes[i].node.as_str()));
@@ -394,7 +394,7 @@ async fn changes(
     groups: &Groups,
 ) -> Result<Value, AppError> {
     let (prev_from, prev_to) = (from.saturating_sub(to - from), from);
-    let mut before = Window::read(&state.store, selector, prev_from, prev_to).await?;
+    let mut before = Window::read(&state.store, selector, prev_from, prev_to, crate::clock::now_secs()).await?;
     // Held to the same level as this window: the same metrics tested, or the one asked for.
     if before.keep_metric(wanted).is_err() {
         before.metrics.clear();
@@ -456,7 +456,7 @@ pub(super) async fn bands_of(
     from: u32,
     to: u32,
 ) -> Result<Result<BandNodes, String>, AppError> {
-    let mut window = Window::read(&state.store, selector, from, to).await?;
+    let mut window = Window::read(&state.store, selector, from, to, now()).await?;
     window.keep_metric(metric).map_err(AppError::BadRequest)?;
     let (metrics, choice) = timed("bands", async {
         find_bands(std::mem::take(&mut window.metrics), state.bands_null.clone())

@@ -41,6 +41,39 @@ const PPROF_PER: f64 = 1000.0;
 const DEFAULT_MAX_STACKS: u32 = 20_000;
 const MAX_STACKS: u32 = 200_000;
 
+/// How one side's nodes are weighed: each node's samples by `SCALE / (its divisor × the nodes
+/// weighed)`, so the side's graph is the mean over its nodes of their values per divisor (a
+/// CPU-second, a unit of work) in millionths. Nodes with nothing to divide by, and nodes whose
+/// stacks may stop short beside the others' (`short`), are left out, each list apart.
+#[derive(Debug, PartialEq)]
+struct Side {
+    weights: Vec<(String, f64)>,
+    left_out: Vec<String>,
+    short_chains: Vec<String>,
+}
+
+impl Side {
+    fn of(nodes: Vec<String>, divisors: &HashMap<String, f64>, short: &std::collections::HashSet<String>) -> Side {
+        let (short_chains, nodes): (Vec<String>, Vec<String>) = nodes.into_iter().partition(|n| short.contains(n));
+        let (with, left_out): (Vec<String>, Vec<String>) = nodes
+            .into_iter()
+            .partition(|n| divisors.get(n).is_some_and(|&s| s > 0.0));
+        let count = with.len() as f64;
+        let weights = with
+            .into_iter()
+            .map(|n| {
+                let weight = SCALE / (divisors[&n] * count);
+                (n, weight)
+            })
+            .collect();
+        Side {
+            weights,
+            left_out,
+            short_chains,
+        }
+    }
+}
+
 /// One side of the comparison.
 struct Group {
     /// The selector or band it came from.
@@ -189,23 +222,17 @@ pub(super) async fn diff(
             from,
             to,
         };
-        let (short_chains, nodes): (Vec<String>, Vec<String>) = nodes.into_iter().partition(|n| short.contains(n));
-        let (with, left_out): (Vec<String>, Vec<String>) = nodes
-            .iter()
-            .cloned()
-            .partition(|n| divisors.get(n).is_some_and(|&s| s > 0.0));
-        let count = with.len() as f64;
-        let weights: Vec<(String, f64)> = with
-            .iter()
-            .map(|n| (n.clone(), SCALE / (divisors[n] * count)))
-            .collect();
-        let mut graph = state.store.weighted_flame_graph(&scope, &weights, max_stacks).await?;
+        let side = Side::of(nodes, &divisors, &short);
+        let mut graph = state
+            .store
+            .weighted_flame_graph(&scope, &side.weights, max_stacks)
+            .await?;
         state.names.name_profile(&mut graph.profile).await?;
         groups.push(Group {
             label,
-            nodes: with,
-            left_out,
-            short_chains,
+            nodes: side.weights.into_iter().map(|(n, _)| n).collect(),
+            left_out: side.left_out,
+            short_chains: side.short_chains,
             graph,
         });
     }
@@ -415,4 +442,29 @@ async fn node_totals(
         .into_iter()
         .filter(|t| wanted.contains(t.node.as_str()))
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A side's graph is the mean over its nodes of their values per divisor: a node with twice
+    /// the CPU-seconds weighs half as much per sample; nodes without CPU-seconds, and nodes with
+    /// short chains, are listed apart and weigh nothing.
+    #[test]
+    fn a_side_is_the_mean_of_its_nodes_per_cpu_second() {
+        let nodes: Vec<String> = ["a", "b", "c", "d"].map(String::from).to_vec();
+        let divisors: HashMap<String, f64> =
+            [("a".to_owned(), 10.0), ("b".to_owned(), 20.0), ("d".to_owned(), 5.0)].into();
+        let short = ["d".to_owned()].into();
+        let side = Side::of(nodes, &divisors, &short);
+        assert_eq!(
+            side,
+            Side {
+                weights: vec![("a".into(), SCALE / 20.0), ("b".into(), SCALE / 40.0)],
+                left_out: vec!["c".into()],
+                short_chains: vec!["d".into()],
+            }
+        );
+    }
 }
