@@ -5,6 +5,7 @@ mod cli;
 mod clickhouse_cluster;
 mod common;
 mod compare;
+mod corpus;
 mod crash;
 mod e2e;
 mod hostile;
