@@ -318,10 +318,10 @@ async fn main() -> std::process::ExitCode {
                 let selector = selector.parse().map_err(|e| format!("{e}"))?;
                 let (from, to) = (from.ok_or("--from is required")?, to.ok_or("--to is required")?);
                 let reach = match reach.as_str() {
-                    "fleet" => queries::Reach::Fleet,
-                    "every-node" => queries::Reach::EveryNode,
-                    "matching" => queries::Reach::Matching(nodes.clone()),
-                    "fleet-minus" => queries::Reach::FleetMinus(nodes.clone()),
+                    "fleet" => bimodal_server::storage::Reach::Fleet,
+                    "every-node" => bimodal_server::storage::Reach::EveryNode,
+                    "matching" => bimodal_server::storage::Reach::Matching(nodes.clone()),
+                    "fleet-minus" => bimodal_server::storage::Reach::FleetMinus(nodes.clone()),
                     other => {
                         return Err(format!(
                             "unknown --reach `{other}`: fleet, every-node, matching or fleet-minus"

@@ -195,7 +195,7 @@ async fn evaluate(
     let err = |e: StorageError| e.to_string();
     // Samples are stored per minute: the window is read in whole minutes, the current one
     // included, so it holds the last `window` and up to a minute more.
-    let (from, to) = crate::storage::queries::whole_buckets(now.saturating_sub(rule.window.as_secs() as u32), now);
+    let (from, to) = crate::storage::plan::whole_buckets(now.saturating_sub(rule.window.as_secs() as u32), now);
     let current = windows.get(store, &rule.selector, from, to).await.map_err(err)?;
     // `above_baseline`'s window before, also the reference of its alerts' top function.
     let mut baseline_window: Option<Arc<Window>> = None;

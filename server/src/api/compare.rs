@@ -81,7 +81,7 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
     // partial bucket at an edge would be read from the per-minute tables (the answer's `from`
     // and `to` are the range compared).
     let (from, to) = p.time_range(now())?;
-    let (from, to) = crate::storage::queries::whole_buckets(from, to);
+    let (from, to) = crate::storage::plan::whole_buckets(from, to);
     let limit = p.bounded("limit", DEFAULT_LIMIT, MAX_LIMIT)?;
     let per_group = explained_per_group(&p)?;
     let mut window = timed("window", Window::read(&state.store, &selector, from, to, now())).await?;
@@ -281,7 +281,7 @@ async fn given_groups(state: &AppState, p: &Params) -> Result<Json<Value>, AppEr
         ));
     }
     let (from, to) = p.time_range(now())?;
-    let (from, to) = crate::storage::queries::whole_buckets(from, to);
+    let (from, to) = crate::storage::plan::whole_buckets(from, to);
     let limit = p.bounded("limit", DEFAULT_LIMIT, MAX_LIMIT)?;
     let per_group = explained_per_group(p)?;
     let (nodes_a, nodes_b) = tokio::try_join!(state.store.nodes(&a, from, to), state.store.nodes(&b, from, to))?;

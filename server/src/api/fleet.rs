@@ -181,7 +181,7 @@ pub(super) async fn functions(
     // from the per-minute table, where every function of every node is a row per minute (over
     // 100 nodes' unaligned hour that read took 2.7 s, BENCHMARKS.md). The answer's `from` and
     // `to` are the range read.
-    (scope.from, scope.to) = crate::storage::queries::whole_buckets(scope.from, scope.to);
+    (scope.from, scope.to) = crate::storage::plan::whole_buckets(scope.from, scope.to);
     let limit = p.bounded("limit", DEFAULT_FUNCTIONS, MAX_FUNCTIONS)?;
     let found = state
         .store

@@ -13,9 +13,12 @@ pub mod managed;
 pub mod migrate_v1;
 pub mod migrations;
 pub mod placement;
+pub mod plan;
 pub mod queries;
 pub mod retention;
 pub mod rows;
+pub mod select;
+pub mod sql;
 pub mod writer;
 
 use std::collections::{BTreeMap, HashMap};
@@ -26,7 +29,8 @@ use bimodal_proto::v1;
 use clickhouse::Client;
 
 pub use migrations::Dialect;
-pub use queries::{Reach, Scope};
+pub use plan::Reach;
+pub use queries::Scope;
 use rows::{
     FlameRow, FrameRow, FunctionRow, NodeDataRow, NodeFunctionRow, NodeRow, NodeTotalRow, ProcessRow, StackRow,
 };
@@ -502,8 +506,8 @@ impl Store {
         if *reach == Reach::Nothing {
             return Ok(Vec::new());
         }
-        let by_hour = queries::totals_by_hour(reach, scope.from, scope.to)
-            && queries::first_read(scope.from) >= self.rollup_from(Rollup::NodeTotals).await?;
+        let by_hour = plan::totals_by_hour(reach, scope.from, scope.to)
+            && plan::first_read(scope.from) >= self.rollup_from(Rollup::NodeTotals).await?;
         Ok(queries::node_totals(scope, reach, by_hour)
             .query(&self.client)
             .fetch_all::<NodeTotalRow>()
@@ -550,7 +554,7 @@ impl Store {
     /// How a read of `scope` sums its nodes: the fleet rollups when it covers every node,
     /// the rollups minus the others when it covers most, else the nodes it matches.
     pub async fn reach(&self, scope: &Scope) -> Result<Reach, StorageError> {
-        let held = queries::first_read(scope.from) >= self.rollup_from(Rollup::Fleet).await?;
+        let held = plan::first_read(scope.from) >= self.rollup_from(Rollup::Fleet).await?;
         if scope.selector.node_matchers().next().is_none() {
             return Ok(Reach::choose(None, held));
         }
@@ -559,7 +563,7 @@ impl Store {
             node: String,
             matches: u8,
         }
-        let nodes = queries::matching_nodes(&scope.selector)
+        let nodes = select::matching_nodes(&scope.selector)
             .query(&self.client)
             .fetch_all::<Row>()
             .await
@@ -595,7 +599,7 @@ impl Store {
         let Some((scope, reach)) = self.per_node(scope).await? else {
             return Ok(NodeDataObjects::default());
         };
-        let rolled_up = queries::first_read(scope.from) >= self.rollup_from(Rollup::DataObjects).await?;
+        let rolled_up = plan::first_read(scope.from) >= self.rollup_from(Rollup::DataObjects).await?;
         // Whole objects, and the hottest lines of file-backed ones (where false sharing shows).
         let (objects, lines) = tokio::try_join!(
             queries::node_data_objects(&scope, &reach, read.sample(), limit, false, rolled_up)
@@ -646,8 +650,8 @@ impl Store {
         let Some((scope, reach)) = self.per_node(scope).await? else {
             return Ok(NodeFunctions::default());
         };
-        let by_function = queries::read_by_function(&reach, read)
-            && queries::first_read(scope.from) >= self.rollup_from(Rollup::FunctionNodes).await?;
+        let by_function = plan::read_by_function(&reach, read)
+            && plan::first_read(scope.from) >= self.rollup_from(Rollup::FunctionNodes).await?;
         let listed: Vec<u64>;
         let top = match self.dialect.modern {
             true => queries::TopFunctions::Ranked(limit),

@@ -6,7 +6,7 @@ use bimodal_proto::placement as rule;
 use serde::Serialize;
 
 use super::rows::CounterPointRow;
-use super::{queries, StorageError, Store};
+use super::{plan, queries, StorageError, Store};
 
 /// One mapping of a process and its resident pages per NUMA node.
 #[derive(Clone, Debug, Serialize)]
@@ -203,7 +203,7 @@ impl Store {
         }
         // Per 10 minutes from the table ordered by time once it holds every batch's sources;
         // before, from the ledger, keyed by batch id (every row of each day it touches).
-        let rolled_up = queries::sources_from(from, true) >= self.rollup_from(super::Rollup::NodeSources).await?;
+        let rolled_up = plan::sources_from(from, true) >= self.rollup_from(super::Rollup::NodeSources).await?;
         let mut out = Vec::new();
         for chunk in nodes.chunks(1000) {
             let rows = queries::node_sources(chunk, from, to, rolled_up)
@@ -217,7 +217,7 @@ impl Store {
     }
 
     /// Each listed node's counters summed over [from, to) (whole minutes once the counter
-    /// rollups are complete, see [`queries::counter_pieces`]): (node, counter, increase).
+    /// rollups are complete, see [`plan::counter_pieces`]): (node, counter, increase).
     pub async fn node_counters(
         &self,
         nodes: &[String],
@@ -232,7 +232,7 @@ impl Store {
         }
         // Whole minutes and 10-minute buckets from the tables ordered by time once they hold
         // every counter; before, the intervals from `counters`, ordered by node.
-        let rolled_up = queries::first_read(from) >= self.rollup_from(super::Rollup::Counters).await?;
+        let rolled_up = plan::first_read(from) >= self.rollup_from(super::Rollup::Counters).await?;
         let rows = queries::node_counters(nodes, from, to, rolled_up)
             .query(&self.client)
             .fetch_all::<Row>()

@@ -1,272 +1,25 @@
 //! Every read query of the server, built in one place with its values bound as parameters, so
 //! that `bimodal-server sql` can print them for checking against other ClickHouse versions.
 //!
-//! Time ranges read the per-minute tables, and the per-10-minute ones for whole 10-minute
-//! buckets inside a range longer than [`COARSE_FROM_SECS`]: an hour of a fleet reads a tenth of
-//! the rows. Selectors become conditions on the `nodes` and `processes` tables.
+//! Built from three parts of their own: the SQL with bound values ([`sql`](super::sql)), the
+//! tables and pieces a range reads ([`plan`](super::plan): an hour of a fleet reads a tenth of
+//! the rows from the 10-minute tables), and selectors as conditions on the `nodes` and
+//! `processes` tables ([`select`](super::select)).
 
 use std::collections::HashMap;
 
-use clickhouse::query::Query;
 use clickhouse::Client;
 
-use super::NodesRead;
+use super::plan::{counter_pieces, pieces, sources_from, totals_by_hour, Reach, MINUTE};
+use super::select::{condition, matching_nodes, process_column, selector_filter, Nodes};
+use super::sql::{Sql, Value};
 use super::StorageError;
-use crate::selector::{LabelScope, MatchOp, Matcher, Selector, PROCESS_LABELS};
-
-/// Ranges at least this long read whole 10-minute buckets from the coarse tables.
-pub const COARSE_FROM_SECS: u32 = 30 * 60;
-const MINUTE: u32 = 60;
-const TEN_MINUTES: u32 = 600;
-const HOUR: u32 = 3600;
-
-/// A value bound to a `?`.
-#[derive(Clone, Debug)]
-pub(super) enum Value {
-    Str(String),
-    U32(u32),
-}
-
-/// SQL text with `?` placeholders and their values, in order.
-#[derive(Clone, Debug, Default)]
-pub(super) struct Sql {
-    pub text: String,
-    pub values: Vec<Value>,
-}
-
-impl Sql {
-    fn new(text: &str) -> Sql {
-        Sql {
-            text: text.to_owned(),
-            values: Vec::new(),
-        }
-    }
-
-    fn push(&mut self, text: &str) -> &mut Sql {
-        self.text.push_str(text);
-        self
-    }
-
-    /// Appends `?` bound to `value`.
-    fn bind(&mut self, value: Value) -> &mut Sql {
-        self.text.push('?');
-        self.values.push(value);
-        self
-    }
-
-    /// Appends `?, ?, …`, one bound to each of `values` (the inside of an `IN (…)` list).
-    fn bind_strs<S: AsRef<str>>(&mut self, values: impl IntoIterator<Item = S>) -> &mut Sql {
-        for (i, v) in values.into_iter().enumerate() {
-            if i > 0 {
-                self.push(", ");
-            }
-            self.bind(Value::Str(v.as_ref().to_owned()));
-        }
-        self
-    }
-
-    fn append(&mut self, other: Sql) -> &mut Sql {
-        self.text.push_str(&other.text);
-        self.values.extend(other.values);
-        self
-    }
-
-    pub fn query(&self, client: &Client) -> Query {
-        let mut q = client.query(&self.text).with_setting("max_query_size", "16777216");
-        for v in &self.values {
-            q = match v {
-                Value::Str(s) => q.bind(s.as_str()),
-                Value::U32(n) => q.bind(*n),
-            };
-        }
-        q
-    }
-}
+use crate::selector::{LabelScope, Selector, PROCESS_LABELS};
 
 /// Deletes the rows of `build_ids` from `table` (named as DDL names it, with its `ON CLUSTER`).
 pub(super) fn delete_build_ids(table: &str, on_cluster: &str, build_ids: &[String]) -> Sql {
     let mut sql = Sql::new(&format!("ALTER TABLE {table} {on_cluster} DELETE WHERE build_id IN ("));
     sql.bind_strs(build_ids).push(")");
-    sql
-}
-
-/// The column holding a process label in `processes`.
-fn process_column(label: &str) -> &'static str {
-    match label {
-        "comm" => "comm",
-        "executable" => "executable",
-        "container_id" => "container_id",
-        "container" => "container_name",
-        "pod" => "pod_name",
-        "pod_uid" => "pod_uid",
-        "namespace" => "pod_namespace",
-        _ => "systemd_unit",
-    }
-}
-
-/// `expr op ?` for one matcher.
-fn condition(expr: &str, m: &Matcher) -> Sql {
-    let mut sql = Sql::default();
-    match m.op {
-        MatchOp::Equal => sql.push(expr).push(" = ").bind(Value::Str(m.value.clone())),
-        MatchOp::NotEqual => sql.push(expr).push(" != ").bind(Value::Str(m.value.clone())),
-        MatchOp::Regex => sql
-            .push("match(")
-            .push(expr)
-            .push(", ")
-            .bind(Value::Str(m.anchored_regex()))
-            .push(")"),
-        MatchOp::NotRegex => sql
-            .push("NOT match(")
-            .push(expr)
-            .push(", ")
-            .bind(Value::Str(m.anchored_regex()))
-            .push(")"),
-    };
-    sql
-}
-
-/// The nodes' newest labels: `node`, keys `k`, values `v`.
-const NEWEST_LABELS: &str = "(SELECT node, argMax(label_keys, version) AS k, \
-     argMax(label_values, version) AS v FROM nodes GROUP BY node)";
-
-/// The selector's node matchers as one condition on [`NEWEST_LABELS`]; `None` when it has none.
-fn node_condition(selector: &Selector) -> Option<Sql> {
-    let mut sql = Sql::default();
-    for (i, m) in selector.node_matchers().enumerate() {
-        if i > 0 {
-            sql.push(" AND ");
-        }
-        if m.name == "node" {
-            sql.append(condition("node", m));
-        } else {
-            let mut expr = Sql::new("v[indexOf(k, ");
-            expr.bind(Value::Str(m.name.clone())).push(")]");
-            // The label's expression carries a bound value of its own: splice it in order.
-            let cond = condition("\u{0}", m);
-            let (before, after) = cond.text.split_once('\u{0}').expect("placeholder");
-            sql.push(before).append(expr).push(after);
-            sql.values.extend(cond.values);
-        }
-    }
-    (!sql.text.is_empty()).then_some(sql)
-}
-
-/// Which nodes' samples a read sums, and from which tables. Node lists are sent as literal
-/// lists: ClickHouse 18.16 uses the primary key for `node IN (…)` but not for `IN (SELECT …)`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Reach {
-    /// Every node, from the fleet rollups.
-    Fleet,
-    /// Every node, from the per-node tables (a range the rollups do not wholly hold).
-    EveryNode,
-    /// These nodes (those the selector matches), from the per-node tables.
-    Matching(Vec<String>),
-    /// The fleet rollups minus these nodes (those the selector does not match): cheaper than
-    /// [`Reach::Matching`] when the selector matches most of the fleet.
-    FleetMinus(Vec<String>),
-    /// No node matches.
-    Nothing,
-}
-
-impl Reach {
-    /// The cheapest way to read the nodes a selector matches, given every known node with
-    /// whether it matches (`None`: the selector has no node matchers) and whether the fleet
-    /// rollups hold the whole range.
-    pub fn choose(nodes: Option<Vec<(String, bool)>>, rollups_hold_range: bool) -> Reach {
-        let Some(nodes) = nodes else {
-            return match rollups_hold_range {
-                true => Reach::Fleet,
-                false => Reach::EveryNode,
-            };
-        };
-        let (matching, rest): (Vec<_>, Vec<_>) = nodes.into_iter().partition(|(_, m)| *m);
-        let names = |v: Vec<(String, bool)>| v.into_iter().map(|(n, _)| n).collect::<Vec<_>>();
-        match (matching.len(), rest.len(), rollups_hold_range) {
-            (0, _, _) => Reach::Nothing,
-            (_, 0, true) => Reach::Fleet,
-            (_, 0, false) => Reach::EveryNode,
-            (m, r, true) if r < m => Reach::FleetMinus(names(rest)),
-            _ => Reach::Matching(names(matching)),
-        }
-    }
-
-    /// How answers name it.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Reach::Fleet => "fleet",
-            Reach::EveryNode => "every-node",
-            Reach::Matching(_) => "matching",
-            Reach::FleetMinus(_) => "fleet-minus",
-            Reach::Nothing => "nothing",
-        }
-    }
-
-    /// How a per-node table is filtered for this reach.
-    fn per_node(&self) -> Nodes<'_> {
-        match self {
-            Reach::Fleet | Reach::EveryNode => Nodes::Any,
-            Reach::Matching(nodes) => Nodes::In(nodes),
-            Reach::FleetMinus(left_out) => Nodes::NotIn(left_out),
-            Reach::Nothing => Nodes::In(&[]),
-        }
-    }
-}
-
-/// Every node known, with whether the selector's node matchers match it.
-pub(super) fn matching_nodes(selector: &Selector) -> Sql {
-    let mut sql = Sql::new("SELECT node, toUInt8(");
-    sql.append(node_condition(selector).unwrap_or_else(|| Sql::new("1")))
-        .push(&format!(") AS matches FROM {NEWEST_LABELS} ORDER BY node"));
-    sql
-}
-
-/// A node filter on a per-node table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Nodes<'a> {
-    /// No filter.
-    Any,
-    In(&'a [String]),
-    NotIn(&'a [String]),
-}
-
-impl Nodes<'_> {
-    /// ` AND column [NOT] IN (open names close)`, the names bound ('' for none: an empty list
-    /// is not SQL), or nothing for [`Nodes::Any`].
-    fn filter(self, column: &str, open: &str, close: &str) -> Sql {
-        let (op, names) = match self {
-            Nodes::Any => return Sql::default(),
-            Nodes::In(n) => ("IN", n),
-            Nodes::NotIn(n) => ("NOT IN", n),
-        };
-        let mut sql = Sql::new(&format!(" AND {column} {op} ({open}"));
-        if names.is_empty() {
-            sql.push("''");
-        }
-        for (i, n) in names.iter().enumerate() {
-            if i > 0 {
-                sql.push(",");
-            }
-            sql.bind(Value::Str(n.clone()));
-        }
-        sql.push(&format!("{close})"));
-        sql
-    }
-}
-
-/// ` AND …` conditions on a fact table's `node` (as `nodes` says) and `process_id` columns.
-/// Process matchers go through `processes`; `GLOBAL IN` evaluates the set once, also over a
-/// cluster's Distributed tables.
-fn selector_filter(selector: &Selector, nodes: Nodes) -> Sql {
-    let mut sql = nodes.filter("node", "", "");
-    let process: Vec<&Matcher> = selector.process_matchers().collect();
-    if !process.is_empty() {
-        sql.push(" AND process_id GLOBAL IN (SELECT process_id FROM processes WHERE 1");
-        for m in process {
-            sql.push(" AND ").append(condition(process_column(&m.name), m));
-        }
-        sql.push(")");
-    }
     sql
 }
 
@@ -300,44 +53,6 @@ fn range_filter(event: &str, source: Option<&str>, from: u32, to: u32) -> Sql {
         .bind(Value::U32(to))
         .push(")");
     sql
-}
-
-/// The first second a read of a range starting at `from` covers: a minute bucket holds samples
-/// taken in [time, time + 60), and reads take whole minutes. A rollup that is complete from some
-/// time on may serve a range only if this is not before that time.
-pub(super) fn first_read(from: u32) -> u32 {
-    from / MINUTE * MINUTE
-}
-
-/// The pieces of [from, to) to read: (table suffix, from, to), per-minute buckets at the edges
-/// and 10-minute buckets inside when the range is long.
-pub(super) fn pieces(from: u32, to: u32) -> Vec<(&'static str, u32, u32)> {
-    let from = first_read(from);
-    let coarse_from = from.div_ceil(TEN_MINUTES) * TEN_MINUTES;
-    let coarse_to = to / TEN_MINUTES * TEN_MINUTES;
-    if to - from < COARSE_FROM_SECS || coarse_to <= coarse_from {
-        return vec![("", from, to)];
-    }
-    let mut out = Vec::new();
-    if from < coarse_from {
-        out.push(("", from, coarse_from));
-    }
-    out.push(("_10m", coarse_from, coarse_to));
-    if coarse_to < to {
-        out.push(("", coarse_to, to));
-    }
-    out
-}
-
-/// [from, to) widened to the buckets its reads use: whole 10-minute buckets for a range of
-/// [`COARSE_FROM_SECS`] or more, whole minutes below. A read over many nodes then never reads
-/// the per-minute tables at its edges, where every function of every node is a row.
-pub fn whole_buckets(from: u32, to: u32) -> (u32, u32) {
-    let step = match to.saturating_sub(from) >= COARSE_FROM_SECS {
-        true => TEN_MINUTES,
-        false => MINUTE,
-    };
-    (from / step * step, to.div_ceil(step).saturating_mul(step))
 }
 
 /// Which samples a read covers.
@@ -453,7 +168,7 @@ fn summed(table: &str, keys: &str, sums: &[(&str, &str)], scope: &Scope, reach: 
     };
     match reach {
         Reach::Fleet => outer(plain(&format!("fleet_{table}"), Nodes::Any), false),
-        Reach::EveryNode | Reach::Matching(_) | Reach::Nothing => outer(plain(table, reach.per_node()), false),
+        Reach::EveryNode | Reach::Matching(_) | Reach::Nothing => outer(plain(table, Nodes::of(reach)), false),
         Reach::FleetMinus(left_out) => {
             let signed = |sign: &str| -> String {
                 let columns: Vec<String> = sums
@@ -511,20 +226,6 @@ pub(super) fn weighted_flame(scope: &Scope, weights: &[(String, f64)], limit: u3
     sql
 }
 
-/// Whether per-node totals over [from, to) are best read from `node_totals_by_hour` (keyed by
-/// the hour, then the node) rather than `node_totals` (keyed by the node): every node's minutes
-/// of an hour lie together in the first, a node's minutes of a day in the second. A few nodes
-/// over many hours are read from the second, everything else from the first.
-pub(super) fn totals_by_hour(reach: &Reach, from: u32, to: u32) -> bool {
-    match reach {
-        Reach::Matching(nodes) => {
-            let hours = to.div_ceil(HOUR).saturating_sub(from / HOUR);
-            nodes.len() as u64 >= u64::from(hours)
-        }
-        _ => true,
-    }
-}
-
 /// Totals per node and source, from `node_totals_by_hour` when `by_hour` (see
 /// [`totals_by_hour`]), else from `node_totals`. Process labels need the samples; node labels
 /// the totals only.
@@ -535,7 +236,7 @@ pub(super) fn node_totals(scope: &Scope, reach: &Reach, by_hour: bool) -> Sql {
             "samples",
             "node, source, count, value",
             scope,
-            reach.per_node(),
+            Nodes::of(reach),
             &Sql::default(),
         )
     } else {
@@ -546,7 +247,7 @@ pub(super) fn node_totals(scope: &Scope, reach: &Reach, by_hour: bool) -> Sql {
         let mut sql = Sql::new(&format!("SELECT node, source, count, value FROM {table} WHERE "));
         let from = scope.from / MINUTE * MINUTE;
         sql.append(range_filter(scope.event, scope.source.as_deref(), from, scope.to))
-            .append(selector_filter(&scope.selector, reach.per_node()));
+            .append(selector_filter(&scope.selector, Nodes::of(reach)));
         sql
     };
     let mut sql = Sql::new("SELECT node, source, sum(count) AS count, sum(value) AS value FROM (");
@@ -630,7 +331,7 @@ pub(super) fn node_functions(
     let mut sql = Sql::new(&format!("SELECT node, function_id, {outer} FROM ("));
     let nodes = match sample {
         Some(nodes) => Nodes::In(nodes),
-        None => reach.per_node(),
+        None => Nodes::of(reach),
     };
     let rows = match (by_function, scope.source.as_deref()) {
         (true, Some(source)) => union_pieces(scope, |is_coarse, from, to| match is_coarse {
@@ -682,7 +383,7 @@ pub(super) fn node_data_objects(
         union_prewhere("data_samples", coarse, columns, scope, prewhere, nodes, extra)
     };
     let mut top = Sql::new(&format!(" AND ({key}) GLOBAL IN (SELECT {key} FROM ("));
-    top.append(rows(&format!("{key}, value"), reach.per_node(), &extra))
+    top.append(rows(&format!("{key}, value"), Nodes::of(reach), &extra))
         .push(&format!(") GROUP BY {key} ORDER BY sum(value) DESC LIMIT "))
         .bind(Value::U32(limit))
         .push(")");
@@ -693,30 +394,11 @@ pub(super) fn node_data_objects(
     ));
     sql.append(rows(
         "node, mapping_kind, mapping_path, symbol, cache_line, value",
-        sample.map_or(reach.per_node(), Nodes::In),
+        sample.map_or(Nodes::of(reach), Nodes::In),
         &chosen,
     ))
     .push(&format!(") GROUP BY node, {key}"));
     sql
-}
-
-/// How many times its rows of a fleet's largest functions (in `function_nodes_by_id_10m`,
-/// ordered by function and time) a node's rows of every function (in `function_samples_10m`,
-/// ordered by node) are, about: 21 K against 1.4 K per node and hour at 1,000 nodes and 200
-/// functions (design 029). Rows of the first also cost less each (numbers, not names).
-const NODE_ORDERED_RATIO: usize = 15;
-
-/// Whether a per-node function read of `read` over `reach` reads `function_nodes_by_id_10m`
-/// (every node's rows of the functions read) rather than `function_samples_10m` (every
-/// function's rows of the nodes read), given that the first holds the range: a few nodes' rows
-/// lie together in the second; a fleet's, or a sample of more than a fifteenth of it, cost
-/// less in the first.
-pub(super) fn read_by_function(reach: &Reach, read: NodesRead) -> bool {
-    match (reach, read) {
-        (Reach::Matching(_) | Reach::Nothing, _) => false,
-        (_, NodesRead::Every) => true,
-        (_, NodesRead::Sample { nodes, of }) => nodes.len() * NODE_ORDERED_RATIO >= of,
-    }
 }
 
 /// The newest row of every node selected, seen in [from, to).
@@ -807,16 +489,6 @@ pub(super) fn counters(node: &str, names: &[String], from: u32, to: u32) -> Sql 
     sql
 }
 
-/// The first second the sources of a range starting at `from` are read from: batches that
-/// started up to 10 minutes before it may cover it. `node_sources` holds whole 10-minute
-/// buckets: its read takes the bucket before `from`'s, up to 10 minutes more than the ledger's.
-pub(super) fn sources_from(from: u32, rolled_up: bool) -> u32 {
-    match rolled_up {
-        true => (from / TEN_MINUTES * TEN_MINUTES).saturating_sub(TEN_MINUTES),
-        false => from.saturating_sub(TEN_MINUTES),
-    }
-}
-
 /// The (event, source) pairs each listed node's agent sampled with in [from, to) (every batch
 /// names its sources): from `node_sources`, per 10 minutes and ordered by time, when
 /// `rolled_up`, else from the ledger, a row per batch. The buckets are whole at both ends: a
@@ -837,23 +509,6 @@ pub(super) fn node_sources(nodes: &[String], from: u32, to: u32, rolled_up: bool
         .push(")")
         .append(selector_filter(&Selector::all(), Nodes::In(nodes)));
     sql
-}
-
-/// The tables and ranges a sum of counters over [from, to) reads: `counters_10m` for whole
-/// 10-minute buckets and `counters_1m` for the minutes at the edges when `rolled_up` (whole
-/// minutes, as the sample reads: from the minute `from` lies in to the end of the one `to` lies
-/// in), else the per-interval `counters` over exactly [from, to).
-pub(super) fn counter_pieces(from: u32, to: u32, rolled_up: bool) -> Vec<(&'static str, u32, u32)> {
-    match rolled_up {
-        true => pieces(from, to)
-            .into_iter()
-            .map(|(suffix, from, to)| match suffix {
-                "" => ("counters_1m", from, to),
-                _ => ("counters_10m", from, to),
-            })
-            .collect(),
-        false => vec![("counters", from, to)],
-    }
 }
 
 /// Each node's counters summed over [from, to), for the nodes listed, from the tables
@@ -1099,73 +754,6 @@ pub fn examples(client: &Client) -> Vec<String> {
 mod tests {
     use super::*;
 
-    /// Every node reads the rollups; most of them the rollups minus the rest; a few of them, or
-    /// a range the rollups do not hold, the per-node tables.
-    #[test]
-    fn reach_picks_the_smaller_read() {
-        let fleet = |matching: usize| -> Option<Vec<(String, bool)>> {
-            Some((0..10).map(|i| (format!("n{i}"), i < matching)).collect())
-        };
-        let names = |r: std::ops::Range<usize>| r.map(|i| format!("n{i}")).collect::<Vec<_>>();
-        assert_eq!(Reach::choose(None, true), Reach::Fleet);
-        assert_eq!(Reach::choose(None, false), Reach::EveryNode);
-        assert_eq!(Reach::choose(fleet(0), true), Reach::Nothing);
-        assert_eq!(Reach::choose(fleet(10), true), Reach::Fleet);
-        assert_eq!(Reach::choose(fleet(10), false), Reach::EveryNode);
-        assert_eq!(Reach::choose(fleet(9), true), Reach::FleetMinus(names(9..10)));
-        assert_eq!(Reach::choose(fleet(9), false), Reach::Matching(names(0..9)));
-        assert_eq!(Reach::choose(fleet(5), true), Reach::Matching(names(0..5)));
-        assert_eq!(Reach::choose(fleet(1), true), Reach::Matching(names(0..1)));
-    }
-
-    /// An hour or more widens to whole 10-minute buckets and then reads no per-minute table;
-    /// shorter ranges widen to whole minutes.
-    #[test]
-    fn whole_buckets_leave_no_minute_edges() {
-        let (from, to) = whole_buckets(1_795_000_123, 1_795_003_723);
-        assert_eq!((from, to), (1_794_999_600, 1_795_003_800));
-        assert_eq!(pieces(from, to), vec![("_10m", from, to)]);
-        assert_eq!(
-            whole_buckets(1_794_999_600, 1_795_003_200),
-            (1_794_999_600, 1_795_003_200)
-        );
-        assert_eq!(
-            whole_buckets(1_795_000_059, 1_795_000_301),
-            (1_795_000_020, 1_795_000_320)
-        );
-    }
-
-    /// Counters: whole 10-minute buckets from `counters_10m`, the edges' whole minutes from
-    /// `counters_1m`; before the rollups, exactly the range from the per-interval table.
-    #[test]
-    fn counters_are_read_in_the_pieces_of_the_sample_reads() {
-        assert_eq!(
-            counter_pieces(1_795_000_030, 1_795_003_630, true),
-            vec![
-                ("counters_1m", 1_795_000_020, 1_795_000_200),
-                ("counters_10m", 1_795_000_200, 1_795_003_200),
-                ("counters_1m", 1_795_003_200, 1_795_003_630),
-            ]
-        );
-        assert_eq!(
-            counter_pieces(1_795_000_030, 1_795_000_330, true),
-            vec![("counters_1m", 1_795_000_020, 1_795_000_330)]
-        );
-        assert_eq!(
-            counter_pieces(1_795_000_030, 1_795_003_630, false),
-            vec![("counters", 1_795_000_030, 1_795_003_630)]
-        );
-    }
-
-    /// Sources: from the 10-minute bucket before `from`'s (the ledger: 10 minutes before it).
-    #[test]
-    fn sources_are_read_from_ten_minutes_before_the_range() {
-        assert_eq!(sources_from(1_795_000_030, true), 1_794_999_000);
-        assert_eq!(sources_from(1_794_999_600, true), 1_794_999_000);
-        assert_eq!(sources_from(1_795_000_030, false), 1_794_999_430);
-        assert_eq!(sources_from(30, true), 0);
-    }
-
     /// The rollups minus the nodes not matching: signed sums, groups left with samples only.
     #[test]
     fn fleet_minus_subtracts_the_nodes_left_out() {
@@ -1188,41 +776,6 @@ mod tests {
         );
     }
 
-    /// Short ranges read minutes only; long ones whole 10-minute buckets in the middle.
-    #[test]
-    fn ranges_split_into_minute_edges_and_coarse_middles() {
-        assert_eq!(pieces(1_000_030, 1_000_900), [("", 1_000_020, 1_000_900)]);
-        let p = pieces(1_795_000_030, 1_795_003_630);
-        assert_eq!(
-            p,
-            [
-                ("", 1_795_000_020, 1_795_000_200),
-                ("_10m", 1_795_000_200, 1_795_003_200),
-                ("", 1_795_003_200, 1_795_003_630)
-            ]
-        );
-        let aligned = pieces(1_795_000_200, 1_795_003_800);
-        assert_eq!(aligned, [("_10m", 1_795_000_200, 1_795_003_800)]);
-    }
-
-    /// A few nodes over many hours read the table keyed by node; the rest the one keyed by hour.
-    #[test]
-    fn totals_of_few_nodes_over_long_ranges_are_read_by_node() {
-        let nodes = |n: usize| Reach::Matching((0..n).map(|i| format!("n{i}")).collect());
-        let hour = 1_795_000_000 / HOUR * HOUR;
-        assert!(totals_by_hour(&Reach::Fleet, hour, hour + 7 * 24 * HOUR));
-        assert!(totals_by_hour(
-            &Reach::FleetMinus(vec!["n1".into()]),
-            hour,
-            hour + 7 * 24 * HOUR
-        ));
-        assert!(totals_by_hour(&nodes(1), hour, hour + HOUR));
-        assert!(!totals_by_hour(&nodes(1), hour + 1, hour + HOUR + 1), "spans two hours");
-        assert!(totals_by_hour(&nodes(100), hour, hour + 24 * HOUR));
-        assert!(!totals_by_hour(&nodes(10), hour, hour + 24 * HOUR));
-    }
-
-    /// The sample tables are keyed on the hour after event and source (and node): ClickHouse
     /// skips the other hours of a day only when the range is also stated on that key column.
     #[test]
     fn ranges_are_also_stated_on_the_hour() {
@@ -1240,8 +793,6 @@ mod tests {
         );
     }
 
-    /// A sample's values are read from its nodes only, while what is read is ranked over every
-    /// node; a sample is read from the table ordered by function (by its node ids) unless it is
     /// under a fifteenth of the fleet.
     #[test]
     fn a_sample_is_read_from_its_nodes_and_ranked_over_all() {
@@ -1295,43 +846,5 @@ mod tests {
             objects.contains("FROM data_objects_10m PREWHERE cache_line != 0 WHERE"),
             "{objects}"
         );
-
-        let names: Vec<String> = (0..200).map(|i| format!("web-{i}")).collect();
-        let sampled = |n: usize, of: usize| NodesRead::Sample { nodes: &names[..n], of };
-        assert!(read_by_function(&Reach::Fleet, NodesRead::Every));
-        assert!(read_by_function(&Reach::Fleet, sampled(200, 1_000)));
-        assert!(read_by_function(&Reach::FleetMinus(vec![]), sampled(200, 3_000)));
-        assert!(!read_by_function(&Reach::Fleet, sampled(200, 3_001)));
-        assert!(!read_by_function(&Reach::EveryNode, sampled(200, 10_000)));
-        assert!(!read_by_function(&Reach::Matching(vec![]), NodesRead::Every));
-    }
-
-    /// Node labels and names go through the newest labels in `nodes`, process labels through
-    /// `processes`; every value is a bound parameter.
-    #[test]
-    fn selectors_become_bound_conditions() {
-        let s = Selector::parse(r#"{node=~"web-.*", zone="a'b", namespace!="kube-system"}"#).unwrap();
-        let sql = node_condition(&s).unwrap();
-        let in_list = selector_filter(&s, Nodes::In(&["web-1".into()]));
-        assert!(
-            in_list.text.starts_with(" AND node IN (?) AND process_id GLOBAL IN ("),
-            "{}",
-            in_list.text
-        );
-        assert!(in_list.text.contains("pod_namespace != ?"), "{}", in_list.text);
-        let any = selector_filter(&s, Nodes::Any);
-        assert!(
-            !any.text.contains("node IN") && any.text.contains("process_id GLOBAL IN"),
-            "{}",
-            any.text
-        );
-        assert_eq!(sql.text.matches('?').count(), sql.values.len());
-        assert!(sql.text.contains("match(node, ?)"), "{}", sql.text);
-        assert!(sql.text.contains("v[indexOf(k, ?)] = ?"), "{}", sql.text);
-        assert!(!sql.text.contains("a'b"));
-        let client = Client::default();
-        let rendered = sql.query(&client).sql_display().to_string();
-        assert!(rendered.contains(r"'a\'b'"), "{rendered}");
-        assert!(rendered.contains("'^(?:web-.*)$'"), "{rendered}");
     }
 }
