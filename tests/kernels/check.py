@@ -6,8 +6,8 @@ On every kernel:
     unwinder, the raw tracepoints of exec, exit and page migration, the work uprobe), each with
     at least twice the verifier's room: instructions processed at most half of 1,000,000 and
     states per instruction at most half of 64;
-  - `record` of cpu and of page_fault ended well, most samples unwound in the kernel from
-    tables, and the fixture's chains whole (from `_start` through main to the leaf it spins in)
+  - `record` of cpu and of page_fault ended well, at least IN_KERNEL samples unwound in the
+    kernel from tables (the unwinder programs ran), and the fixture's chains whole (from `_start` through main to the leaf it spins in)
     in at least 80% of the samples, also as a least-privilege DaemonSet runs the agent.
 Prints the verifier's figures per program and kernel (BENCHMARKS.md's table) and exits 1 on the
 first kernel that fails, saying what failed.
@@ -40,7 +40,11 @@ CHAINS = {
     "cpu-least-privilege": "main;memset_loop;clear_buffer",
 }
 WHOLE = 0.8
-IN_KERNEL = 0.5
+# A count, not a share: until the agent has built a process's tables (seconds in a TCG guest,
+# more for a build without full optimisation), its samples are unwound in user space from stack
+# copies, with whole chains too; how many depends on the machine's speed against the event rate
+# (79 of 334 page faults in a 6.1 guest, 2026-12-06), not on the kernel.
+IN_KERNEL = 50
 
 
 def folded(path):
@@ -96,7 +100,7 @@ def judge(run):
         m = re.search(r"(\d+) samples of .*?(\d+) unwound from \.eh_frame \((\d+) in the kernel\)", err)
         if not m:
             problems.append(f"record {name}: no summary: {err.strip()[-300:]}")
-        elif int(m.group(3)) < IN_KERNEL * int(m.group(1)):
+        elif int(m.group(3)) < IN_KERNEL:
             problems.append(
                 f"record {name}: {m.group(3)} of {m.group(1)} samples unwound in the kernel "
                 f"(the unwinder programs did not run?): {err.strip()[-300:]}"

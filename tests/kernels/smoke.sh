@@ -21,8 +21,9 @@ spin=$!
 fault=$!
 
 # record NAME EVENT PID [WRAPPER]: until it has the samples check.py wants, at most a minute
+# (600: a process's first samples are unwound in user space while its tables are built)
 record() {
-	$4 "$A" record --event "$2" --pid "$3" --duration 60s --until-samples 300 -o "$O/$1.folded" 2>"$O/$1.err"
+	$4 "$A" record --event "$2" --pid "$3" --duration 60s --until-samples 600 -o "$O/$1.folded" 2>"$O/$1.err"
 	echo $? >"$O/$1.rc"
 }
 record cpu cpu $spin
