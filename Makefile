@@ -4,6 +4,9 @@ CARGO ?= cargo
 CLANG_FORMAT ?= clang-format-19
 # Each step of lint and test notes its time in target/ci-steps.tsv (.ci/run prints them).
 STEP := tools/step.sh
+# The one build `make test` runs everything from: its tests, images and guests (Cargo.toml).
+TEST_PROFILE ?= ci
+TEST_BIN := target/$(if $(filter dev,$(TEST_PROFILE)),debug,$(TEST_PROFILE))
 C_SOURCES := $(wildcard bpf/*.c bpf/include/*.h testdata/fixtures/*.c)
 
 .PHONY: all setup web build release demo test bench fuzz lint fmt clean images manifests
@@ -39,25 +42,23 @@ images: setup
 manifests: setup
 	tools/deploy-check.sh --write
 
-## test: every test: Rust suites (BPF, ClickHouse 18.16, gRPC, browser), the web UI on its mock API,
-##       modern SQL in chdb, the Helm chart and manifests (tools/deploy-check.sh), the agent's image
-##       under its DaemonSet's confinement in podman (tests/deploy/podman_agent.py), the NUMA guest,
-##       the kernel matrix (every program loaded and sampling on Debian's 5.10, 6.1 and 6.12 in
-##       guests and on the host, tests/kernels), a fleet of eight NUMA guests compared, each fuzz
-##       target for 20 s (FUZZ_TEST_SECONDS)
+## test: every test: Rust suites (BPF, ClickHouse 18.16, gRPC, browser; the fuzz targets' committed
+##       corpora replayed through their checks), the web UI on its mock API, modern SQL in chdb,
+##       the Helm chart and manifests (tools/deploy-check.sh), the agent's image under its
+##       DaemonSet's confinement in podman (tests/deploy/podman_agent.py), the NUMA guest, the
+##       kernel matrix (every program loaded and sampling on Debian's 5.10, 6.1 and 6.12 in guests
+##       and on the host, tests/kernels), a fleet of eight NUMA guests compared. Live fuzzing is
+##       `make fuzz`'s.
 test: web
-	$(STEP) rust-build $(CARGO) test --workspace --no-run
-	$(STEP) rust-tests $(CARGO) test --workspace --no-fail-fast --exclude bimodal-server
-	@# the server's tests mostly wait (for ClickHouse, agents, deadlines): four at a time
-	$(STEP) server-tests $(CARGO) test -p bimodal-server --no-fail-fast -- --test-threads 4
-	$(STEP) fuzz tools/fuzz.sh $${FUZZ_TEST_SECONDS:-20}
+	$(STEP) rust-build env BIMODAL_PROFILE=$(TEST_PROFILE) python3 tools/rust-tests.py --build-only
+	$(STEP) rust-tests env BIMODAL_PROFILE=$(TEST_PROFILE) python3 tools/rust-tests.py
 	$(STEP) web-tests bash -c 'cd web && npm run test:unit --silent && npm run test:e2e-mock --silent'
-	$(STEP) modern-sql python3 tests/modern_sql.py target/debug/bimodal-server
+	$(STEP) modern-sql python3 tests/modern_sql.py $(TEST_BIN)/bimodal-server
 	$(STEP) deploy-check tools/deploy-check.sh
-	$(STEP) podman-agent python3 tests/deploy/podman_agent.py
-	$(STEP) numa-guest tests/numa/run.sh target/release/bimodal-agent
-	$(STEP) kernel-matrix tests/kernels/run.sh target/release/bimodal-agent
-	$(STEP) numa-fleet tests/numa/fleet.sh target/release/bimodal-agent
+	$(STEP) podman-agent env IMAGE_PROFILE=$(TEST_PROFILE) python3 tests/deploy/podman_agent.py
+	$(STEP) numa-guest tests/numa/run.sh $(TEST_BIN)/bimodal-agent
+	$(STEP) kernel-matrix tests/kernels/run.sh $(TEST_BIN)/bimodal-agent
+	$(STEP) numa-fleet tests/numa/fleet.sh $(TEST_BIN)/bimodal-agent
 
 ## bench: cost of bimodal-agent record vs perf record under a page-fault-heavy workload (BENCH_SECONDS=30),
 ##        frame-pointer against .eh_frame unwinding (tools/bench-unwind.sh), the agent's cost on the oldest

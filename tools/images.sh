@@ -5,14 +5,16 @@
 # nothing else (no shell, no package manager). The images go into the local containers storage
 # (podman runs them as localhost/bimodal-agent:TAG) and, as OCI archives, into target/images/
 # for `skopeo copy` or `podman push` to a registry. Prints each image's size.
-# Usage: tools/images.sh [TAG]   (default: dev; make images)
+# Usage: tools/images.sh [TAG]   (default: dev; make images). IMAGE_PROFILE: the cargo profile
+# of the binaries (default release; `make test` gives ci, the build its tests ran).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TAG=${1:-${IMAGE_TAG:-dev}}
 OUT=target/images
 VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 mkdir -p "$OUT"
-cargo build --release --quiet -p bimodal-agent -p bimodal-server --bins
+PROFILE=${IMAGE_PROFILE:-release}
+cargo build --profile "$PROFILE" --quiet -p bimodal-agent -p bimodal-server --bins
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
@@ -20,7 +22,7 @@ trap 'rm -rf "$stage"' EXIT
 image() { # image NAME USER PORT ARGS...
 	local name=$1 user=$2 port=$3
 	shift 3
-	local binary=target/release/$name root=$stage/$name
+	local binary=target/$PROFILE/$name root=$stage/$name
 	mkdir -p "$root/usr/bin" "$root/etc/ssl/certs" "$root/tmp"
 	objcopy --strip-debug "$binary" "$root/usr/bin/$name"
 	# The dynamic loader and every library the binary links, at the paths it looks for them.

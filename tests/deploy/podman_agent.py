@@ -42,7 +42,9 @@ import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MANIFEST = os.path.join(ROOT, "deploy/kubernetes/bimodal-trial.yaml")
-SERVER = os.path.join(ROOT, "target/release/bimodal-server")
+# The binaries of the images' build (tools/images.sh: IMAGE_PROFILE, release unless given).
+PROFILE = os.environ.get("IMAGE_PROFILE", "release")
+SERVER = os.path.join(ROOT, f"target/{PROFILE}/bimodal-server")
 NODE = "podman-node"
 CONTAINER = "bimodal-agent-podman-test"
 # Capability numbers (linux/capability.h) of the names a DaemonSet adds.

@@ -17,7 +17,9 @@ if [ -z "$agent" ]; then
 	cargo build --release -p bimodal-agent --quiet
 	agent=target/release/bimodal-agent
 fi
-cargo build -p bimodal-server --bins --quiet
+# The server and the CLI of the agent's build.
+bin=$(dirname "$agent")
+[ -x "$bin/bimodal-server" ] && [ -x "$bin/bimodal" ] || cargo build --profile "$(basename "$bin" | sed 's/^debug$/dev/')" -p bimodal-server --bins --quiet
 cp "$agent" "$out/bin/bimodal-agent"
 strip --strip-debug "$out/bin/bimodal-agent"
 gcc -O1 -g -fno-omit-frame-pointer -pthread -Wall -o "$out/bin/numa_scan" testdata/fixtures/numa_scan.c
@@ -59,7 +61,7 @@ done
 end=$(($(date +%s) + 1))
 
 listen=127.0.0.1:$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-target/debug/bimodal-server --listen "$listen" --data-dir "$out/server" 2>"$out/server.log" &
+"$bin/bimodal-server" --listen "$listen" --data-dir "$out/server" 2>"$out/server.log" &
 server=$!
 trap 'kill -INT $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
 for _ in $(seq 1 600); do
@@ -68,6 +70,6 @@ for _ in $(seq 1 600); do
 	sleep 0.2
 done
 "$out/bin/bimodal-agent" import --server-url "http://$listen" "$out"/numa-*/batches 2>"$out/import.log"
-target/debug/bimodal compare --server-url "http://$listen" --from "$start" --to "$end" --json >"$out/compare.json"
-target/debug/bimodal compare --server-url "http://$listen" --from "$start" --to "$end" >"$out/compare.txt"
+"$bin/bimodal" compare --server-url "http://$listen" --from "$start" --to "$end" --json >"$out/compare.json"
+"$bin/bimodal" compare --server-url "http://$listen" --from "$start" --to "$end" >"$out/compare.txt"
 python3 tests/numa/fleet_check.py "$out"
