@@ -9,7 +9,8 @@ import { formatAgo, formatFigure as figure, formatTime } from './format';
 import { DEFAULT_RANGE, fillRangeSelect, isRange, windowSeconds, type RangeKey } from './range';
 import { escapeRegex } from './selector';
 import { renderNav } from './views';
-import { byId as $, el, setUrl, showMessageIn } from './dom';
+import { byId as $, el } from './dom';
+import { isCancelled, Page } from './page';
 
 interface ViewState {
   range: RangeKey;
@@ -17,17 +18,15 @@ interface ViewState {
   show: 'all' | 'active';
 }
 
-function readState(): ViewState {
-  const p = new URLSearchParams(location.search);
+function readState(p: URLSearchParams): ViewState {
   const range = p.get('range');
   return { range: isRange(range) ? range : '24h', show: p.get('show') === 'active' ? 'active' : 'all' };
 }
 
-function writeState(s: ViewState, push: boolean): void {
+function writeState(s: ViewState): URLSearchParams {
   const p = new URLSearchParams({ range: s.range });
   if (s.show !== 'all') p.set('show', s.show);
-  const url = `${location.pathname}?${p.toString()}`;
-  setUrl(url, push);
+  return p;
 }
 
 const ui = {
@@ -40,12 +39,8 @@ const ui = {
   table: $('alerts-table', HTMLTableElement),
 };
 
-let state = readState();
-let inflight: AbortController | null = null;
-
-function showMessage(kind: 'info' | 'error', title: string, detail: string): void {
-  showMessageIn(ui.message, kind, title, detail);
-}
+const page = new Page({ read: readState, write: writeState, message: ui.message });
+let state = page.read();
 
 function applyStateToControls(): void {
   fillRangeSelect(ui.range, state.range, null);
@@ -106,40 +101,36 @@ function render(alerts: ApiAlert[]): void {
   ui.table.createTHead().append(head);
   ui.table.createTBody().append(...rows);
   if (shown.length === 0) {
-    showMessage(
+    page.show(
       'info',
       alerts.length === 0 ? 'No alert in this range.' : 'No alert is firing or pending.',
       'Rules are evaluated on the server; alerts they raise appear here with a link to the comparison of their nodes.',
     );
   } else {
-    ui.message.hidden = true;
+    page.hideMessage();
   }
 }
 
 async function load(): Promise<void> {
-  inflight?.abort();
-  const controller = new AbortController();
-  inflight = controller;
-  showMessage('info', 'Loading alerts…', '');
+  const signal = page.request();
+  page.show('info', 'Loading alerts…', '');
   const { from, to } = windowSeconds(state.range, null);
   try {
-    const alerts = await fetchAlerts(from, to, controller.signal);
-    if (controller.signal.aborted) return;
+    const alerts = await fetchAlerts(from, to, signal);
+    if (signal.aborted) return;
     render(alerts);
   } catch (err) {
-    if (err instanceof DOMException && err.name === 'AbortError') return;
+    if (isCancelled(err)) return;
     ui.section.hidden = true;
     if (err instanceof ApiError && err.status === 404) {
-      showMessage(
+      page.show(
         'info',
         'Alerting is not configured on this server.',
         'This server evaluates no alert rules (GET /api/v1/alerts answers 404). Once it has rules, alerts on remote-access ' +
           'spikes and on bands appearing show here, firing and resolved, each with a link to the compare view of its nodes and time.',
       );
-    } else if (err instanceof ApiError && err.status === 0) {
-      showMessage('error', 'The server is unreachable.', `${err.message}. Press Refresh to try again.`);
     } else {
-      showMessage('error', 'Loading alerts failed.', err instanceof Error ? err.message : String(err));
+      page.failed(err, 'Loading alerts failed.', 'Press Refresh to try again.');
     }
   }
 }
@@ -148,15 +139,15 @@ function init(): void {
   applyStateToControls();
   const changed = () => {
     state = { range: isRange(ui.range.value) ? ui.range.value : state.range, show: ui.show.value === 'active' ? 'active' : 'all' };
-    writeState(state, true);
+    page.write(state, true);
     applyStateToControls();
     void load();
   };
   ui.range.addEventListener('change', changed);
   ui.show.addEventListener('change', changed);
   ui.refresh.addEventListener('click', () => void load());
-  window.addEventListener('popstate', () => {
-    state = readState();
+  page.onNavigate((restored) => {
+    state = restored;
     applyStateToControls();
     void load();
   });

@@ -7,7 +7,6 @@ import './style.css';
 import './compare.css';
 import type uPlot from 'uplot';
 import {
-  ApiError,
   fetchCompare,
   fetchDiff,
   fetchLabels,
@@ -19,7 +18,8 @@ import {
   type ApiNode,
 } from './api';
 import { chosenSplit, closestMetric, drawStrip } from './bandplot';
-import { byId as $, el, setUrl, showMessageIn } from './dom';
+import { byId as $, el } from './dom';
+import { failure, isCancelled, Page } from './page';
 import { FlameGraph, buildTree, compileMatcher, type Frame } from './flamegraph';
 import { formatNullTail as tailNote, formatP as pValue, formatFigure as figure, formatValue } from './format';
 import { renderNodeTable as fillNodeTable } from './nodetable';
@@ -42,8 +42,7 @@ interface ViewState extends Question {
   sort: string;
 }
 
-function readState(): ViewState {
-  const p = new URLSearchParams(location.search);
+function readState(p: URLSearchParams): ViewState {
   return {
     ...readQuestion(p),
     event: p.get('event') ?? '',
@@ -54,7 +53,7 @@ function readState(): ViewState {
   };
 }
 
-function writeState(s: ViewState, push: boolean): void {
+function writeState(s: ViewState): URLSearchParams {
   const p = new URLSearchParams();
   writeQuestion(p, s);
   if (s.event) p.set('event', s.event);
@@ -62,8 +61,7 @@ function writeState(s: ViewState, push: boolean): void {
   if (s.q) p.set('q', s.q);
   if (s.filter) p.set('filter', s.filter);
   if (s.sort !== 'band') p.set('sort', s.sort);
-  const url = `${location.pathname}?${p.toString()}`;
-  setUrl(url, push);
+  return p;
 }
 
 const ui = {
@@ -95,13 +93,12 @@ const ui = {
   tooltip: $('tooltip', HTMLDivElement),
 };
 
-let state = readState();
+const page = new Page({ read: readState, write: writeState, message: ui.message });
+let state = page.read();
 let answer: ApiCompare | null = null;
 let nodeInfo = new Map<string, ApiNode>();
 let diff: ApiDiff | null = null;
 let strip: uPlot | null = null;
-let inflight: AbortController | null = null;
-let diffInflight: AbortController | null = null;
 /** The fast band's value of each frame of the differential flame graph, by frame id. */
 let fastValue = new Map<number, number>();
 
@@ -109,10 +106,6 @@ const graph = new FlameGraph(ui.diffGraph, ui.tooltip, (frame) => {
   graph.setZoom(frame.parent === null ? null : frame);
   graph.render();
 });
-
-function showMessage(kind: 'info' | 'error', title: string, detail: string): void {
-  showMessageIn(ui.message, kind, title, detail);
-}
 
 function rangeSeconds(): { from: number; to: number } {
   return questionSeconds(state);
@@ -129,34 +122,26 @@ function applyStateToControls(): void {
 
 /** Loads the comparison, then the node table's labels and the differential flame graph. */
 async function load(): Promise<void> {
-  inflight?.abort();
-  const controller = new AbortController();
-  inflight = controller;
+  const signal = page.request();
   const when = state.fixed ? ui.range.selectedOptions[0]?.text ?? 'a fixed window' : RANGE_LABELS[state.range].toLowerCase();
-  showMessage('info', 'Comparing…', `nodes ${state.selector}, ${when}`);
+  page.show('info', 'Comparing…', `nodes ${state.selector}, ${when}`);
   const { from, to } = rangeSeconds();
   try {
     const [a, info] = await Promise.all([
-      fetchCompare({ selector: state.selector, from, to, metric: state.metric }, controller.signal),
-      fetchNodesIn(state.selector, from, to, controller.signal).catch(() => [] as ApiNode[]),
+      fetchCompare({ selector: state.selector, from, to, metric: state.metric }, signal),
+      fetchNodesIn(state.selector, from, to, signal).catch(() => [] as ApiNode[]),
     ]);
-    if (controller.signal.aborted) return;
+    if (signal.aborted) return;
     answer = a;
     nodeInfo = new Map(info.map((n) => [n.node, n]));
-    ui.message.hidden = true;
+    page.hideMessage();
     render();
     await loadDiff();
   } catch (err) {
-    if (err instanceof DOMException && err.name === 'AbortError') return;
+    if (isCancelled(err)) return;
     answer = null;
     render();
-    if (err instanceof ApiError && err.status === 0) {
-      showMessage('error', 'The server is unreachable.', `${err.message}. The page retries when you press Compare.`);
-    } else if (err instanceof ApiError && err.status === 400) {
-      showMessage('error', 'The server refused the question.', err.message);
-    } else {
-      showMessage('error', 'The comparison failed.', err instanceof Error ? err.message : String(err));
-    }
+    page.failed(err, 'The comparison failed.', 'The page retries when you press Compare.');
   }
 }
 
@@ -414,7 +399,7 @@ function renderNodeTable(a: ApiCompare): void {
     range: state.range,
     onSort: (sort) => {
       state.sort = sort;
-      writeState(state, true);
+      page.write(state, true);
       renderNodeTable(a);
     },
   });
@@ -440,25 +425,23 @@ async function loadDiff(): Promise<void> {
   if (!a?.bands) return;
   const event = state.event || defaultEvent(a);
   renderDiffEventOptions(a, event);
-  diffInflight?.abort();
-  const controller = new AbortController();
-  diffInflight = controller;
+  const signal = page.request('diff');
   ui.diffStatus.textContent = 'Loading…';
   const { from, to } = rangeSeconds();
   try {
     diff = await fetchDiff(
       { selector: state.selector, from, to, metric: state.metric, event, mode: state.mode },
-      controller.signal,
+      signal,
     );
-    if (controller.signal.aborted) return;
+    if (signal.aborted) return;
     drawDiff(diff);
   } catch (err) {
-    if (err instanceof DOMException && err.name === 'AbortError') return;
+    if (isCancelled(err)) return;
     diff = null;
     graph.setData(null, '', 0);
     graph.render();
     ui.diffStatus.textContent = '';
-    ui.diffNote.textContent = `The differential flame graph failed: ${err instanceof Error ? err.message : String(err)}`;
+    ui.diffNote.textContent = `The differential flame graph failed: ${failure(err, '', 'Press Compare to try again.').detail}`;
   }
 }
 
@@ -538,7 +521,7 @@ function focusFunction(event: string, fn: string): void {
   // An exact match of the name: regular expression anchored at both ends.
   state.q = `/^${escapeRegex(fn)}$`;
   ui.diffSearch.value = state.q;
-  writeState(state, true);
+  page.write(state, true);
   ui.diffSection.scrollIntoView({ behavior: 'smooth', block: 'start' });
   if (diff?.event === event) {
     graph.setMatcher(compileMatcher(state.q));
@@ -560,7 +543,7 @@ function init(): void {
     Object.assign(state, questionFromControls(state, ui.selector, ui.range, ui.metric));
     completion.reset();
     state.event = '';
-    writeState(state, true);
+    page.write(state, true);
     applyStateToControls();
     void load();
   });
@@ -572,29 +555,29 @@ function init(): void {
   });
   ui.diffEvent.addEventListener('change', () => {
     state.event = ui.diffEvent.value;
-    writeState(state, true);
+    page.write(state, true);
     void loadDiff();
   });
   ui.diffMode.addEventListener('change', () => {
     state.mode = ui.diffMode.value === 'relative' ? 'relative' : 'absolute';
-    writeState(state, true);
+    page.write(state, true);
     void loadDiff();
   });
   ui.diffSearch.addEventListener('input', () => {
     state.q = ui.diffSearch.value;
-    writeState(state, false);
+    page.write(state, false);
     graph.setMatcher(compileMatcher(state.q));
     graph.render();
     renderDiffStatus();
   });
   ui.nodeFilter.addEventListener('input', () => {
     state.filter = ui.nodeFilter.value;
-    writeState(state, false);
+    page.write(state, false);
     if (answer) renderNodeTable(answer);
   });
-  window.addEventListener('popstate', () => {
+  page.onNavigate((restored) => {
     const before = state;
-    state = readState();
+    state = restored;
     applyStateToControls();
     if (!sameQuestion(before, state)) {
       void load();

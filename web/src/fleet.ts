@@ -8,7 +8,7 @@ import './style.css';
 import './compare.css';
 import './fleet.css';
 import type uPlot from 'uplot';
-import { ApiError, fetchCompare, fetchLabels, fetchNodesIn, type ApiCompare, type ApiMetric, type ApiNode } from './api';
+import { fetchCompare, fetchLabels, fetchNodesIn, type ApiCompare, type ApiMetric, type ApiNode } from './api';
 import { chosenSplit, closestMetric, drawStrip, metricSplit } from './bandplot';
 import { formatNullTail as tailNote, formatP as pValue, formatFigure as figure } from './format';
 import { renderNodeTable } from './nodetable';
@@ -16,7 +16,8 @@ import { RANGE_LABELS, fillRangeSelect, writeWindow } from './range';
 import { questionFromControls, questionSeconds, readQuestion, sameQuestion, writeQuestion, type Question } from './question';
 import { SelectorCompletion, withMatcher } from './selector';
 import { renderNav, viewHref } from './views';
-import { byId as $, el, setUrl, showMessageIn } from './dom';
+import { byId as $, el } from './dom';
+import { isCancelled, Page } from './page';
 
 /** Everything a shared link restores. */
 interface ViewState extends Question {
@@ -27,8 +28,7 @@ interface ViewState extends Question {
   sort: string;
 }
 
-function readState(): ViewState {
-  const p = new URLSearchParams(location.search);
+function readState(p: URLSearchParams): ViewState {
   return {
     ...readQuestion(p),
     plot: p.get('plot') ?? '',
@@ -37,14 +37,13 @@ function readState(): ViewState {
   };
 }
 
-function writeState(s: ViewState, push: boolean): void {
+function writeState(s: ViewState): URLSearchParams {
   const p = new URLSearchParams();
   writeQuestion(p, s);
   if (s.plot) p.set('plot', s.plot);
   if (s.filter) p.set('filter', s.filter);
   if (s.sort !== 'band') p.set('sort', s.sort);
-  const url = `${location.pathname}?${p.toString()}`;
-  setUrl(url, push);
+  return p;
 }
 
 const ui = {
@@ -70,15 +69,11 @@ const ui = {
   nodeTable: $('node-table', HTMLTableElement),
 };
 
-let state = readState();
+const page = new Page({ read: readState, write: writeState, message: ui.message });
+let state = page.read();
 let answer: ApiCompare | null = null;
 let nodeInfo = new Map<string, ApiNode>();
 let strip: uPlot | null = null;
-let inflight: AbortController | null = null;
-
-function showMessage(kind: 'info' | 'error', title: string, detail: string): void {
-  showMessageIn(ui.message, kind, title, detail);
-}
 
 function rangeSeconds(): { from: number; to: number } {
   return questionSeconds(state);
@@ -96,41 +91,33 @@ function applyStateToControls(): void {
 }
 
 async function load(): Promise<void> {
-  inflight?.abort();
-  const controller = new AbortController();
-  inflight = controller;
+  const signal = page.request();
   const when = state.fixed ? (ui.range.selectedOptions[0]?.text ?? 'a fixed window') : RANGE_LABELS[state.range].toLowerCase();
-  showMessage('info', 'Loading the fleet…', `nodes ${state.selector}, ${when}`);
+  page.show('info', 'Loading the fleet…', `nodes ${state.selector}, ${when}`);
   const { from, to } = rangeSeconds();
   try {
     const [a, info] = await Promise.all([
-      fetchCompare({ selector: state.selector, from, to, metric: state.metric }, controller.signal),
-      fetchNodesIn(state.selector, from, to, controller.signal),
+      fetchCompare({ selector: state.selector, from, to, metric: state.metric }, signal),
+      fetchNodesIn(state.selector, from, to, signal),
     ]);
-    if (controller.signal.aborted) return;
+    if (signal.aborted) return;
     answer = a;
     nodeInfo = new Map(info.map((n) => [n.node, n]));
     if (a.nodes.length === 0) {
-      showMessage(
+      page.show(
         'info',
         'No node matches.',
         `No node matching ${a.selector} sent data in this range. Widen the range, or check the selector's labels (↓ in the Nodes field lists them).`,
       );
     } else {
-      ui.message.hidden = true;
+      page.hideMessage();
     }
     render();
   } catch (err) {
-    if (err instanceof DOMException && err.name === 'AbortError') return;
+    if (isCancelled(err)) return;
     answer = null;
     render();
-    if (err instanceof ApiError && err.status === 0) {
-      showMessage('error', 'The server is unreachable.', `${err.message}. Press Show to try again.`);
-    } else if (err instanceof ApiError && err.status === 400) {
-      showMessage('error', 'The server refused the question.', err.message);
-    } else {
-      showMessage('error', 'Loading the fleet failed.', err instanceof Error ? err.message : String(err));
-    }
+    page.failed(err, 'Loading the fleet failed.', 'Press Show to try again.');
   }
 }
 
@@ -219,7 +206,7 @@ function renderMetrics(a: ApiCompare): void {
     name.type = 'button';
     name.addEventListener('click', () => {
       state.plot = m.name;
-      writeState(state, true);
+      page.write(state, true);
       renderPlot(a);
       ui.plotSection.scrollIntoView({ behavior: 'smooth', block: 'start' });
     });
@@ -253,13 +240,13 @@ function renderNodes(a: ApiCompare): void {
     range: state.range,
     onSort: (sort) => {
       state.sort = sort;
-      writeState(state, true);
+      page.write(state, true);
       renderNodes(a);
     },
     onLabel: (name, value) => {
       state.selector = withMatcher(state.selector, { name, op: '=', value });
       state.filter = '';
-      writeState(state, true);
+      page.write(state, true);
       applyStateToControls();
       void load();
     },
@@ -278,7 +265,7 @@ function init(): void {
     Object.assign(state, questionFromControls(state, ui.selector, ui.range, ui.metric));
     state.plot = '';
     completion.reset();
-    writeState(state, true);
+    page.write(state, true);
     applyStateToControls();
     void load();
   });
@@ -290,17 +277,17 @@ function init(): void {
   });
   ui.plot.addEventListener('change', () => {
     state.plot = ui.plot.value;
-    writeState(state, true);
+    page.write(state, true);
     if (answer) renderPlot(answer);
   });
   ui.nodeFilter.addEventListener('input', () => {
     state.filter = ui.nodeFilter.value;
-    writeState(state, false);
+    page.write(state, false);
     if (answer) renderNodes(answer);
   });
-  window.addEventListener('popstate', () => {
+  page.onNavigate((restored) => {
     const before = state;
-    state = readState();
+    state = restored;
     applyStateToControls();
     if (!sameQuestion(before, state)) {
       void load();

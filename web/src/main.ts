@@ -6,14 +6,15 @@
 // close button or Back; kept in the URL as sandwich=NAME.
 
 import './style.css';
-import { ApiError, fetchEvents, fetchFlamegraph, fetchNodes, type ApiEvent, type ApiFlamegraph, type ApiNode } from './api';
+import { fetchEvents, fetchFlamegraph, fetchNodes, type ApiEvent, type ApiFlamegraph, type ApiNode } from './api';
 import { FlameGraph, buildTree, compileMatcher, pathOf, resolvePath, type Frame, type FrameAction } from './flamegraph';
 import { DEFAULT_RANGE, RANGES, RANGE_LABELS, isRange, type RangeKey } from './range';
 import { renderNav } from './views';
 import { formatAgo, formatCount, formatPercent, formatTime, formatValue } from './format';
 import { TopFunctions } from './topfunctions';
 import { sandwichOf, type Sandwich } from './sandwich';
-import { byId as $, el, setUrl } from './dom';
+import { byId as $, el } from './dom';
+import { isCancelled, Page } from './page';
 
 const DEFAULT_EVENT = 'cpu';
 
@@ -40,8 +41,7 @@ function splitPath(path: string | null): string[] {
   return path ? path.split(';').filter((s) => s !== '') : [];
 }
 
-function readState(): ViewState {
-  const p = new URLSearchParams(location.search);
+function readState(p: URLSearchParams): ViewState {
   const range = p.get('range');
   const zoom = p.get('zoom');
   return {
@@ -58,8 +58,8 @@ function readState(): ViewState {
   };
 }
 
-function writeState(s: ViewState, push: boolean): void {
-  renderNodeLink(s);
+/** The query of `s`, its zoom paths left readable. */
+function writeState(s: ViewState): string {
   const p = new URLSearchParams();
   if (s.node) p.set('node', s.node);
   if (s.event) p.set('event', s.event);
@@ -71,8 +71,13 @@ function writeState(s: ViewState, push: boolean): void {
   if (s.sandwich && s.callersZoom.length > 0) p.set('callers_zoom', s.callersZoom.join(';'));
   if (s.sandwich && s.calleesZoom.length > 0) p.set('callees_zoom', s.calleesZoom.join(';'));
   // ';' is legal in a query string; leaving it unescaped keeps zoom paths readable.
-  const url = `${location.pathname}?${p.toString().replaceAll('%3B', ';')}${location.hash}`;
-  setUrl(url, push);
+  return p.toString().replaceAll('%3B', ';');
+}
+
+/** Puts the state in the address bar and in the header's links. */
+function saveState(s: ViewState, push: boolean): void {
+  renderNodeLink(s);
+  page.write(s, push);
 }
 
 /** The header's links carry the chosen node (if one is), the event and the range. */
@@ -108,12 +113,20 @@ const ui = {
   tooltip: $('tooltip', HTMLDivElement),
 };
 
-let state = readState();
+const page = new Page({
+  read: readState,
+  write: writeState,
+  message: ui.message,
+  // The graph's column makes way for a message.
+  messageShown: (shown) => {
+    ui.graphColumn.hidden = shown;
+  },
+});
+let state = page.read();
 let nodes: ApiNode[] = [];
 let events: ApiEvent[] = [];
 let profile: ApiFlamegraph | null = null;
 let loadSeq = 0;
-let inflight: AbortController | null = null;
 
 const graph = new FlameGraph(
   ui.graph,
@@ -152,7 +165,7 @@ function zoomSandwich(which: 'callers' | 'callees', frame: Frame): void {
     state.calleesZoom = path;
     calleesGraph.setZoom(frame);
   }
-  writeState(state, true);
+  saveState(state, true);
   renderSearchStatus();
 }
 
@@ -178,22 +191,8 @@ for (const g of [graph, callersGraph, calleesGraph]) g.setFrameAction(sandwichAc
 // ---------------------------------------------------------------------------------------------
 // Messages
 
-function showMessage(kind: 'info' | 'error', title: string, detail: string): void {
-  ui.message.className = `message ${kind}`;
-  ui.message.replaceChildren(el('div', 'message-title', title), el('div', 'message-detail', detail));
-  ui.message.hidden = false;
-  ui.graphColumn.hidden = true;
-}
-
-function hideMessage(): void {
-  ui.message.hidden = true;
-  ui.graphColumn.hidden = false;
-}
-
 function showError(what: string, err: unknown): void {
-  const status = err instanceof ApiError && err.status > 0 ? ` (HTTP ${err.status})` : '';
-  const text = err instanceof Error ? err.message : String(err);
-  showMessage('error', `Could not load ${what}${status}`, text);
+  page.failed(err, `Could not load ${what}`, 'Press Refresh to try again.');
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -267,33 +266,31 @@ function renderEventOptions(): void {
 /** Reloads the node and event lists, then the flame graph. */
 async function loadAll(): Promise<void> {
   const seq = ++loadSeq;
-  inflight?.abort();
-  const ctl = new AbortController();
-  inflight = ctl;
+  const signal = page.request();
   ui.loading.hidden = false;
   try {
-    const [n, e] = await Promise.all([fetchNodes(ctl.signal), fetchEvents(ctl.signal)]);
+    const [n, e] = await Promise.all([fetchNodes(signal), fetchEvents(signal)]);
     if (seq !== loadSeq) return;
     nodes = [...n].sort((a, b) => a.node.localeCompare(b.node));
     events = e;
     if (!state.event) {
       state.event = events.some((x) => x.name === DEFAULT_EVENT) ? DEFAULT_EVENT : (events[0]?.name ?? DEFAULT_EVENT);
-      writeState(state, false);
+      saveState(state, false);
     }
     renderNodeOptions();
     renderEventOptions();
     if (nodes.length === 0) {
       setProfile(null);
-      showMessage(
+      page.show(
         'info',
         'No nodes have reported yet',
         'Start the bimodal agent on a host and point it at this server; nodes show up here after their first upload.',
       );
       return;
     }
-    await loadGraph(seq, ctl.signal);
+    await loadGraph(seq, signal);
   } catch (err) {
-    if (seq !== loadSeq || (err instanceof DOMException && err.name === 'AbortError')) return;
+    if (seq !== loadSeq || isCancelled(err)) return;
     setProfile(null);
     showError('nodes and events', err);
   } finally {
@@ -304,14 +301,12 @@ async function loadAll(): Promise<void> {
 /** Reloads only the flame graph (after a selector changed). */
 async function reloadGraph(): Promise<void> {
   const seq = ++loadSeq;
-  inflight?.abort();
-  const ctl = new AbortController();
-  inflight = ctl;
+  const signal = page.request();
   ui.loading.hidden = false;
   try {
-    await loadGraph(seq, ctl.signal);
+    await loadGraph(seq, signal);
   } catch (err) {
-    if (seq !== loadSeq || (err instanceof DOMException && err.name === 'AbortError')) return;
+    if (seq !== loadSeq || isCancelled(err)) return;
     throw err;
   } finally {
     if (seq === loadSeq) ui.loading.hidden = true;
@@ -325,7 +320,7 @@ async function loadGraph(seq: number, signal: AbortSignal): Promise<void> {
   try {
     fg = await fetchFlamegraph({ event: state.event, from, to, nodes: state.node ? [state.node] : [] }, signal);
   } catch (err) {
-    if (seq !== loadSeq || (err instanceof DOMException && err.name === 'AbortError')) return;
+    if (seq !== loadSeq || isCancelled(err)) return;
     setProfile(null);
     showError('the flame graph', err);
     return;
@@ -343,7 +338,7 @@ function setProfile(fg: ApiFlamegraph | null): void {
     renderSandwich();
     if (fg) {
       const where = state.node ? `on ${state.node}` : 'on any node';
-      showMessage(
+      page.show(
         'info',
         'No samples in this time range',
         `No ${fg.event} samples ${where} in the ${RANGE_LABELS[state.range].toLowerCase()}. Try a longer range, another node or another event.`,
@@ -351,7 +346,7 @@ function setProfile(fg: ApiFlamegraph | null): void {
     }
     return;
   }
-  hideMessage();
+  page.hideMessage();
   const tree = buildTree(fg.root);
   graph.setData(tree, fg.unit, fg.total);
   graph.setMatcher(currentMatcher());
@@ -370,7 +365,7 @@ function zoomTo(frame: Frame | null, push: boolean): void {
   if (!root) return;
   const target = frame ?? root;
   state.zoom = pathOf(target);
-  writeState(state, push);
+  saveState(state, push);
   graph.setZoom(target);
   renderToolbar(target);
   renderSearchStatus();
@@ -474,7 +469,7 @@ function onSearchInput(): void {
   window.clearTimeout(searchTimer);
   searchTimer = window.setTimeout(() => {
     state.q = ui.search.value;
-    writeState(state, false);
+    saveState(state, false);
     applyMatcher();
     renderSearchStatus();
   }, 120);
@@ -498,7 +493,7 @@ function openSandwich(name: string): void {
     state.sandwich = name;
     state.callersZoom = [];
     state.calleesZoom = [];
-    writeState(state, true);
+    saveState(state, true);
   }
   renderSandwich();
   if (ui.graphColumn.getBoundingClientRect().top < 0) window.scrollTo(0, 0);
@@ -511,7 +506,7 @@ function closeSandwich(): void {
   state.sandwich = '';
   state.callersZoom = [];
   state.calleesZoom = [];
-  writeState(state, true);
+  saveState(state, true);
   renderSandwich();
   if (hadFocus) graph.focus();
 }
@@ -601,24 +596,24 @@ function applyStateToControls(): void {
 
 ui.orient.addEventListener('click', () => {
   state.orient = state.orient === 'flame' ? 'icicle' : 'flame';
-  writeState(state, true);
+  saveState(state, true);
   applyStateToControls();
 });
 
 ui.node.addEventListener('change', () => {
   state.node = ui.node.value;
-  writeState(state, true);
+  saveState(state, true);
   renderNodeMeta();
   void reloadGraph();
 });
 ui.event.addEventListener('change', () => {
   state.event = ui.event.value;
-  writeState(state, true);
+  saveState(state, true);
   void reloadGraph();
 });
 ui.range.addEventListener('change', () => {
   state.range = isRange(ui.range.value) ? ui.range.value : DEFAULT_RANGE;
-  writeState(state, true);
+  saveState(state, true);
   void reloadGraph();
 });
 ui.refresh.addEventListener('click', () => {
@@ -649,9 +644,9 @@ document.addEventListener('keydown', (e) => {
     ui.search.focus();
   }
 });
-window.addEventListener('popstate', () => {
+page.onNavigate((restored) => {
   const prev = state;
-  state = readState();
+  state = restored;
   applyStateToControls();
   if (prev.node !== state.node || prev.event !== state.event || prev.range !== state.range) {
     renderSandwich();

@@ -24,7 +24,8 @@ import {
 import { formatAgo, formatFigure as figure, formatValue } from './format';
 import { DEFAULT_RANGE, RANGES, RANGE_LABELS, isRange, rangeOptions, type RangeKey } from './range';
 import { renderNav } from './views';
-import { byId as $, el, setUrl, showMessageIn } from './dom';
+import { byId as $, el } from './dom';
+import { failure, isCancelled, Page } from './page';
 
 type Rate = 'second' | 'interval';
 
@@ -39,8 +40,7 @@ interface ViewState {
   open: number[];
 }
 
-function readState(): ViewState {
-  const p = new URLSearchParams(location.search);
+function readState(p: URLSearchParams): ViewState {
   const range = p.get('range');
   return {
     node: p.get('node') ?? '',
@@ -53,14 +53,14 @@ function readState(): ViewState {
   };
 }
 
-function writeState(s: ViewState, push: boolean): void {
+/** The query of `s`, its lists' commas left readable. */
+function writeState(s: ViewState): string {
   const p = new URLSearchParams();
   if (s.node) p.set('node', s.node);
   p.set('range', s.range);
   if (s.rate !== 'second') p.set('rate', s.rate);
   if (s.open.length > 0) p.set('open', s.open.join(','));
-  const url = `${location.pathname}?${p.toString().replaceAll('%2C', ',')}`;
-  setUrl(url, push);
+  return p.toString().replaceAll('%2C', ',');
 }
 
 const ui = {
@@ -90,12 +90,12 @@ const ui = {
 
 const SVG_NS = 'http://www.w3.org/2000/svg';
 
-let state = readState();
+const page = new Page({ read: readState, write: writeState, message: ui.message });
+let state = page.read();
 let nodes: ApiNode[] = [];
 let placement: ApiPlacement | null = null;
 let counters: ApiCounters | null = null;
 let charts: { chart: uPlot; box: HTMLElement }[] = [];
-let inflight: AbortController | null = null;
 let seq = 0;
 
 function svg<K extends keyof SVGElementTagNameMap>(tag: K, attrs: Record<string, string | number> = {}): SVGElementTagNameMap[K] {
@@ -104,22 +104,11 @@ function svg<K extends keyof SVGElementTagNameMap>(tag: K, attrs: Record<string,
   return e;
 }
 
-function isAbort(err: unknown): boolean {
-  return err instanceof DOMException && err.name === 'AbortError';
-}
-
-function errorText(err: unknown): string {
-  const status = err instanceof ApiError && err.status > 0 ? ` (HTTP ${err.status})` : '';
-  return `${err instanceof Error ? err.message : String(err)}${status}`;
-}
-
 function unreachable(err: unknown): boolean {
   return err instanceof ApiError && err.status === 0;
 }
 
-function showMessage(kind: 'info' | 'error', title: string, detail: string): void {
-  showMessageIn(ui.message, kind, title, detail);
-}
+const RETRY = 'The page retries when you press Refresh.';
 
 function showSections(show: boolean): void {
   for (const s of [ui.topologySection, ui.sourcesSection, ui.placementSection, ui.countersSection]) s.hidden = !show;
@@ -215,22 +204,16 @@ function applyStateToControls(): void {
 /** Reloads the node list, then the chosen node. */
 async function loadAll(): Promise<void> {
   const mine = ++seq;
-  inflight?.abort();
-  const controller = new AbortController();
-  inflight = controller;
-  showMessage('info', 'Loading…', 'the node list');
+  const signal = page.request();
+  page.show('info', 'Loading…', 'the node list');
   try {
-    const list = await fetchNodes(controller.signal);
+    const list = await fetchNodes(signal);
     if (mine !== seq) return;
     nodes = [...list].sort((a, b) => a.node.localeCompare(b.node));
   } catch (err) {
-    if (mine !== seq || isAbort(err)) return;
+    if (mine !== seq || isCancelled(err)) return;
     showSections(false);
-    if (unreachable(err)) {
-      showMessage('error', 'The server is unreachable.', `${errorText(err)}. The page retries when you press Refresh.`);
-    } else {
-      showMessage('error', 'Could not load the node list.', errorText(err));
-    }
+    page.failed(err, 'Could not load the node list.', RETRY);
     return;
   }
   if (!state.node) {
@@ -238,7 +221,7 @@ async function loadAll(): Promise<void> {
     if (!first) {
       showSections(false);
       renderNodeOptions();
-      showMessage(
+      page.show(
         'info',
         'No nodes have reported yet.',
         'Start the bimodal agent on a host and point it at this server; nodes show up here after their first upload.',
@@ -246,23 +229,20 @@ async function loadAll(): Promise<void> {
       return;
     }
     state.node = first.node;
-    writeState(state, false);
+    page.write(state, false);
   }
   applyStateToControls();
-  await loadNode(mine, controller);
+  await loadNode(mine, signal);
 }
 
 /** Reloads the chosen node's facts view, placement and counters (after a control changed). */
 async function reloadNode(): Promise<void> {
   const mine = ++seq;
-  inflight?.abort();
-  const controller = new AbortController();
-  inflight = controller;
-  await loadNode(mine, controller);
+  await loadNode(mine, page.request());
 }
 
-async function loadNode(mine: number, controller: AbortController): Promise<void> {
-  ui.message.hidden = true;
+async function loadNode(mine: number, signal: AbortSignal): Promise<void> {
+  page.hideMessage();
   showSections(true);
   renderFacts(currentNode());
   placement = null;
@@ -283,18 +263,18 @@ async function loadNode(mine: number, controller: AbortController): Promise<void
         if (mine === seq) done(value);
       },
       (err: unknown) => {
-        if (mine !== seq || isAbort(err)) return;
+        if (mine !== seq || isCancelled(err)) return;
         if (unreachable(err)) {
           showSections(false);
-          showMessage('error', 'The server is unreachable.', `${errorText(err)}. The page retries when you press Refresh.`);
+          page.failed(err, '', RETRY);
           return;
         }
-        setStatus(target, 'error', `The ${what} could not be read: ${errorText(err)}`);
+        setStatus(target, 'error', `The ${what} could not be read: ${failure(err, '', RETRY).detail}`);
       },
     );
   await Promise.all([
     settle(
-      fetchPlacement(state.node, from, to, controller.signal),
+      fetchPlacement(state.node, from, to, signal),
       (value) => {
         placement = value;
         renderPlacement();
@@ -303,7 +283,7 @@ async function loadNode(mine: number, controller: AbortController): Promise<void
       ui.placementStatus,
     ),
     settle(
-      fetchCounters(state.node, from, to, [], controller.signal),
+      fetchCounters(state.node, from, to, [], signal),
       (value) => {
         counters = value;
         renderCounters();
@@ -766,7 +746,7 @@ function processCard(x: ApiProcessPlacement, p: ApiPlacement, findings: number):
     const next = [...open].sort((a, b) => a - b);
     if (next.join(',') === state.open.join(',')) return;
     state.open = next;
-    writeState(state, false);
+    page.write(state, false);
   });
   if (card.open) card.append(mappingsTable(x, p));
   return card;
@@ -1067,27 +1047,27 @@ function init(): void {
   ui.node.addEventListener('change', () => {
     state.node = ui.node.value;
     state.open = [];
-    writeState(state, true);
+    page.write(state, true);
     applyStateToControls();
     void reloadNode();
   });
   ui.range.addEventListener('change', () => {
     state.range = isRange(ui.range.value) ? ui.range.value : DEFAULT_RANGE;
-    writeState(state, true);
+    page.write(state, true);
     applyStateToControls();
     void reloadNode();
   });
   ui.rate.addEventListener('change', () => {
     state.rate = ui.rate.value === 'interval' ? 'interval' : 'second';
-    writeState(state, true);
+    page.write(state, true);
     renderCounters();
   });
   ui.refresh.addEventListener('click', () => {
     void loadAll();
   });
-  window.addEventListener('popstate', () => {
+  page.onNavigate((restored) => {
     const before = state;
-    state = readState();
+    state = restored;
     applyStateToControls();
     if (!state.node) {
       void loadAll();

@@ -53,9 +53,9 @@ function nodesList() {
   if (opts['no-nodes']) return [];
   const ago = (s) => new Date(Date.now() - s * 1000).toISOString().replace(/\.\d+Z$/, 'Z');
   return [
-    { node: 'big-1', labels: { dataset: 'synthetic' }, last_seen: ago(3), facts: null },
-    { node: 'web-1', labels: { zone: 'a', role: 'frontend' }, last_seen: ago(2), agent_version: '0.1.0', facts: factsOf('web-1') },
-    { node: 'web-2', labels: { zone: 'b' }, last_seen: ago(600), agent_version: '0.1.0', facts: factsOf('web-2') },
+    { node: 'big-1', labels: { dataset: 'synthetic' }, first_seen: ago(86_000), last_seen: ago(3), facts: null },
+    { node: 'web-1', labels: { zone: 'a', role: 'frontend' }, first_seen: ago(7200), last_seen: ago(2), agent_version: '0.1.0', facts: factsOf('web-1') },
+    { node: 'web-2', labels: { zone: 'b' }, first_seen: ago(3600), last_seen: ago(600), agent_version: '0.1.0', facts: factsOf('web-2') },
   ];
 }
 
@@ -238,6 +238,14 @@ function newRoot() {
   return { name: 'all', kind: 'root', value: 0, children: [] };
 }
 
+/** A build id for a user-space module, as the server names an executable's (40 hex digits,
+ * made up from the path). */
+function buildIdOf(module) {
+  let h = 2166136261;
+  for (const c of module) h = Math.imul(h ^ c.charCodeAt(0), 16777619) >>> 0;
+  return h.toString(16).padStart(8, '0').repeat(5);
+}
+
 function addStack(root, frames, value) {
   root.value += value;
   let node = root;
@@ -245,6 +253,7 @@ function addStack(root, frames, value) {
     let child = node.children.find((c) => c.name === f.name && c.kind === f.kind);
     if (!child) {
       child = f.module ? { name: f.name, kind: f.kind, module: f.module, value: 0, children: [] } : { name: f.name, kind: f.kind, value: 0, children: [] };
+      if (f.kind === 'user' && f.module) child.build_id = buildIdOf(f.module);
       node.children.push(child);
     }
     child.value += value;
@@ -440,6 +449,9 @@ function flamegraph(params) {
       from: rfc3339(from),
       to: rfc3339(to),
       total: root.value,
+      truncated_stacks: 0,
+      // How the server summed the nodes: per node for a selector, else from its fleet rollups.
+      reach: nodes.length > 0 ? 'matching' : 'fleet',
       root,
     },
   ];
@@ -484,7 +496,7 @@ const server = createServer((req, res) => {
     case '/healthz':
       return send(res, 200, 'text/plain', 'ok\n');
     case '/api/v1/nodes':
-      return sendJson(res, 200, { nodes: nodesList() });
+      return sendJson(res, 200, { selector: url.searchParams.get('selector') ?? '{}', nodes: nodesList() });
     case '/api/v1/events':
       return sendJson(res, 200, { events: EVENTS });
     case '/api/v1/flamegraph': {

@@ -13,7 +13,9 @@ use crate::fixture;
 /// headless Chromium renders that frame (screenshot in target/artifacts/flamegraph.png). A
 /// second agent, whose kernel is made to refuse the unwinder (`--test-refuse`, tests only),
 /// samples cpu all the same: the server lists that node's stacks as walked by frame pointers,
-/// less than asked for and why, in its facts, its `unwinding` label and its node page.
+/// less than asked for and why, in its facts, its `unwinding` label and its node page. The web
+/// UI's mock server (web/test/mock-server.mjs) answers in the shape of this server, field by
+/// field (web/test/api-shapes.mjs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_samples_reach_the_flame_graph_in_the_browser() {
     let server = TestServer::start().await;
@@ -217,6 +219,13 @@ async fn agent_samples_reach_the_flame_graph_in_the_browser() {
             "--screenshot",
             screenshot.to_str().unwrap(),
         ],
+    );
+
+    // The web UI is developed and tested on web/test/mock-server.mjs: its answers have the shape
+    // of this server's, field by field.
+    super::common::web_test(
+        "test/api-shapes.mjs",
+        &["--url", &format!("{}/", server.url()), "--node", "e2e-node"],
     );
 
     let _ = stop_agent.send(true);
