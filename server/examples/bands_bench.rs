@@ -14,7 +14,12 @@
 //! A third table: one-band fleets whose node-to-node noise has heavier tails than log-normal
 //! (Student's t in log space), where the extreme nodes of a tail must not be called a band.
 //!
-//! usage: cargo run --release -p bimodal-server --example bands_bench [TRIALS]
+//! A fourth table: the fleet shapes of issue 48, from 10 to 10,000 nodes: one-band fleets that
+//! are not normal (a ramp, log-uniform, skewed, heavy-tailed), where any band is false; small
+//! bands (3 nodes, 1%), and three levels, where the answer should be the slowest level exactly.
+//!
+//! usage: cargo run --release -p bimodal-server --example bands_bench [TRIALS [TABLE...]]
+//!   TABLE: bands, sparse, heavy or shapes (default: all four)
 
 use std::time::Instant;
 
@@ -23,9 +28,29 @@ use rand::SeedableRng;
 use rand_distr::{Distribution, Poisson, StandardNormal, StudentT};
 
 fn main() {
-    let trials: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(200);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let trials: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(200);
+    let tables: Vec<&str> = args.iter().skip(1).map(String::as_str).collect();
+    let wanted = |t: &str| tables.is_empty() || tables.contains(&t);
     let config = BandConfig::default();
     let mut null = NullCache::default();
+    if wanted("bands") {
+        bands(trials, &config, &mut null);
+    }
+    if wanted("sparse") {
+        sparse(trials, &config, &mut null);
+    }
+    if wanted("heavy") {
+        heavy(trials, &config, &mut null);
+    }
+    if wanted("shapes") {
+        shapes(trials, &config, &mut null);
+    }
+}
+
+/// A slow band of a share of the nodes, a factor slower, in log-normal noise; one-band fleets of
+/// the same noise beside.
+fn bands(trials: usize, config: &BandConfig, null: &mut NullCache) {
     println!("| nodes | slow band | factor | noise σ | bands found | slow band exact | nodes misplaced (ideal) | false bands, one-band fleet | detection p50 / p95 |");
     println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for &n in &[20usize, 50, 100, 300, 1000] {
@@ -49,8 +74,8 @@ fn main() {
                     .enumerate()
                     .map(|(i, v)| v + i as f64)
                     .collect::<Vec<_>>(),
-                &config,
-                &mut null,
+                config,
+                null,
             );
             for _ in 0..trials {
                 let values: Vec<f64> = (0..n)
@@ -60,7 +85,7 @@ fn main() {
                     })
                     .collect();
                 let t = Instant::now();
-                let got = detect(&values, &config, &mut null);
+                let got = detect(&values, config, null);
                 times.push(t.elapsed().as_secs_f64());
                 if let Bands::Two(split) = got {
                     found += 1;
@@ -79,7 +104,7 @@ fn main() {
                         (sigma * z).exp()
                     })
                     .collect();
-                if matches!(detect(&one, &config, &mut null), Bands::Two(_)) {
+                if matches!(detect(&one, config, null), Bands::Two(_)) {
                     false_bands += 1;
                 }
             }
@@ -98,8 +123,120 @@ fn main() {
             );
         }
     }
-    sparse(trials, &config, &mut null);
-    heavy(trials, &config, &mut null);
+}
+
+/// A fleet shape: each node's value given its index, the fleet's size and a random source; and
+/// the nodes a right answer puts in the slow (high) band, none for a one-band shape.
+struct Shape {
+    name: &'static str,
+    value: fn(usize, usize, &mut rand_chacha::ChaCha8Rng) -> f64,
+    slow: fn(usize) -> usize,
+}
+
+/// Log-normal node-to-node noise of σ 0.1.
+fn noise(rng: &mut rand_chacha::ChaCha8Rng) -> f64 {
+    let z: f64 = StandardNormal.sample(rng);
+    (0.1 * z).exp()
+}
+
+const SHAPES: [Shape; 9] = [
+    Shape {
+        name: "one band: log-normal, σ 0.1",
+        value: |_, _, rng| noise(rng),
+        slow: |_| 0,
+    },
+    Shape {
+        name: "one band: ramp 1.00…1.95× in 20 even steps",
+        value: |i, n, _| 1.0 + 0.05 * (i * 20 / n) as f64,
+        slow: |_| 0,
+    },
+    Shape {
+        name: "one band: log-uniform ±20%",
+        value: |_, _, rng| (rand::Rng::random_range(rng, -0.2f64..0.2)).exp(),
+        slow: |_| 0,
+    },
+    Shape {
+        name: "one band: skewed (1 + exponential, mean 0.2)",
+        value: |_, _, rng| {
+            let e: f64 = rand_distr::Exp1.sample(rng);
+            1.0 + 0.2 * e
+        },
+        slow: |_| 0,
+    },
+    Shape {
+        name: "one band: heavy tails (Student's t, 3 degrees, scale 0.1)",
+        value: |_, _, rng| (0.1f64 * StudentT::new(3.0).unwrap().sample(rng)).exp(),
+        slow: |_| 0,
+    },
+    Shape {
+        name: "3 nodes 5× slower, σ 0.1",
+        value: |i, _, rng| if i < 3 { 5.0 } else { 1.0 } * noise(rng),
+        slow: |_| 3,
+    },
+    Shape {
+        name: "1% 2× slower, σ 0.1",
+        value: |i, n, rng| if i < (n / 100).max(1) { 2.0 } else { 1.0 } * noise(rng),
+        slow: |n| (n / 100).max(1),
+    },
+    Shape {
+        name: "12% 3× faster (Netflix's shape), σ 0.1",
+        value: |i, n, rng| if i < n * 88 / 100 { 3.0 } else { 1.0 } * noise(rng),
+        slow: |n| n * 88 / 100,
+    },
+    Shape {
+        name: "three levels 60/25/15% at 1×/2×/4×, σ 0.1 (the slowest level wanted)",
+        value: |i, n, rng| {
+            let level = if i < n * 15 / 100 {
+                4.0
+            } else if i < n * 40 / 100 {
+                2.0
+            } else {
+                1.0
+            };
+            level * noise(rng)
+        },
+        slow: |n| n * 15 / 100,
+    },
+];
+
+/// Each shape at 10 to 10,000 nodes: for one-band shapes the share of fleets given two bands
+/// (all false), for the others the share whose slow band is exactly the slow nodes.
+fn shapes(trials: usize, config: &BandConfig, null: &mut NullCache) {
+    const SIZES: [usize; 4] = [10, 100, 1000, 10_000];
+    println!();
+    print!("| shape | measure |");
+    for n in SIZES {
+        print!(" {n} nodes |");
+    }
+    println!();
+    println!("| --- | --- |{}", " --- |".repeat(SIZES.len()));
+    for (k, shape) in SHAPES.iter().enumerate() {
+        let one_band = (shape.slow)(SIZES[0]) == 0;
+        print!(
+            "| {} | {} |",
+            shape.name,
+            if one_band { "false bands" } else { "slow band exact" }
+        );
+        for n in SIZES {
+            // Fewer fleets of 10,000 nodes: each detection sorts them, and the null of that size
+            // is drawn once.
+            let trials = if n >= 10_000 { trials.div_ceil(10) } else { trials };
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x5eed_0000 + k as u64 * 100_000 + n as u64);
+            let slow: Vec<usize> = (0..(shape.slow)(n)).collect();
+            let hits = (0..trials)
+                .filter(|_| {
+                    let values: Vec<f64> = (0..n).map(|i| (shape.value)(i, n, &mut rng)).collect();
+                    match (detect(&values, config, null), one_band) {
+                        (Bands::Two(_), true) => true,
+                        (Bands::Two(split), false) => split.high == slow,
+                        (_, _) => false,
+                    }
+                })
+                .count();
+            print!(" {:.1}% |", 100.0 * hits as f64 / trials as f64);
+        }
+        println!();
+    }
 }
 
 /// False bands in one-band fleets whose log values follow Student's t (scale 0.1) with `df`
