@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use super::params::Params;
 use super::{AppError, AppState};
 use crate::analysis::bands::{BandConfig, Bands, Split};
-use crate::analysis::compare::{self, Groups, Metric};
+use crate::analysis::compare::{self, Groups, Metric, MetricBands};
 use crate::clock::{now_secs as now, rfc3339};
 use crate::selector::Selector;
 use crate::storage::NodesRead;
@@ -51,6 +51,53 @@ fn split_json(w: &Window, measured: &[usize], s: &Split) -> Value {
         "p_value": s.p_value,
         "null_tail": null_tail(s),
     })
+}
+
+/// Each metric as the answer lists it, with its test's outcome.
+fn metrics_json(w: &Window, metrics: &[Metric], tested: &[MetricBands]) -> Vec<Value> {
+    metrics
+        .iter()
+        .zip(tested)
+        .map(|(m, t)| {
+            let mut v = serde_json::to_value(m).unwrap_or(Value::Null);
+            v["bands"] = bands_json(w, &t.measured, &t.bands);
+            v
+        })
+        .collect()
+}
+
+/// The answer's verdict and `bands` when `metric` split the nodes into `groups` by `split`,
+/// with the nodes that changed band since the window before (`previous_window`).
+fn two_bands(w: &Window, metric: &Metric, split: &Split, groups: &Groups, previous_window: Value) -> (Value, Value) {
+    let verdict = format!(
+        "two bands in {}: {} nodes at a median of {} and {} at {} {}{}",
+        metric.name,
+        groups.high.len(),
+        crate::analysis::figure(split.high_median),
+        groups.low.len(),
+        crate::analysis::figure(split.low_median),
+        metric.unit,
+        match groups.slow {
+            Some(band) => format!("; the {band} band is slow"),
+            None => String::new(),
+        }
+    );
+    let bands = json!({
+        "metric": metric.name,
+        "kind": metric.kind,
+        "unit": metric.unit,
+        "slow": groups.slow,
+        "low": w.names(&groups.low),
+        "high": w.names(&groups.high),
+        "low_median": split.low_median,
+        "high_median": split.high_median,
+        "threshold": split.threshold,
+        "separation": split.separation,
+        "p_value": split.p_value,
+        "null_tail": null_tail(split),
+        "previous_window": previous_window,
+    });
+    (json!(verdict), bands)
 }
 
 fn bands_json(w: &Window, measured: &[usize], bands: &Bands) -> Value {
@@ -92,15 +139,7 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
             .map_err(AppError::Internal)
     })
     .await?;
-    let metrics_json: Vec<Value> = metrics
-        .iter()
-        .zip(&choice.tested)
-        .map(|(m, t)| {
-            let mut v = serde_json::to_value(m).unwrap_or(Value::Null);
-            v["bands"] = bands_json(&window, &t.measured, &t.bands);
-            v
-        })
-        .collect();
+    let metrics_json = metrics_json(&window, &metrics, &choice.tested);
     let mut answer = json!({
         "selector": selector.to_string(),
         "from": rfc3339(from),
@@ -137,34 +176,7 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
         },
     )?;
     let explained = sample.groups;
-    answer["verdict"] = json!(format!(
-        "two bands in {}: {} nodes at a median of {} and {} at {} {}{}",
-        metric.name,
-        groups.high.len(),
-        crate::analysis::figure(split.high_median),
-        groups.low.len(),
-        crate::analysis::figure(split.low_median),
-        metric.unit,
-        match groups.slow {
-            Some(band) => format!("; the {band} band is slow"),
-            None => String::new(),
-        }
-    ));
-    answer["bands"] = json!({
-        "metric": metric.name,
-        "kind": metric.kind,
-        "unit": metric.unit,
-        "slow": groups.slow,
-        "low": window.names(&groups.low),
-        "high": window.names(&groups.high),
-        "low_median": split.low_median,
-        "high_median": split.high_median,
-        "threshold": split.threshold,
-        "separation": split.separation,
-        "p_value": split.p_value,
-        "null_tail": null_tail(split),
-        "previous_window": changed,
-    });
+    (answer["verdict"], answer["bands"]) = two_bands(&window, metric, split, groups, changed);
     let labels: Vec<_> = window.nodes.iter().map(|n| n.labels.clone()).collect();
     let explained_nodes = explained_json(&window, &explained, per_group);
     let (groups, findings) = (groups.clone(), window.findings.clone());
@@ -473,4 +485,132 @@ pub(super) async fn bands_of(
         }),
         _ => Err(no_bands_verdict(&window, &metrics, &choice)),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::analysis::bands::NoBands;
+    use crate::analysis::compare::{Direction, MetricKind};
+    use crate::storage::NodeInfo;
+
+    fn window(names: &[&str]) -> Window {
+        Window {
+            nodes: names
+                .iter()
+                .map(|&n| NodeInfo {
+                    node: n.into(),
+                    labels: BTreeMap::new(),
+                    first_seen: 0,
+                    last_seen: 0,
+                    agent_version: "test".into(),
+                    facts: None,
+                })
+                .collect(),
+            node_cpu_ns: vec![None; names.len()],
+            node_cpu_seconds: vec![None; names.len()],
+            metrics: Vec::new(),
+            sources: Vec::new(),
+            findings: vec![Vec::new(); names.len()],
+        }
+    }
+
+    fn split(low: Vec<usize>, high: Vec<usize>) -> Split {
+        Split {
+            low,
+            high,
+            low_median: 100.0,
+            high_median: 400.0,
+            threshold: 200.0,
+            separation: 6.0,
+            d: 5.0,
+            p_value: 0.001,
+            null_tail: Some(5.0),
+        }
+    }
+
+    fn faults(values: Vec<Option<f64>>) -> Metric {
+        Metric {
+            kind: MetricKind::EventRate {
+                event: "page_fault".into(),
+                source: "page-faults".into(),
+            },
+            name: "page_fault per CPU-second".into(),
+            unit: "faults per CPU-second".into(),
+            direction: Direction::HigherIsSlower,
+            values,
+            evidence: None,
+        }
+    }
+
+    /// A split indexes the nodes measured, not the window's: a node without a value is in
+    /// neither band, and the others keep their names.
+    #[test]
+    fn a_split_names_the_nodes_it_measured() {
+        let w = window(&["a", "b", "c", "d"]);
+        let metric = faults(vec![Some(100.0), None, Some(400.0), Some(420.0)]);
+        let tested = [MetricBands {
+            measured: vec![0, 2, 3],
+            bands: Bands::Two(split(vec![0], vec![1, 2])),
+        }];
+        let listed = metrics_json(&w, &[metric], &tested);
+        let bands = &listed[0]["bands"];
+        assert_eq!(bands["found"], true);
+        assert_eq!(bands["low"], json!(["a"]));
+        assert_eq!(bands["high"], json!(["c", "d"]));
+        assert_eq!(bands["null_tail"], "student_t(5)");
+        assert_eq!(listed[0]["name"], "page_fault per CPU-second");
+        assert_eq!(listed[0]["kind"], "event_rate");
+        assert_eq!(listed[0]["values"], json!([100.0, null, 400.0, 420.0]));
+    }
+
+    /// No bands: the reason in words, and the best split tested, named the same way.
+    #[test]
+    fn no_bands_say_why_and_show_the_best_split() {
+        let w = window(&["a", "b", "c"]);
+        let none = Bands::None {
+            reason: NoBands::NotSignificant { p_value: 0.2 },
+            best: Some(split(vec![0, 1], vec![2])),
+        };
+        let v = bands_json(&w, &[0, 1, 2], &none);
+        assert_eq!(v["found"], false);
+        assert!(v["reason"].as_str().unwrap().contains("p = 0.200"), "{v}");
+        assert_eq!(v["best"]["high"], json!(["c"]));
+        let without = bands_json(
+            &w,
+            &[],
+            &Bands::None {
+                reason: NoBands::TooFewNodes { nodes: 0, needed: 5 },
+                best: None,
+            },
+        );
+        assert_eq!(without["best"], Value::Null);
+    }
+
+    /// The verdict names the metric, each band's size and median, and the slow band when the
+    /// metric says which is; `bands` lists the nodes of each.
+    #[test]
+    fn the_verdict_names_the_slow_band() {
+        let w = window(&["a", "b", "c", "d", "e"]);
+        let metric = faults(vec![Some(100.0); 5]);
+        let groups = Groups {
+            low: vec![0, 1, 3],
+            high: vec![2, 4],
+            slow: Some("high"),
+        };
+        let (verdict, bands) = two_bands(&w, &metric, &split(vec![], vec![]), &groups, json!({"moved": []}));
+        assert_eq!(
+            verdict,
+            "two bands in page_fault per CPU-second: 2 nodes at a median of 400 and 3 at 100 faults per CPU-second; the high band is slow"
+        );
+        assert_eq!(bands["low"], json!(["a", "b", "d"]));
+        assert_eq!(bands["high"], json!(["c", "e"]));
+        assert_eq!(bands["slow"], "high");
+        assert_eq!(bands["previous_window"], json!({"moved": []}));
+        let neither = Groups { slow: None, ..groups };
+        let (verdict, _) = two_bands(&w, &metric, &split(vec![], vec![]), &neither, Value::Null);
+        assert!(!verdict.as_str().unwrap().contains("slow"), "{verdict}");
+    }
 }
