@@ -279,6 +279,9 @@ export interface ApiMetric {
     threshold?: number;
     p_value?: number;
     best?: { low: string[]; high: string[]; threshold: number; p_value: number } | null;
+    /** Nodes whose value rests on too little (a few events over a few milliseconds of CPU):
+     * neither tested nor deciding the test. */
+    set_aside?: string[];
   };
 }
 

@@ -133,6 +133,13 @@ function render(): void {
   renderNodes(a);
 }
 
+/** The nodes a metric set aside, said after its outcome. */
+function setAsideNote(nodes: string[]): string {
+  if (nodes.length === 0) return '';
+  const named = nodes.length <= 3 ? nodes.join(', ') : `${nodes.slice(0, 3).join(', ')} and ${nodes.length - 3} more`;
+  return `; set aside, too little evidence: ${named}`;
+}
+
 function renderMetricOptions(): void {
   const names = answer?.metrics.map((m) => m.name) ?? [];
   if (state.metric && !names.includes(state.metric)) names.push(state.metric);
@@ -216,7 +223,8 @@ function renderMetrics(a: ApiCompare): void {
       direction[m.direction],
       `${values.length} of ${a.nodes.length}`,
       figure(median),
-      m.bands.found ? (m.name === a.bands?.metric ? 'two bands (chosen)' : 'two bands') : `none: ${m.bands.reason ?? 'not tested'}`,
+      (m.bands.found ? (m.name === a.bands?.metric ? 'two bands (chosen)' : 'two bands') : `none: ${m.bands.reason ?? 'not tested'}`) +
+        setAsideNote(m.bands.set_aside ?? []),
       pValue(m.bands.p_value ?? best?.p_value),
       String((m.bands.low ?? best?.low ?? []).length || '—'),
       String((m.bands.high ?? best?.high ?? []).length || '—'),

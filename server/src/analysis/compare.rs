@@ -71,7 +71,41 @@ pub struct Metric {
 pub struct MetricBands {
     /// Nodes with a value, by index into the comparison's nodes (what `bands` indexes).
     pub measured: Vec<usize>,
+    /// Nodes with a value resting on too little evidence to be placed in a band
+    /// ([`set_aside`]): neither tested nor deciding the test, by index into the comparison's
+    /// nodes.
+    pub set_aside: Vec<usize>,
     pub bands: Bands,
+}
+
+/// A node's exposure below this share of the fleet's median leaves it too little evidence to be
+/// placed, when it also saw fewer than [`bands::MIN_BAND_EVENTS`] events.
+pub const SET_ASIDE_EXPOSURE: f64 = 0.1;
+
+/// The nodes (by index into `evidence`) whose value of a count rests on too little: fewer than
+/// [`bands::MIN_BAND_EVENTS`] events over less than [`SET_ASIDE_EXPOSURE`] of the median
+/// exposure (a node that ran a few milliseconds of CPU in the window). Their few events say
+/// nothing of their rate: a fast node and a slow one would both show none or one. Set aside, such
+/// a node neither lands in a band by the floor its zero is raised to (half an event over its
+/// tiny exposure: the highest value of the fleet) nor vetoes the fleet's bands for resting on
+/// few events. A node that ran as long as the others and saw few events is measured: it is low.
+pub fn set_aside(evidence: &[Option<Evidence>]) -> Vec<usize> {
+    let mut exposures: Vec<f64> = evidence
+        .iter()
+        .flatten()
+        .map(|e| e.exposure)
+        .filter(|x| *x > 0.0)
+        .collect();
+    if exposures.is_empty() {
+        return Vec::new();
+    }
+    exposures.sort_by(f64::total_cmp);
+    let median = exposures[exposures.len() / 2];
+    (0..evidence.len())
+        .filter(|&i| {
+            evidence[i].is_some_and(|e| e.events < bands::MIN_BAND_EVENTS && e.exposure < SET_ASIDE_EXPOSURE * median)
+        })
+        .collect()
 }
 
 /// Two groups of nodes by index: `high` had the higher values of the metric that split them.
@@ -148,9 +182,17 @@ pub fn find_bands(metrics: &[Metric], config: &BandConfig, null: &mut NullCache)
     let tested: Vec<MetricBands> = metrics
         .iter()
         .map(|m| {
-            let measured: Vec<usize> = (0..m.values.len())
+            let with_value: Vec<usize> = (0..m.values.len())
                 .filter(|&i| m.values[i].is_some_and(f64::is_finite))
                 .collect();
+            let set_aside: Vec<usize> = match &m.evidence {
+                Some(evidence) => {
+                    let of: Vec<Option<Evidence>> = with_value.iter().map(|&i| evidence[i]).collect();
+                    set_aside(&of).into_iter().map(|k| with_value[k]).collect()
+                }
+                None => Vec::new(),
+            };
+            let measured: Vec<usize> = with_value.into_iter().filter(|i| !set_aside.contains(i)).collect();
             let values: Vec<f64> = measured.iter().map(|&i| m.values[i].unwrap_or(0.0)).collect();
             let bands = match &m.evidence {
                 Some(evidence) => {
@@ -159,7 +201,11 @@ pub fn find_bands(metrics: &[Metric], config: &BandConfig, null: &mut NullCache)
                 }
                 None => bands::detect(&values, &per_metric, null),
             };
-            MetricBands { bands, measured }
+            MetricBands {
+                bands,
+                measured,
+                set_aside,
+            }
         })
         .collect();
     let chosen = tested
@@ -674,6 +720,53 @@ mod tests {
             values,
             evidence: None,
         }
+    }
+
+    /// A node that ran a few milliseconds in the window (no fault seen) is set aside and named:
+    /// before, its zero was raised to half a fault over those milliseconds, the highest value of
+    /// the fleet, put it in the slow band and vetoed the bands for resting on no event.
+    #[test]
+    fn a_node_with_too_little_exposure_is_set_aside_not_a_veto() {
+        let mut evidence = Vec::new();
+        let mut values = Vec::new();
+        for i in 0..20 {
+            // 10 CPU-seconds each; 4 slow nodes fault 30 times a CPU-second, the rest 10.
+            let rate = if [3, 7, 11, 15].contains(&i) { 30.0 } else { 10.0 } * (1.0 + 0.01 * (i % 5) as f64);
+            // Node 18: 5 ms of CPU, nothing seen.
+            let (events, exposure) = if i == 18 { (0.0, 0.005) } else { (rate * 10.0, 10.0) };
+            evidence.push(Some(Evidence { events, exposure }));
+            values.push(Some(events / exposure));
+        }
+        let mut faults = metric("page_fault", Direction::HigherIsSlower, values);
+        faults.evidence = Some(evidence.clone());
+        let choice = find_bands(&[faults], &BandConfig::default(), &mut NullCache::default());
+        assert_eq!(choice.tested[0].set_aside, vec![18]);
+        assert!(!choice.tested[0].measured.contains(&18));
+        let groups = choice
+            .groups
+            .unwrap_or_else(|| panic!("no band: {:?}", choice.tested[0].bands));
+        assert_eq!(groups.high, vec![3, 7, 11, 15]);
+        assert!(!groups.low.contains(&18));
+    }
+
+    /// Set aside: few events over a tenth of the median exposure or less. A node that ran as long
+    /// as the rest and saw few events is measured (it is low); so is one that ran briefly and saw
+    /// many; a node without evidence is neither.
+    #[test]
+    fn only_few_events_over_little_exposure_is_set_aside() {
+        let e = |events: f64, exposure: f64| Some(Evidence { events, exposure });
+        let evidence = [
+            e(500.0, 10.0),
+            e(480.0, 10.0),
+            e(2.0, 10.0),
+            e(9.0, 0.5),
+            e(40.0, 0.5),
+            None,
+            e(0.0, 0.0),
+            e(520.0, 10.0),
+        ];
+        assert_eq!(set_aside(&evidence), vec![3, 6]);
+        assert_eq!(set_aside(&[None, None]), Vec::<usize>::new());
     }
 
     /// A fleet of 20 with 4 slow nodes in one metric and noise in another: the slow metric

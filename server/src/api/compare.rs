@@ -61,6 +61,7 @@ fn metrics_json(w: &Window, metrics: &[Metric], tested: &[MetricBands]) -> Vec<V
         .map(|(m, t)| {
             let mut v = serde_json::to_value(m).unwrap_or(Value::Null);
             v["bands"] = bands_json(w, &t.measured, &t.bands);
+            v["bands"]["set_aside"] = json!(w.names(&t.set_aside));
             v
         })
         .collect()
@@ -553,6 +554,7 @@ mod tests {
         let metric = faults(vec![Some(100.0), None, Some(400.0), Some(420.0)]);
         let tested = [MetricBands {
             measured: vec![0, 2, 3],
+            set_aside: Vec::new(),
             bands: Bands::Two(split(vec![0], vec![1, 2])),
         }];
         let listed = metrics_json(&w, &[metric], &tested);
@@ -561,6 +563,7 @@ mod tests {
         assert_eq!(bands["low"], json!(["a"]));
         assert_eq!(bands["high"], json!(["c", "d"]));
         assert_eq!(bands["null_tail"], "student_t(5)");
+        assert_eq!(bands["set_aside"], json!([]));
         assert_eq!(listed[0]["name"], "page_fault per CPU-second");
         assert_eq!(listed[0]["kind"], "event_rate");
         assert_eq!(listed[0]["values"], json!([100.0, null, 400.0, 420.0]));
