@@ -47,18 +47,34 @@ const RATIOS: &[(&str, &str, &str, f64, &str)] = &[
     ),
 ];
 
-/// Node counters compared, as (metric name, counter, counter subtracted, direction).
-const COUNTERS: &[(&str, &str, Option<&str>, Direction)] = &[
+/// Node counters compared, as (metric name, counter, counter subtracted, direction, whether it
+/// counts between NUMA nodes).
+const COUNTERS: &[(&str, &str, Option<&str>, Direction, bool)] = &[
     (
         "numa_hint_faults_remote",
         "numa_hint_faults",
         Some("numa_hint_faults_local"),
         Direction::HigherIsSlower,
+        true,
     ),
-    ("numa_miss", "numa_miss", None, Direction::HigherIsSlower),
-    ("numa_pages_migrated", "numa_pages_migrated", None, Direction::Neither),
-    ("pgmajfault", "pgmajfault", None, Direction::HigherIsSlower),
+    ("numa_miss", "numa_miss", None, Direction::HigherIsSlower, true),
+    (
+        "numa_pages_migrated",
+        "numa_pages_migrated",
+        None,
+        Direction::Neither,
+        true,
+    ),
+    ("pgmajfault", "pgmajfault", None, Direction::HigherIsSlower, false),
 ];
+
+/// Whether a node's facts say it has one NUMA node: its counters of traffic between NUMA nodes
+/// are zero by construction, not measured. Compared with the nodes that have several, those
+/// zeros would make a band of the machines' shape (issue 48), and whether they are stored at all
+/// depends on merges (a summed row of zeros is dropped).
+fn single_numa_node(node: &NodeInfo) -> bool {
+    node.facts.as_ref().is_some_and(|f| f.numa_nodes.len() == 1)
+}
 
 /// The stored figures of one window, per node.
 #[derive(Clone, Debug)]
@@ -363,9 +379,12 @@ impl Window {
                 ),
             });
         }
-        for &(name, counter, minus, direction) in COUNTERS {
+        for &(name, counter, minus, direction, between_numa_nodes) in COUNTERS {
             let increase: Vec<Option<f64>> = (0..nodes.len())
                 .map(|i| {
+                    if between_numa_nodes && single_numa_node(&nodes[i]) {
+                        return None;
+                    }
                     let v = counters.get(&(i, counter.to_owned()))?;
                     let less = minus.map_or(Some(0.0), |m| counters.get(&(i, m.to_owned())).copied())?;
                     Some((v - less).max(0.0))
@@ -826,6 +845,35 @@ mod tests {
         );
         assert_eq!(w.sources.len(), 2);
         assert_eq!(w.node_cpu_seconds, [Some(20.0), Some(40.0)]);
+    }
+
+    /// Counters of traffic between NUMA nodes are not measured on a node with one NUMA node (its
+    /// zero is the machine's shape), measured on one with two, and on one without facts as
+    /// counted; counters of anything else are measured everywhere.
+    #[test]
+    fn numa_counters_are_not_measured_on_a_single_numa_node() {
+        let mut rows = two_nodes();
+        let numa = |n: usize| bimodal_proto::v1::NodeFacts {
+            numa_nodes: (0..n as u32)
+                .map(|id| bimodal_proto::v1::NumaNode {
+                    id,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        rows.nodes.push(node("c"));
+        rows.nodes[0].facts = Some(numa(2));
+        rows.nodes[1].facts = Some(numa(1));
+        rows.counters.extend([
+            counter("b", "numa_miss", 0),
+            counter("b", "pgmajfault", 300),
+            counter("c", REPORTED_COUNTER, 100_000),
+            counter("c", "numa_miss", 200),
+        ]);
+        let w = Window::assemble(rows, &Selector::all(), FROM, TO, TO);
+        assert_eq!(metric(&w, "numa_miss").values, [Some(5.0), None, Some(2.0)]);
+        assert_eq!(metric(&w, "pgmajfault").values, [None, Some(3.0), None]);
     }
 
     /// A node whose agent sampled the event and had none of it has 0; one whose agent did not
