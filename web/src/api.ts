@@ -343,6 +343,8 @@ export interface ApiCompare {
     labels: (ApiAssociation & { label: string; value: string })[];
     placement: (ApiAssociation & { finding: string; example: string })[];
     code: (ApiDifference & { function: string; module: string; measure: 'self_value' | 'total_value' })[];
+    /** Why no function can be listed, when the groups are too small for the rank test. */
+    code_note?: string | null;
     data: (ApiDifference & { object: string; kind: string })[];
     /** The nodes the code and data differences were read over (each difference's values are
      * theirs, in this order): every node of a band, or a sample of `per_group` (null: all). */

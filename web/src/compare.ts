@@ -364,6 +364,8 @@ function renderExplanation(a: ApiCompare): void {
         rows,
       ),
     );
+  } else if (x.code_note) {
+    parts.push(el('p', 'muted', `No function is listed: ${x.code_note}.`));
   } else {
     parts.push(el('p', 'muted', `No function differs consistently between the bands${sample}.`));
   }

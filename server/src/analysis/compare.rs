@@ -442,6 +442,23 @@ pub const MAX_LISTED_P: f64 = 0.05;
 /// Weights this close to the heaviest left rank as equal.
 pub const WEIGHT_STEP: f64 = 0.05;
 
+/// Why no function can be listed between `groups`, when they are too small for it: the rank
+/// test's smallest p-value for their sizes (every node of one above every node of the other) is
+/// above [`MAX_LISTED_P`] (2 nodes against 7 or fewer, or 3 against 3). `None` when a difference
+/// could be listed.
+pub fn too_few_to_rank(groups: &Groups) -> Option<String> {
+    let (low, high) = (groups.low.len(), groups.high.len());
+    let apart: Vec<f64> = (0..low + high).map(|i| i as f64).collect();
+    let best = rank::mann_whitney(&apart[..low], &apart[low..]).p_value;
+    (best > MAX_LISTED_P).then(|| {
+        format!(
+            "too few nodes to rank functions: {high} against {low} nodes reach p = {best:.3} at best \
+             (every node of one group above every node of the other), above the {MAX_LISTED_P} a \
+             difference is listed at"
+        )
+    })
+}
+
 /// Functions whose normalized per-node values differ between the bands consistently (|effect|
 /// at least [`MIN_LISTED_EFFECT`], p at most [`MAX_LISTED_P`]), the largest first: by
 /// [`CodeDifference::weight`], taking among those within [`WEIGHT_STEP`] of the heaviest left,
@@ -767,6 +784,23 @@ mod tests {
         ];
         assert_eq!(set_aside(&evidence), vec![3, 6]);
         assert_eq!(set_aside(&[None, None]), Vec::<usize>::new());
+    }
+
+    /// Two nodes against seven can never be listed (p = 0.056 at best); against eight they
+    /// can (0.044); three against five can (0.036), three against three cannot (0.1).
+    #[test]
+    fn groups_too_small_to_rank_say_so() {
+        let groups = |low: usize, high: usize| Groups {
+            low: (0..low).collect(),
+            high: (low..low + high).collect(),
+            slow: Some("high"),
+        };
+        let note = too_few_to_rank(&groups(7, 2)).expect("2 against 7 cannot be ranked");
+        assert!(note.contains("2 against 7 nodes reach p = 0.056"), "{note}");
+        assert_eq!(too_few_to_rank(&groups(8, 2)), None);
+        assert_eq!(too_few_to_rank(&groups(5, 3)), None);
+        assert!(too_few_to_rank(&groups(3, 3)).is_some());
+        assert_eq!(too_few_to_rank(&groups(100, 100)), None);
     }
 
     /// A fleet of 20 with 4 slow nodes in one metric and noise in another: the slow metric

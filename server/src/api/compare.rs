@@ -190,6 +190,7 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
                 "placement": compare::finding_splits(&findings, &groups),
                 "nodes": explained_nodes,
                 "code": compare::code_differences(&tables, &explained, limit as usize),
+                "code_note": compare::too_few_to_rank(&explained),
                 "data": compare::data_differences(&data, &explained, limit as usize),
             })
         }),
@@ -361,6 +362,7 @@ async fn given_groups(state: &AppState, p: &Params) -> Result<Json<Value>, AppEr
                 "placement": compare::finding_splits(&findings, &groups),
                 "nodes": explained_nodes,
                 "code": compare::code_differences(&tables, &explained, limit as usize),
+                "code_note": compare::too_few_to_rank(&explained),
                 "data": compare::data_differences(&data, &explained, limit as usize),
             });
             (metrics, explanation)
