@@ -14,11 +14,11 @@
 // end-to-end test's node). The mock is started here. Prints `ok: N routes, N fields agree` or one
 // `FAIL:` line per difference, and exits 1 on any.
 
-import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { startMockServer } from './harness.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const { values: args } = parseArgs({
@@ -100,17 +100,8 @@ async function get(base, route) {
   return JSON.parse(body);
 }
 
-const mock = spawn(process.execPath, [join(here, 'mock-server.mjs'), '--port', '0'], { stdio: ['ignore', 'pipe', 'inherit'] });
+const { url: mockUrl, mock } = await startMockServer();
 try {
-  const mockUrl = await new Promise((ok, ko) => {
-    let out = '';
-    mock.stdout.on('data', (d) => {
-      out += d;
-      const m = /on (http:\/\/\S+\/)/.exec(out);
-      if (m) ok(m[1]);
-    });
-    mock.on('exit', (code) => ko(new Error(`mock server exited with ${code}`)));
-  });
   const to = Math.floor(Date.now() / 1000) + 1;
   const from = to - 3600;
   const window = `from=${from}&to=${to}`;

@@ -6,6 +6,7 @@
 // Prints one line per case and a closing "N passed, N failed" line; exits 1 if any failed.
 
 import { spawn } from 'node:child_process';
+import { startMockServer } from './harness.mjs';
 import { mkdirSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -39,16 +40,7 @@ const NODE_CASES = [
   { name: 'node-web-2-empty', node: 'web-2', extra: ['--unwinding', 'frame_pointers', '--reduced'] },
 ];
 
-const mock = spawn(process.execPath, [join(here, 'mock-server.mjs'), '--port', '0'], { stdio: ['ignore', 'pipe', 'inherit'] });
-const base = await new Promise((ok, ko) => {
-  let out = '';
-  mock.stdout.on('data', (d) => {
-    out += d;
-    const m = /on (http:\/\/\S+\/)/.exec(out);
-    if (m) ok(m[1]);
-  });
-  mock.on('exit', (code) => ko(new Error(`mock server exited with ${code}`)));
-});
+const { url: base, mock } = await startMockServer();
 
 let passed = 0;
 let failed = 0;

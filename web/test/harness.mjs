@@ -1,10 +1,13 @@
 // What the browser checks share (compare-, node-, fleet-, alerts-, auth-, rate-browser.mjs and
 // browser.mjs): their command line, the Chromium they drive, failures with a reason, polling for a
 // condition, and the way they end
-// (`ok: …` and exit 0, or `FAIL: reason` and exit 1; a full-page screenshot either way).
+// (`ok: …` and exit 0, or `FAIL: reason` and exit 1; a full-page screenshot either way). Also the
+// mock server started for the checks that run on it (e2e-mock.mjs, api-shapes.mjs).
 
+import { spawn } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
-import { dirname } from 'node:path';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { chromium } from 'playwright-core';
 
@@ -110,4 +113,20 @@ export async function finish(run, { page, browser, screenshotPath }) {
     await browser()?.close();
   }
   process.exit(code);
+}
+
+/** Starts test/mock-server.mjs on a free port; resolves to its URL and process (kill it when done). */
+export async function startMockServer() {
+  const script = join(dirname(fileURLToPath(import.meta.url)), 'mock-server.mjs');
+  const mock = spawn(process.execPath, [script, '--port', '0'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const url = await new Promise((ok, ko) => {
+    let out = '';
+    mock.stdout.on('data', (d) => {
+      out += d;
+      const m = /on (http:\/\/\S+\/)/.exec(out);
+      if (m) ok(m[1]);
+    });
+    mock.on('exit', (code) => ko(new Error(`mock server exited with ${code}`)));
+  });
+  return { url, mock };
 }
