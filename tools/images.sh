@@ -15,6 +15,8 @@ VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 mkdir -p "$OUT"
 PROFILE=${IMAGE_PROFILE:-release}
 cargo build --profile "$PROFILE" --quiet -p bimodal-agent -p bimodal-server --bins
+# cargo's `dev` profile builds into target/debug
+BIN=target/$([ "$PROFILE" = dev ] && echo debug || echo "$PROFILE")
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
@@ -22,7 +24,7 @@ trap 'rm -rf "$stage"' EXIT
 image() { # image NAME USER PORT ARGS...
 	local name=$1 user=$2 port=$3
 	shift 3
-	local binary=target/$PROFILE/$name root=$stage/$name
+	local binary=$BIN/$name root=$stage/$name
 	mkdir -p "$root/usr/bin" "$root/etc/ssl/certs" "$root/tmp"
 	objcopy --strip-debug "$binary" "$root/usr/bin/$name"
 	# The dynamic loader and every library the binary links, at the paths it looks for them.

@@ -76,6 +76,13 @@ fn single_numa_node(node: &NodeInfo) -> bool {
     node.facts.as_ref().is_some_and(|f| f.numa_nodes.len() == 1)
 }
 
+/// Whether an event kind counts traffic between NUMA nodes (none by construction on a node with
+/// one): remote accesses and NUMA hinting faults. Page migrations are not: compaction migrates
+/// pages on any machine.
+fn between_numa_nodes(event: &str) -> bool {
+    event == EventKind::RemoteAccess.name() || event == EventKind::NumaHintFault.name()
+}
+
 /// The stored figures of one window, per node.
 #[derive(Clone, Debug)]
 pub struct Window {
@@ -360,6 +367,9 @@ impl Window {
                     .zip(&cpu_seconds)
                     .enumerate()
                     .map(|(i, (v, c))| {
+                        if between_numa_nodes(event) && single_numa_node(&nodes[i]) {
+                            return None;
+                        }
                         let unsampled = ledgered.contains(&i) && !sampled.contains(&(i, *event, source.as_str()));
                         match (v, unsampled) {
                             (None, true) => None,
@@ -441,6 +451,9 @@ impl Window {
         let mut remote_evidence: Vec<Option<Evidence>> = vec![None; nodes.len()];
         for (node, processes) in placements {
             let Some(&i) = index.get(&node) else { continue };
+            if single_numa_node(&nodes[i]) {
+                continue;
+            }
             let (far, all) = processes
                 .iter()
                 .map(|p| p.remote_pages())
@@ -847,9 +860,9 @@ mod tests {
         assert_eq!(w.node_cpu_seconds, [Some(20.0), Some(40.0)]);
     }
 
-    /// Counters of traffic between NUMA nodes are not measured on a node with one NUMA node (its
-    /// zero is the machine's shape), measured on one with two, and on one without facts as
-    /// counted; counters of anything else are measured everywhere.
+    /// Counters and events of traffic between NUMA nodes are not measured on a node with one NUMA
+    /// node (its zero is the machine's shape), measured on one with two, and on one without facts
+    /// as counted; counters and events of anything else are measured everywhere.
     #[test]
     fn numa_counters_are_not_measured_on_a_single_numa_node() {
         let mut rows = two_nodes();
@@ -871,9 +884,19 @@ mod tests {
             counter("c", REPORTED_COUNTER, 100_000),
             counter("c", "numa_miss", 200),
         ]);
+        rows.totals.push((
+            EventKind::RemoteAccess,
+            vec![total("a", "remote-dram", 30, 3000), total("c", "remote-dram", 10, 1000)],
+        ));
         let w = Window::assemble(rows, &Selector::all(), FROM, TO, TO);
         assert_eq!(metric(&w, "numa_miss").values, [Some(5.0), None, Some(2.0)]);
         assert_eq!(metric(&w, "pgmajfault").values, [None, Some(3.0), None]);
+        // b had CPU time and no remote access: not a zero, not measured. c had no CPU time.
+        assert_eq!(
+            metric(&w, "remote_access per CPU-second").values,
+            [Some(150.0), None, None]
+        );
+        assert_eq!(metric(&w, "page_fault per CPU-second").values[1], Some(25.0));
     }
 
     /// A node whose agent sampled the event and had none of it has 0; one whose agent did not

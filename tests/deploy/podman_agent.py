@@ -44,7 +44,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 MANIFEST = os.path.join(ROOT, "deploy/kubernetes/bimodal-trial.yaml")
 # The binaries of the images' build (tools/images.sh: IMAGE_PROFILE, release unless given).
 PROFILE = os.environ.get("IMAGE_PROFILE", "release")
-SERVER = os.path.join(ROOT, f"target/{PROFILE}/bimodal-server")
+# cargo's `dev` profile builds into target/debug
+SERVER = os.path.join(ROOT, "target", "debug" if PROFILE == "dev" else PROFILE, "bimodal-server")
 NODE = "podman-node"
 CONTAINER = "bimodal-agent-podman-test"
 # Capability numbers (linux/capability.h) of the names a DaemonSet adds.

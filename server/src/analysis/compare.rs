@@ -443,18 +443,35 @@ pub const MAX_LISTED_P: f64 = 0.05;
 pub const WEIGHT_STEP: f64 = 0.05;
 
 /// Why no function can be listed between `groups`, when they are too small for it: the rank
-/// test's smallest p-value for their sizes (every node of one above every node of the other) is
-/// above [`MAX_LISTED_P`] (2 nodes against 7 or fewer, or 3 against 3). `None` when a difference
-/// could be listed.
-pub fn too_few_to_rank(groups: &Groups) -> Option<String> {
-    let (low, high) = (groups.low.len(), groups.high.len());
+/// test's smallest p-value for the most nodes of each group any function has values on (every
+/// node of one above every node of the other) is above [`MAX_LISTED_P`] (2 nodes against 7,
+/// 3 against 4, one node against 38: a node without CPU time, or with short chains for totals,
+/// has no value). `None` when a difference could be listed, or there is nothing to rank.
+pub fn too_few_to_rank(tables: &[FunctionTable], groups: &Groups) -> Option<String> {
+    let valued = |members: &[usize], values: &[Option<f64>]| members.iter().filter(|&&i| values[i].is_some()).count();
+    let (mut low, mut high) = (0, 0);
+    for f in tables.iter().flat_map(|t| &t.functions) {
+        for values in [&f.self_values, &f.total_values] {
+            low = low.max(valued(&groups.low, values));
+            high = high.max(valued(&groups.high, values));
+        }
+    }
+    if low == 0 && high == 0 {
+        return None;
+    }
+    if low == 0 || high == 0 {
+        return Some(format!(
+            "too few nodes to rank functions: no node of the {} group has a value",
+            if low == 0 { "low" } else { "high" }
+        ));
+    }
     let apart: Vec<f64> = (0..low + high).map(|i| i as f64).collect();
     let best = rank::mann_whitney(&apart[..low], &apart[low..]).p_value;
     (best > MAX_LISTED_P).then(|| {
         format!(
-            "too few nodes to rank functions: {high} against {low} nodes reach p = {best:.3} at best \
-             (every node of one group above every node of the other), above the {MAX_LISTED_P} a \
-             difference is listed at"
+            "too few nodes to rank functions: {high} against {low} nodes with values reach p = {best:.3} \
+             at best (every node of one group above every node of the other), above the \
+             {MAX_LISTED_P} a difference is listed at"
         )
     })
 }
@@ -787,7 +804,8 @@ mod tests {
     }
 
     /// Two nodes against seven can never be listed (p = 0.056 at best); against eight they
-    /// can (0.044); three against five can (0.036), three against three cannot (0.1).
+    /// can (0.044); three against five can (0.036), three against four cannot (0.057). What
+    /// counts is the nodes with values: three of a group, one without CPU time, are two.
     #[test]
     fn groups_too_small_to_rank_say_so() {
         let groups = |low: usize, high: usize| Groups {
@@ -795,12 +813,32 @@ mod tests {
             high: (low..low + high).collect(),
             slow: Some("high"),
         };
-        let note = too_few_to_rank(&groups(7, 2)).expect("2 against 7 cannot be ranked");
-        assert!(note.contains("2 against 7 nodes reach p = 0.056"), "{note}");
-        assert_eq!(too_few_to_rank(&groups(8, 2)), None);
-        assert_eq!(too_few_to_rank(&groups(5, 3)), None);
-        assert!(too_few_to_rank(&groups(3, 3)).is_some());
-        assert_eq!(too_few_to_rank(&groups(100, 100)), None);
+        let table = |values: Vec<Option<f64>>| FunctionTable {
+            event: "cpu".into(),
+            source: "cpu-clock".into(),
+            unit: "share of CPU time".into(),
+            functions: vec![FunctionValues {
+                function: "f".into(),
+                module: "m".into(),
+                self_values: values.clone(),
+                total_values: values,
+            }],
+        };
+        let all = |n: usize| table(vec![Some(1.0); n]);
+        let note = too_few_to_rank(&[all(9)], &groups(7, 2)).expect("2 against 7 cannot be ranked");
+        assert!(note.contains("2 against 7 nodes with values reach p = 0.056"), "{note}");
+        assert_eq!(too_few_to_rank(&[all(10)], &groups(8, 2)), None);
+        assert_eq!(too_few_to_rank(&[all(8)], &groups(5, 3)), None);
+        assert!(too_few_to_rank(&[all(7)], &groups(4, 3)).is_some());
+        assert_eq!(too_few_to_rank(&[all(200)], &groups(100, 100)), None);
+        // 3 against 5, but one of the three has no value: 2 against 5.
+        let mut values = vec![Some(1.0); 8];
+        values[6] = None;
+        assert!(too_few_to_rank(&[table(values)], &groups(5, 3)).is_some());
+        assert!(too_few_to_rank(&[all(5)], &groups(5, 0))
+            .unwrap()
+            .contains("no node of the high group"));
+        assert_eq!(too_few_to_rank(&[], &groups(5, 3)), None);
     }
 
     /// A fleet of 20 with 4 slow nodes in one metric and noise in another: the slow metric

@@ -190,7 +190,7 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
                 "placement": compare::finding_splits(&findings, &groups),
                 "nodes": explained_nodes,
                 "code": compare::code_differences(&tables, &explained, limit as usize),
-                "code_note": compare::too_few_to_rank(&explained),
+                "code_note": compare::too_few_to_rank(&tables, &explained),
                 "data": compare::data_differences(&data, &explained, limit as usize),
             })
         }),
@@ -362,7 +362,7 @@ async fn given_groups(state: &AppState, p: &Params) -> Result<Json<Value>, AppEr
                 "placement": compare::finding_splits(&findings, &groups),
                 "nodes": explained_nodes,
                 "code": compare::code_differences(&tables, &explained, limit as usize),
-                "code_note": compare::too_few_to_rank(&explained),
+                "code_note": compare::too_few_to_rank(&tables, &explained),
                 "data": compare::data_differences(&data, &explained, limit as usize),
             });
             (metrics, explanation)

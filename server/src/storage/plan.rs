@@ -166,6 +166,7 @@ pub(super) fn counter_pieces(from: u32, to: u32, rolled_up: bool) -> Vec<(&'stat
 mod tests {
     use super::*;
 
+    /// Every node reads the rollups; most of them the rollups minus the rest; a few of them, or
     /// a range the rollups do not hold, the per-node tables.
     #[test]
     fn reach_picks_the_smaller_read() {
@@ -184,6 +185,7 @@ mod tests {
         assert_eq!(Reach::choose(fleet(1), true), Reach::Matching(names(0..1)));
     }
 
+    /// An hour or more widens to whole 10-minute buckets and then reads no per-minute table;
     /// shorter ranges widen to whole minutes.
     #[test]
     fn whole_buckets_leave_no_minute_edges() {
@@ -200,6 +202,7 @@ mod tests {
         );
     }
 
+    /// Counters: whole 10-minute buckets from `counters_10m`, the edges' whole minutes from
     /// `counters_1m`; before the rollups, exactly the range from the per-interval table.
     #[test]
     fn counters_are_read_in_the_pieces_of_the_sample_reads() {

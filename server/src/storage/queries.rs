@@ -776,6 +776,7 @@ mod tests {
         );
     }
 
+    /// The sample tables are keyed on the hour after event and source (and node): ClickHouse
     /// skips the other hours of a day only when the range is also stated on that key column.
     #[test]
     fn ranges_are_also_stated_on_the_hour() {
@@ -793,7 +794,9 @@ mod tests {
         );
     }
 
-    /// under a fifteenth of the fleet.
+    /// A sample's values are read from its nodes only, while what is read is ranked over every
+    /// node, from the table ordered by function (by its node ids) or the one ordered by node as
+    /// `plan::read_by_function` chose.
     #[test]
     fn a_sample_is_read_from_its_nodes_and_ranked_over_all() {
         let scope = Scope {

@@ -140,6 +140,7 @@ mod tests {
 
     use super::*;
 
+    /// Node labels and names go through the newest labels in `nodes`, process labels through
     /// `processes`; every value is a bound parameter.
     #[test]
     fn selectors_become_bound_conditions() {
