@@ -342,7 +342,20 @@ export interface ApiCompare {
   explanation: {
     labels: (ApiAssociation & { label: string; value: string })[];
     placement: (ApiAssociation & { finding: string; example: string })[];
-    code: (ApiDifference & { function: string; module: string; measure: 'self_value' | 'total_value' })[];
+    /** Events whose whole per node differs between the bands: a node-wide shift. */
+    node_wide?: {
+      event: string;
+      source: string;
+      unit: string;
+      low_median: number;
+      high_median: number;
+      factor: number;
+      effect: number;
+      p_value: number;
+      functions: number;
+    }[];
+    /** `with_whole`: the function's value only followed its event's whole (its share did not move). */
+    code: (ApiDifference & { function: string; module: string; measure: 'self_value' | 'total_value'; with_whole?: boolean })[];
     /** Why no function can be listed, when the groups are too small for the rank test. */
     code_note?: string | null;
     data: (ApiDifference & { object: string; kind: string })[];

@@ -333,6 +333,18 @@ function renderExplanation(a: ApiCompare): void {
     slowIsHigh
       ? { fast: d.low, slow: d.high, fastMedian: d.low_median, slowMedian: d.high_median }
       : { fast: d.high, slow: d.low, fastMedian: d.high_median, slowMedian: d.low_median };
+  for (const w of x.node_wide ?? []) {
+    const [fastMedian, slowMedian] = slowIsHigh ? [w.low_median, w.high_median] : [w.high_median, w.low_median];
+    parts.push(
+      el(
+        'p',
+        'node-wide',
+        `Node-wide: ${w.event} at ${figure(slowMedian)} ${w.unit} on the ${slowName} band against ${figure(fastMedian)} on the ` +
+          `${fastName} (×${figure(slowMedian / fastMedian)}). ${w.functions} of the functions listed only follow it (their share of ` +
+          'the event did not move; marked "node-wide"): look for a cause of the whole (memory placement, THP, the cache), not one function.',
+      ),
+    );
+  }
   if (x.code.length > 0) {
     const rows = x.code.map((d) => {
       const r = el('tr', 'clickable');
@@ -346,6 +358,7 @@ function renderExplanation(a: ApiCompare): void {
       });
       const name = el('div');
       name.append(fn, el('span', 'muted small', ` ${d.measure === 'self_value' ? 'self' : 'total'} · ${d.module}`));
+      if (d.with_whole) name.append(el('span', 'badge', 'node-wide'));
       cell(r, name);
       cell(r, `${figure(v.fastMedian)} → ${figure(v.slowMedian)}`, 'num');
       cell(r, d.unit, 'muted small');

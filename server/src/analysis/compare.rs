@@ -430,8 +430,86 @@ pub struct CodeDifference {
     pub function: String,
     pub module: String,
     pub measure: Measure,
+    /// Whether its value moved with its event's whole on each node ([`node_wholes`]) and its
+    /// share of that whole did not: a node-wide shift (every stack of the event ×4: THP off,
+    /// remote memory, a smaller cache), not this function's doing. Listed after the functions
+    /// of its event whose share moved.
+    pub with_whole: bool,
     #[serde(flatten)]
     pub difference: Difference,
+}
+
+/// Each node's whole of a table's event: the largest inclusive value of any function on it (the
+/// functions near the root of every stack), `None` where no function has a value.
+pub fn node_wholes(table: &FunctionTable) -> Vec<Option<f64>> {
+    let nodes = table.functions.first().map_or(0, |f| f.self_values.len());
+    (0..nodes)
+        .map(|i| {
+            table
+                .functions
+                .iter()
+                .filter_map(|f| f.total_values[i].or(f.self_values[i]))
+                .reduce(f64::max)
+        })
+        .collect()
+}
+
+/// An event whose whole differs between the groups node-wide.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NodeWide {
+    pub event: String,
+    pub source: String,
+    pub unit: String,
+    pub low_median: f64,
+    pub high_median: f64,
+    /// `high_median / low_median`.
+    pub factor: f64,
+    pub effect: f64,
+    pub p_value: f64,
+    /// Functions listed whose difference is this shift (their share did not move).
+    pub functions: usize,
+}
+
+/// The events whose whole per node differs consistently between the groups (the test a
+/// function is listed by) as a shift of the node, with how many of the `listed` differences
+/// only follow it: "every page-fault stack ×4, node-wide". An event none of whose listed
+/// functions follows its whole moved by those functions, and is not listed.
+pub fn node_wide(tables: &[FunctionTable], groups: &Groups, listed: &[CodeDifference]) -> Vec<NodeWide> {
+    let mut out = Vec::new();
+    for table in tables {
+        let wholes = node_wholes(table);
+        let pick =
+            |nodes: &[usize]| -> Vec<f64> { nodes.iter().filter_map(|&i| wholes.get(i).copied().flatten()).collect() };
+        let (low, high) = (pick(&groups.low), pick(&groups.high));
+        if low.len() < 2 || high.len() < 2 {
+            continue;
+        }
+        let test = rank::mann_whitney(&low, &high);
+        let (low_median, high_median) = (median(&low), median(&high));
+        if test.effect.abs() < MIN_LISTED_EFFECT || test.p_value > MAX_LISTED_P || low_median <= 0.0 {
+            continue;
+        }
+        let functions = listed
+            .iter()
+            .filter(|d| d.with_whole && d.difference.event == table.event && d.difference.source == table.source)
+            .count();
+        // A whole moved by some functions' own shifts is not a shift of the node.
+        if functions == 0 {
+            continue;
+        }
+        out.push(NodeWide {
+            event: table.event.clone(),
+            source: table.source.clone(),
+            unit: table.unit.clone(),
+            low_median,
+            high_median,
+            factor: high_median / low_median,
+            effect: test.effect,
+            p_value: test.p_value,
+            functions,
+        });
+    }
+    out
 }
 
 /// Smallest |effect| listed: below it the bands overlap more than they differ.
@@ -439,6 +517,8 @@ pub const MIN_LISTED_EFFECT: f64 = 0.5;
 /// Largest p-value listed. Small bands cannot go far below it (3 nodes against 5: 0.036 when
 /// every slow node is above every fast one), so the q-value is given beside it, not required.
 pub const MAX_LISTED_P: f64 = 0.05;
+/// A function's own share of its event's whole from which its shift is its own, not the node's.
+pub const MOST_OF_THE_EVENT: f64 = 0.5;
 /// Weights this close to the heaviest left rank as equal.
 pub const WEIGHT_STEP: f64 = 0.05;
 
@@ -490,6 +570,15 @@ pub fn code_differences(tables: &[FunctionTable], groups: &Groups, limit: usize)
     let mut found = Vec::new();
     for table in tables {
         let first = found.len();
+        let wholes = node_wholes(table);
+        // Shares of the whole: judged where at least two nodes of each group have a whole (a
+        // group with none of the event gained the event; that is no shift of a whole).
+        let whole = |i: usize| wholes.get(i).copied().flatten().filter(|&w| w > 0.0);
+        let has_whole = |nodes: &[usize]| nodes.iter().filter(|&&i| whole(i).is_some()).count() >= 2;
+        let shares_judged = has_whole(&groups.low) && has_whole(&groups.high);
+        // Per difference of this table: (its share of the whole did not move, and its own samples
+        // are a minor part of the event that did not move either).
+        let mut follows: Vec<(bool, bool)> = Vec::new();
         for f in &table.functions {
             // Totals left unmeasured on some nodes (short chains) say nothing of callees.
             let has_callees = f
@@ -511,10 +600,32 @@ pub fn code_differences(tables: &[FunctionTable], groups: &Groups, limit: usize)
                     continue;
                 }
                 let test = rank::mann_whitney(&low, &high);
+                // Its share of the whole on each node: whether it moved, and whether its own
+                // samples are a minor part of the event (a function that is most of its event is
+                // the event: its shift is its own, however the whole moved).
+                let share_follows = shares_judged && {
+                    let share = |nodes: &[usize]| -> Vec<f64> {
+                        nodes.iter().filter_map(|&i| Some(values[i]? / whole(i)?)).collect()
+                    };
+                    let (low_share, high_share) = (share(&groups.low), share(&groups.high));
+                    let moved = rank::mann_whitney(&low_share, &high_share);
+                    let most =
+                        !low_share.is_empty() && median(&low_share).max(median(&high_share)) >= MOST_OF_THE_EVENT;
+                    let still = moved.effect.abs() < MIN_LISTED_EFFECT || moved.p_value > MAX_LISTED_P;
+                    follows.push((
+                        still && !(most && measure == Measure::SelfValue),
+                        still && !most && measure == Measure::SelfValue,
+                    ));
+                    true
+                };
+                if !share_follows {
+                    follows.push((false, false));
+                }
                 found.push(CodeDifference {
                     function: f.function.clone(),
                     module: f.module.clone(),
                     measure,
+                    with_whole: false,
                     difference: Difference {
                         event: table.event.clone(),
                         source: table.source.clone(),
@@ -529,6 +640,28 @@ pub fn code_differences(tables: &[FunctionTable], groups: &Groups, limit: usize)
                         q_value: 1.0,
                     },
                 });
+            }
+        }
+        // A node-wide shift: the event's whole differs between the groups, and at least two
+        // functions that are each a minor part of it moved with it (one function that is nearly
+        // all of the event cannot be told from the event). Then every function whose share did
+        // not move only followed it.
+        let pick = |nodes: &[usize]| -> Vec<f64> { nodes.iter().filter_map(|&i| whole(i)).collect() };
+        let whole_test = rank::mann_whitney(&pick(&groups.low), &pick(&groups.high));
+        let listed =
+            |d: &CodeDifference| d.difference.effect.abs() >= MIN_LISTED_EFFECT && d.difference.p_value <= MAX_LISTED_P;
+        let minor_followers = found[first..]
+            .iter()
+            .zip(&follows)
+            .filter(|(d, (_, minor))| *minor && listed(d))
+            .count();
+        if shares_judged
+            && whole_test.effect.abs() >= MIN_LISTED_EFFECT
+            && whole_test.p_value <= MAX_LISTED_P
+            && minor_followers >= 2
+        {
+            for (d, (follows_whole, _)) in found[first..].iter_mut().zip(&follows) {
+                d.with_whole = *follows_whole;
             }
         }
         let whole = found[first..]
@@ -573,6 +706,28 @@ pub fn code_differences(tables: &[FunctionTable], groups: &Groups, limit: usize)
             .expect("the heaviest is within the window");
         ranked.push(found.swap_remove(pick));
     }
+    // Within each event, the functions whose share moved (the causes) before those that only
+    // followed the event's whole, each in the order above; the places each event holds in the
+    // list stay its own. An event whose every function followed its whole keeps its order: one
+    // function that is nearly all of it (the whole is that function) cannot be told from a
+    // node-wide shift, and `node_wide` says the shift.
+    let mut places: Vec<((String, String), Vec<usize>)> = Vec::new();
+    for (at, d) in ranked.iter().enumerate() {
+        let key = (d.difference.event.clone(), d.difference.source.clone());
+        match places.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, at_list)) => at_list.push(at),
+            None => places.push((key, vec![at])),
+        }
+    }
+    let mut slots: Vec<Option<CodeDifference>> = ranked.into_iter().map(Some).collect();
+    for (_, at_list) in places {
+        let mut of_event: Vec<CodeDifference> = at_list.iter().filter_map(|&at| slots[at].take()).collect();
+        of_event.sort_by_key(|d| d.with_whole);
+        for (at, d) in at_list.into_iter().zip(of_event) {
+            slots[at] = Some(d);
+        }
+    }
+    let ranked: Vec<CodeDifference> = slots.into_iter().flatten().collect();
     ranked
 }
 
@@ -801,6 +956,102 @@ mod tests {
         ];
         assert_eq!(set_aside(&evidence), vec![3, 6]);
         assert_eq!(set_aside(&[None, None]), Vec::<usize>::new());
+    }
+
+    /// Every stack of the event ×4 on the high group: each function's value moves with its node's
+    /// whole and its share does not, so all are listed as following a node-wide shift of ×4 and
+    /// none as a cause. One function ×10 instead: it is the cause, listed first, and no function
+    /// is said to follow a shift of the node. A function that is most of its event is its own
+    /// cause.
+    #[test]
+    fn a_node_wide_shift_is_told_from_a_function_s() {
+        let groups = Groups {
+            low: (0..5).collect(),
+            high: (5..10).collect(),
+            slow: Some("high"),
+        };
+        // Per node: main's total is the sum of its callees' own values.
+        let table = |scale: &dyn Fn(usize, &str) -> f64| {
+            let own = |name: &str| -> Vec<Option<f64>> {
+                (0..10)
+                    .map(|i| Some(scale(i, name) * (1.0 + 0.01 * ((i * 3) % 5) as f64)))
+                    .collect()
+            };
+            let (a, b, c) = (own("parse"), own("lookup"), own("hash"));
+            let main: Vec<Option<f64>> = (0..10)
+                .map(|i| Some(a[i].unwrap() + b[i].unwrap() + c[i].unwrap()))
+                .collect();
+            FunctionTable {
+                event: "page_fault".into(),
+                source: "page-faults".into(),
+                unit: "faults per CPU-second".into(),
+                functions: vec![
+                    FunctionValues {
+                        function: "main".into(),
+                        module: "app".into(),
+                        self_values: vec![Some(0.0); 10],
+                        total_values: main,
+                    },
+                    FunctionValues {
+                        function: "parse".into(),
+                        module: "app".into(),
+                        self_values: a.clone(),
+                        total_values: a,
+                    },
+                    FunctionValues {
+                        function: "lookup".into(),
+                        module: "app".into(),
+                        self_values: b.clone(),
+                        total_values: b,
+                    },
+                    FunctionValues {
+                        function: "hash".into(),
+                        module: "app".into(),
+                        self_values: c.clone(),
+                        total_values: c,
+                    },
+                ],
+            }
+        };
+        let base = |name: &str| match name {
+            "parse" => 100.0,
+            "hash" => 80.0,
+            _ => 50.0,
+        };
+        let everywhere = [table(&|i, name| base(name) * if i >= 5 { 4.0 } else { 1.0 })];
+        let listed = code_differences(&everywhere, &groups, 50);
+        assert!(!listed.is_empty() && listed.iter().all(|d| d.with_whole), "{listed:#?}");
+        let wide = node_wide(&everywhere, &groups, &listed);
+        assert_eq!(wide.len(), 1, "{wide:#?}");
+        assert!((wide[0].factor - 4.0).abs() < 1e-9, "{wide:#?}");
+        assert_eq!(wide[0].functions, listed.len());
+
+        let one = [table(&|i, name| {
+            base(name) * if i >= 5 && name == "lookup" { 10.0 } else { 1.0 }
+        })];
+        let listed = code_differences(&one, &groups, 50);
+        assert_eq!(
+            (listed[0].function.as_str(), listed[0].with_whole),
+            ("lookup", false),
+            "{listed:#?}"
+        );
+        // The whole moved, by lookup alone: no shift of the node (main's total follows lookup).
+        assert!(listed.iter().all(|d| !d.with_whole), "{listed:#?}");
+        assert_eq!(node_wide(&one, &groups, &listed), []);
+        assert!(
+            listed.iter().all(|d| d.function != "parse" && d.function != "hash"),
+            "parse and hash did not change: {listed:#?}"
+        );
+        // One function that is most of its event: its ×4 is its own, not the node's.
+        let alone = [table(&|i, name| match (name, i >= 5) {
+            ("parse", true) => 4000.0,
+            ("parse", false) => 1000.0,
+            (_, true) => base(name) * 4.0,
+            _ => base(name),
+        })];
+        let listed = code_differences(&alone, &groups, 50);
+        let parse = listed.iter().find(|d| d.function == "parse").expect("parse listed");
+        assert!(!parse.with_whole, "{listed:#?}");
     }
 
     /// Two nodes against seven can never be listed (p = 0.056 at best); against eight they

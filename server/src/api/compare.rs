@@ -185,11 +185,13 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
     answer["explanation"] = timed(
         "explanation",
         tokio::task::spawn_blocking(move || {
+            let code = compare::code_differences(&tables, &explained, limit as usize);
             json!({
                 "labels": compare::label_splits(&labels, &groups),
                 "placement": compare::finding_splits(&findings, &groups),
                 "nodes": explained_nodes,
-                "code": compare::code_differences(&tables, &explained, limit as usize),
+                "node_wide": compare::node_wide(&tables, &explained, &code),
+                "code": code,
                 "code_note": compare::too_few_to_rank(&tables, &explained),
                 "data": compare::data_differences(&data, &explained, limit as usize),
             })
@@ -357,11 +359,13 @@ async fn given_groups(state: &AppState, p: &Params) -> Result<Json<Value>, AppEr
         "explanation",
         tokio::task::spawn_blocking(move || {
             let metrics = compare::metric_differences(&metrics, &groups);
+            let code = compare::code_differences(&tables, &explained, limit as usize);
             let explanation = json!({
                 "labels": compare::label_splits(&labels, &groups),
                 "placement": compare::finding_splits(&findings, &groups),
                 "nodes": explained_nodes,
-                "code": compare::code_differences(&tables, &explained, limit as usize),
+                "node_wide": compare::node_wide(&tables, &explained, &code),
+                "code": code,
                 "code_note": compare::too_few_to_rank(&tables, &explained),
                 "data": compare::data_differences(&data, &explained, limit as usize),
             });
