@@ -24,7 +24,7 @@ gcc -O1 -Wall -Werror -o "$out/bin/least_privilege" testdata/fixtures/least_priv
 runs=()
 for suite in ${KERNEL_SUITES-bullseye bookworm trixie}; do
 	log="$out/$suite.log"
-	if ! tools/numa-vm/run.sh -q --retry-on-lockup --suite "$suite" --nodes 1 --cpus-per-node 2 \
+	if ! tools/numa-vm/run.sh -q --retry-on-lockup --tcg-single-thread --suite "$suite" --nodes 1 --cpus-per-node 2 \
 		--mem-per-node 1G --timeout 600 --copy "$out/bin:/opt/bimodal" \
 		--copy tests/kernels/smoke.sh:/opt/bimodal/smoke.sh \
 		--out-dir "$out/$suite" -- sh /opt/bimodal/smoke.sh /opt/bimodal /out >"$log" 2>&1; then

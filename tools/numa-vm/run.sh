@@ -25,6 +25,11 @@
 #   --console              also stream the guest's kernel console to stderr
 #   --keep                 keep the work directory (console.log, initrd, ...) and print its path
 #   --retry-on-lockup      when the guest kernel locks up (exit 126), boot a fresh guest once
+#   --tcg-single-thread    run every vCPU on one host thread (TCG's thread=single): slower, but
+#                          the guest's CPUs never run at once. Under multi-threaded TCG a 6.12
+#                          guest twice took an int3 Oops in do_user_addr_fault (a jump label
+#                          patched by text_poke_bp while the agent enabled its perf events,
+#                          the other CPU still running the breakpoint), 2026-12-06
 #   -q, --quiet            no numa-vm status lines on stderr
 #
 # GUEST_COMMAND runs exec-style (each argument is quoted; use `sh -c '...'` for shell syntax)
@@ -46,7 +51,7 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 
-NODES=2 CPN=1 MEM=512M TIMEOUT=300 OUT_DIR="" OUT_SIZE=256M CWD=/ APPEND="" CPU=qemu64
+NODES=2 CPN=1 MEM=512M TIMEOUT=300 OUT_DIR="" OUT_SIZE=256M CWD=/ APPEND="" CPU=qemu64 TCG_THREAD=""
 CACHE="${NUMA_VM_CACHE:-}" CONSOLE=0 KEEP=0 QUIET=0 SUITE="${NUMA_VM_SUITE:-}"
 COPIES=() ENVS=() QEMU_EXTRA=()
 
@@ -58,6 +63,7 @@ ARGS=("$@") RETRY_LOCKUP=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --retry-on-lockup) RETRY_LOCKUP=1; shift ;;
+    --tcg-single-thread) TCG_THREAD=",thread=single"; shift ;;
     --nodes) NODES="$2"; shift 2 ;;
     --cpus-per-node) CPN="$2"; shift 2 ;;
     --mem-per-node) MEM="$2"; shift 2 ;;
@@ -215,7 +221,7 @@ rm -f "$WORK/overlay.cpio"
 # ------------------------------------------------------------------ qemu
 : > "$WORK/console.log"; : > "$WORK/stdout"; : > "$WORK/stderr"; : > "$WORK/ctl"
 NCPU=$((NODES * CPN))
-QEMU=(qemu-system-x86_64 -accel tcg -cpu "$CPU" -M pc -nodefaults -no-user-config
+QEMU=(qemu-system-x86_64 -accel "tcg$TCG_THREAD" -cpu "$CPU" -M pc -nodefaults -no-user-config
       -display none -vga none -no-reboot
       -m "$((NODES * MEM_MIB))M" -smp "$NCPU,sockets=$NODES,cores=$CPN,threads=1")
 for ((i = 0; i < NODES; i++)); do
