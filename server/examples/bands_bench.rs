@@ -199,17 +199,23 @@ const SHAPES: [Shape; 9] = [
     },
 ];
 
+/// A blank line, then the head of a Markdown table: `columns`, then a column per fleet size.
+fn table_head(columns: &[&str], sizes: &[usize]) {
+    println!();
+    let named: Vec<String> = columns
+        .iter()
+        .map(|c| c.to_string())
+        .chain(sizes.iter().map(|n| format!("{n} nodes")))
+        .collect();
+    println!("| {} |", named.join(" | "));
+    println!("|{}", " --- |".repeat(named.len()));
+}
+
 /// Each shape at 10 to 10,000 nodes: for one-band shapes the share of fleets given two bands
 /// (all false), for the others the share whose slow band is exactly the slow nodes.
 fn shapes(trials: usize, config: &BandConfig, null: &mut NullCache) {
     const SIZES: [usize; 4] = [10, 100, 1000, 10_000];
-    println!();
-    print!("| shape | measure |");
-    for n in SIZES {
-        print!(" {n} nodes |");
-    }
-    println!();
-    println!("| --- | --- |{}", " --- |".repeat(SIZES.len()));
+    table_head(&["shape", "measure"], &SIZES);
     for (k, shape) in SHAPES.iter().enumerate() {
         let one_band = (shape.slow)(SIZES[0]) == 0;
         print!(
@@ -243,13 +249,7 @@ fn shapes(trials: usize, config: &BandConfig, null: &mut NullCache) {
 /// degrees of freedom: a few nodes far out on either side, as noisy neighbours make them.
 fn heavy(trials: usize, config: &BandConfig, null: &mut NullCache) {
     const SIZES: [usize; 5] = [20, 50, 100, 300, 1000];
-    println!();
-    print!("| tails |");
-    for n in SIZES {
-        print!(" {n} nodes |");
-    }
-    println!();
-    println!("| --- |{}", " --- |".repeat(SIZES.len()));
+    table_head(&["tails"], &SIZES);
     for df in [3.0, 5.0, 10.0] {
         print!("| Student's t, {df} degrees of freedom |");
         let t = StudentT::new(df).expect("degrees of freedom above zero");

@@ -603,7 +603,7 @@ pub fn code_differences(tables: &[FunctionTable], groups: &Groups, limit: usize)
                 // Its share of the whole on each node: whether it moved, and whether its own
                 // samples are a minor part of the event (a function that is most of its event is
                 // the event: its shift is its own, however the whole moved).
-                let share_follows = shares_judged && {
+                follows.push(if shares_judged {
                     let share = |nodes: &[usize]| -> Vec<f64> {
                         nodes.iter().filter_map(|&i| Some(values[i]? / whole(i)?)).collect()
                     };
@@ -612,15 +612,11 @@ pub fn code_differences(tables: &[FunctionTable], groups: &Groups, limit: usize)
                     let most =
                         !low_share.is_empty() && median(&low_share).max(median(&high_share)) >= MOST_OF_THE_EVENT;
                     let still = moved.effect.abs() < MIN_LISTED_EFFECT || moved.p_value > MAX_LISTED_P;
-                    follows.push((
-                        still && !(most && measure == Measure::SelfValue),
-                        still && !most && measure == Measure::SelfValue,
-                    ));
-                    true
-                };
-                if !share_follows {
-                    follows.push((false, false));
-                }
+                    let own = measure == Measure::SelfValue;
+                    (still && !(most && own), still && !most && own)
+                } else {
+                    (false, false)
+                });
                 found.push(CodeDifference {
                     function: f.function.clone(),
                     module: f.module.clone(),
