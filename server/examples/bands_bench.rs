@@ -232,10 +232,23 @@ fn shapes(trials: usize, config: &BandConfig, null: &mut NullCache) {
             let hits = (0..trials)
                 .filter(|_| {
                     let values: Vec<f64> = (0..n).map(|i| (shape.value)(i, n, &mut rng)).collect();
-                    match (detect(&values, config, null), one_band) {
+                    let got = detect(&values, config, null);
+                    let outliers = match &got {
+                        Bands::Two(split) => &split.outliers,
+                        Bands::None { outliers, .. } => outliers,
+                    };
+                    match (&got, one_band) {
                         (Bands::Two(_), true) => true,
-                        (Bands::Two(split), false) => split.high == slow,
-                        (_, _) => false,
+                        (_, true) => false,
+                        // Fewer than the smallest band: named as outliers.
+                        (_, false) if slow.len() < config.min_band(n) => {
+                            let mut named = outliers.clone();
+                            named.sort_unstable();
+                            named == slow
+                        }
+                        // The slowest level, when the split has several.
+                        (Bands::Two(split), false) => split.levels.last().unwrap_or(&split.high) == &slow,
+                        (Bands::None { .. }, false) => false,
                     }
                 })
                 .count();

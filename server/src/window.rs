@@ -629,7 +629,9 @@ pub fn no_bands_verdict(w: &Window, metrics: &[Metric], choice: &BandChoice) -> 
         .iter()
         .zip(metrics)
         .filter_map(|(t, m)| match &t.bands {
-            Bands::None { reason, best: Some(b) } => Some((b.p_value, b.d, m, reason)),
+            Bands::None {
+                reason, best: Some(b), ..
+            } => Some((b.p_value, b.d, m, reason)),
             _ => None,
         })
         .min_by(|a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)));

@@ -282,6 +282,10 @@ export interface ApiMetric {
     /** Nodes whose value rests on too little (a few events over a few milliseconds of CPU):
      * neither tested nor deciding the test. */
     set_aside?: string[];
+    /** The levels of a split, lowest first (two or more groups of nodes). */
+    levels?: string[][];
+    /** Nodes far out on their own, in no band. */
+    outliers?: string[];
   };
 }
 
@@ -328,9 +332,15 @@ export interface ApiCompare {
     threshold: number;
     separation: number | null;
     p_value: number;
-    /** The one-band fleets the split was tested against: "normal", or "student_t(DF)" when
-     * the fleet's own tails were heavier. */
-    null_tail: string;
+    /** What the split was tested against: "own_shape" (fleets drawn from the fleet's own shape
+     * smoothed to one mode), or for fleets under 50 nodes "normal" or "student_t(DF)" (one-band
+     * fleets with tails as heavy as the fleet's). */
+    null: string;
+    /** Every level of the metric, lowest first: more than two when the slow band is the slowest
+     * of several levels (`low`/`high` are then the slowest level and every other node). */
+    levels: { nodes: string[]; median: number }[];
+    /** Nodes far out on their own, in no band. */
+    outliers: string[];
     previous_window: {
       found: boolean;
       reason?: string | null;

@@ -21,7 +21,7 @@ import { chosenSplit, closestMetric, drawStrip } from './bandplot';
 import { byId as $, el } from './dom';
 import { failure, isCancelled, Page } from './page';
 import { FlameGraph, buildTree, compileMatcher, type Frame } from './flamegraph';
-import { formatNullTail as tailNote, formatP as pValue, formatFigure as figure, formatValue } from './format';
+import { formatNull as nullNote, formatP as pValue, formatFigure as figure, formatValue } from './format';
 import { renderNodeTable as fillNodeTable } from './nodetable';
 import { RANGE_LABELS, fillRangeSelect } from './range';
 import { questionFromControls, questionSeconds, readQuestion, sameQuestion, writeQuestion, type Question } from './question';
@@ -181,10 +181,17 @@ function renderVerdict(a: ApiCompare): void {
   }
   const sep = b.separation === null ? 'fully separated' : `${figure(b.separation)} robust SDs apart`;
   ui.verdictDetail.textContent =
-    `${pValue(b.p_value)}${tailNote(b.null_tail)} against ${a.alpha_per_metric.toPrecision(2)} per metric (α = ${a.alpha} over ` +
+    `${pValue(b.p_value)}${nullNote(b.null)} against ${a.alpha_per_metric.toPrecision(2)} per metric (α = ${a.alpha} over ` +
     `${a.metrics.length} metrics); the bands are ${sep}; threshold ${figure(b.threshold)} ${b.unit}.`;
   const prev = b.previous_window;
   const items: HTMLLIElement[] = [];
+  if (b.levels.length > 2) {
+    const each = b.levels.map((l) => `${l.nodes.length} at ${figure(l.median)}`).join(', ');
+    items.push(el('li', undefined, `${b.levels.length} levels of ${b.metric}, lowest first: ${each} ${b.unit}; the slowest is compared with the rest.`));
+  }
+  if (b.outliers.length > 0) {
+    items.push(el('li', undefined, `Outliers, far out on their own and in no band: ${b.outliers.join(', ')}.`));
+  }
   if (!prev.found) {
     items.push(el('li', 'muted', `Previous window (${prev.from} – ${prev.to}): no bands (${prev.reason ?? 'no data'}).`));
   } else if (prev.changed.length === 0) {

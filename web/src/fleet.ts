@@ -10,7 +10,7 @@ import './fleet.css';
 import type uPlot from 'uplot';
 import { fetchCompare, fetchLabels, fetchNodesIn, type ApiCompare, type ApiMetric, type ApiNode } from './api';
 import { chosenSplit, closestMetric, drawStrip, metricSplit } from './bandplot';
-import { formatNullTail as tailNote, formatP as pValue, formatFigure as figure } from './format';
+import { formatNull as nullNote, formatP as pValue, formatFigure as figure } from './format';
 import { renderNodeTable } from './nodetable';
 import { RANGE_LABELS, fillRangeSelect, writeWindow } from './range';
 import { questionFromControls, questionSeconds, readQuestion, sameQuestion, writeQuestion, type Question } from './question';
@@ -147,6 +147,14 @@ function renderMetricOptions(): void {
   ui.metric.value = state.metric;
 }
 
+/** The nodes far out on their own in any metric, when no metric has bands. */
+function outlierNote(a: ApiCompare): string {
+  const named = a.metrics
+    .filter((m) => (m.bands.outliers ?? []).length > 0)
+    .map((m) => `${m.name}: ${(m.bands.outliers ?? []).join(', ')}`);
+  return named.length === 0 ? '' : ` Outliers, far out on their own: ${named.join('; ')}.`;
+}
+
 function renderVerdict(a: ApiCompare): void {
   ui.verdict.textContent = a.verdict;
   ui.verdict.className = a.bands ? 'found' : 'none';
@@ -155,7 +163,8 @@ function renderVerdict(a: ApiCompare): void {
   if (!b) {
     ui.verdictDetail.textContent =
       `${a.nodes.length} nodes matching ${a.selector}; ${a.metrics.length} metrics tested at α = ${a.alpha} ` +
-      `(${a.alpha_per_metric.toPrecision(2)} each), none splits the nodes into two bands: the fleet runs as one.`;
+      `(${a.alpha_per_metric.toPrecision(2)} each), none splits the nodes into two bands: the fleet runs as one.` +
+      outlierNote(a);
     return;
   }
   const sep = b.separation === null ? 'fully separated' : `${figure(b.separation)} robust SDs apart`;
@@ -165,8 +174,12 @@ function renderVerdict(a: ApiCompare): void {
     : `${b.high.length} high and ${b.low.length} low of ${a.nodes.length} nodes`;
   ui.verdictDetail.textContent =
     `${sizes} by ${b.metric}: medians ${figure(b.low_median)} and ${figure(b.high_median)} ${b.unit}, ${sep}; ` +
-    `confidence: ${pValue(b.p_value)}${tailNote(b.null_tail)} against ${a.alpha_per_metric.toPrecision(2)} per metric ` +
-    `(α = ${a.alpha} over ${a.metrics.length} metrics).`;
+    `confidence: ${pValue(b.p_value)}${nullNote(b.null)} against ${a.alpha_per_metric.toPrecision(2)} per metric ` +
+    `(α = ${a.alpha} over ${a.metrics.length} metrics).` +
+    (b.levels.length > 2
+      ? ` ${b.levels.length} levels, lowest first: ${b.levels.map((l) => `${l.nodes.length} at ${figure(l.median)}`).join(', ')} ${b.unit}.`
+      : '') +
+    (b.outliers.length > 0 ? ` Outliers, in no band: ${b.outliers.join(', ')}.` : '');
 }
 
 function plottedMetric(a: ApiCompare): ApiMetric | undefined {

@@ -98,9 +98,13 @@ export function formatP(p: number | undefined): string {
   return p < 0.0001 ? 'p < 0.0001' : `p = ${p.toPrecision(2)}`;
 }
 
-/** What a band's p-value was taken against, when that was not log-normal noise: the fleet's
- * tails were heavier, and so were those of the one-band fleets it was tested against. */
-export function formatNullTail(tail: string | undefined): string {
-  const df = /^student_t\((.+)\)$/.exec(tail ?? '')?.[1];
+/** What a band's p-value was taken against: fleets drawn from the fleet's own shape smoothed to
+ * one mode ("own_shape"), or, for small fleets, one-band fleets of log-normal noise or of
+ * tails as heavy as the fleet's. */
+export function formatNull(name: string | undefined): string {
+  if (name === 'own_shape') {
+    return ' (against fleets drawn from this fleet\'s own shape, smoothed to one mode)';
+  }
+  const df = /^student_t\((.+)\)$/.exec(name ?? '')?.[1];
   return df === undefined ? '' : ` (against one-band fleets with tails as heavy as this fleet's: Student's t, ${df} degrees of freedom)`;
 }

@@ -4,7 +4,6 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::rules::{Condition, Rule, HARDWARE_CLASS_LABELS};
-use crate::analysis::bands::Bands;
 use crate::analysis::compare::{BandChoice, Groups, Metric, MetricKind};
 use crate::window::Window;
 
@@ -145,29 +144,27 @@ pub fn bands(
     if before_had_bands && !active {
         return None;
     }
-    let Bands::Two(split) = &choice.tested[chosen].bands else {
-        return None;
-    };
     let metric = &metrics[chosen];
-    let (slow, fast, value) = slow_band(groups, split.high_median, split.low_median);
+    let (slow, fast) = slow_band(groups);
+    let value = metric.median_of(slow);
     let mut labels = rule.labels.clone();
     labels.insert("alertname".into(), rule.name.clone());
     labels.insert("metric".into(), metric.name.clone());
     Some(Found {
         labels,
         value,
-        threshold: split.threshold,
+        threshold: metric.threshold_between(&groups.low, &groups.high),
         nodes: now.names(slow).into_iter().map(str::to_owned).collect(),
         others: now.names(fast).into_iter().map(str::to_owned).collect(),
     })
 }
 
-/// The slow band (the high band when neither is known to be slow), the other one, and the slow
-/// band's median.
-fn slow_band(groups: &Groups, high_median: f64, low_median: f64) -> (&[usize], &[usize], f64) {
+/// The slow band (the high band when neither is known to be slow; the slowest level when there
+/// are more than two), and the other nodes.
+fn slow_band(groups: &Groups) -> (&[usize], &[usize]) {
     match groups.slow {
-        Some("low") => (&groups.low, &groups.high, low_median),
-        _ => (&groups.high, &groups.low, high_median),
+        Some("low") => (&groups.low, &groups.high),
+        _ => (&groups.high, &groups.low),
     }
 }
 

@@ -1,32 +1,36 @@
-//! Two bands of nodes in one metric, found without being told the groups.
+//! Bands of nodes in one metric, found without being told the groups.
 //!
 //! A fleet metric (CPU per unit of work, page faults per CPU-second, …) is compared in log space:
-//! slowness is a factor, and node-to-node noise is multiplicative. Every split of the sorted
-//! values that leaves at least [`BandConfig::min_band`] nodes on each side is scored by Cohen's d
-//! between the two sides, and the best split is kept. Three tests decide whether it is a band:
+//! slowness is a factor, and node-to-node noise is multiplicative. The answer is levels of nodes
+//! (two or more, the slowest last), outliers beside them, or "no bands" with the reason:
 //!
-//! - **significance**: the best split's d is compared with the best split's d in fleets of the
-//!   same size drawn from one distribution (in log space): a normal one (log-normal noise), or,
-//!   when the fleet's tails are heavier than a normal fleet's would be, Student's t with tails
-//!   at least as heavy (see [`tail_weight`]), so that the tail of a fleet with a few noisy nodes
-//!   is not called a band. Cohen's d does not depend on the location or scale of the values, so
-//!   one null distribution per fleet size and tail serves every metric; the p-value is the
-//!   share of null fleets scoring at least as high.
+//! - **outliers** are set aside first: nodes past a far-out fence (3 interquartile ranges past
+//!   the quartiles) that stand apart from the next node in, in groups smaller than the smallest
+//!   band. A group as large as a band gathers and stays (see [`outliers`]).
+//! - **the cut**: the split of the sorted values with the largest Cohen's d, each side at least
+//!   [`BandConfig::min_band`] nodes (1% of the fleet, at least 2).
+//! - **significance**, in fleets of [`MODE_TEST_FROM`] nodes or more: the values must have more
+//!   than one mode against fleets drawn from their own shape smoothed to one mode (Silverman's
+//!   test, [`modes`]), so that a ramp, a skewed or a log-uniform fleet is compared with itself
+//!   and not with a normal one. The cut then moves into the deepest dip between two modes, at
+//!   the widest gap between neighbours there. The split is also held to one-band fleets with
+//!   tails as heavy as the fleet's (smoothing pulls a heavy tail's far nodes in), and the values
+//!   must thin out at the cut (`sparse_at_cut`; the smoothed fleets are too peaked to stand
+//!   for a flat one). In smaller fleets, the best split's d is compared with the best split's d
+//!   in one-band fleets of the same size, normal or with tails as heavy as the fleet's.
 //! - **effect**: the bands' medians must lie at least [`BandConfig::min_separation`] robust
-//!   standard deviations (1.4826 × MAD within each band, pooled) apart, so that a large fleet's
-//!   tiny skew is not called a band, and differ by a factor of at least
-//!   [`BandConfig::min_ratio`], so that two tight clusters 1% apart are not either.
+//!   standard deviations apart and differ by a factor of at least [`BandConfig::min_ratio`].
 //! - **shape**, for a band of the smallest size allowed: its median must lie at least
-//!   [`BandConfig::min_edge_depth`] robust standard deviations of the other band past the cut.
-//!   The most extreme nodes of a heavy tail score the best d at the edge of the sizes allowed
-//!   (d grows as the split moves out into the tail) and trail off from the cut; a band gathers
-//!   beyond it (design 027).
+//!   [`BandConfig::min_edge_depth`] robust standard deviations of the other band past the cut,
+//!   not trail off from it like the end of a tail (design 027).
+//! - **levels**: each side of an accepted cut is searched again with the same tests and the same
+//!   smallest band.
 //!
-//! All must hold; otherwise the answer is "no bands", with the reason. Medians and MADs make the
-//! effect test robust to a few outliers; the minimum band size keeps one or two outliers from
-//! being a band on their own.
+//! Design 033 gives the measured reasons (BENCHMARKS, "Band detection on the fleet shapes").
 
 use std::sync::Arc;
+
+use super::{modes, rank};
 
 use rand::SeedableRng;
 use rand_distr::{Distribution, StandardNormal, StudentT};
@@ -57,10 +61,10 @@ pub struct BandConfig {
 impl Default for BandConfig {
     fn default() -> Self {
         BandConfig {
-            min_band_fraction: 0.05,
+            min_band_fraction: 0.01,
             min_band_nodes: 2,
             alpha: 0.01,
-            min_separation: 2.0,
+            min_separation: 3.0,
             min_ratio: 1.1,
             min_edge_depth: 1.25,
             null_draws: 999,
@@ -97,10 +101,39 @@ pub struct Split {
     pub separation: f64,
     /// Cohen's d of the split (log space).
     pub d: f64,
-    /// Share of one-band fleets of this size whose best split scores at least as high.
+    /// Share of the one-band fleets of [`Split::null`] that look at least as split (with the
+    /// observed fleet counted).
     pub p_value: f64,
-    /// Tails of those one-band fleets: Student's t degrees of freedom; `None` for normal.
-    pub null_tail: Option<f64>,
+    /// What the split was tested against.
+    pub null: Null,
+    /// The levels of an accepted split, lowest first: two or more groups of nodes, each side of
+    /// the split searched again for bands of the same smallest size; empty when refused.
+    pub levels: Vec<Vec<usize>>,
+    /// Nodes far out on their own (see [`outliers`]), in neither band, lowest value first.
+    pub outliers: Vec<usize>,
+}
+
+/// The one-band fleets a split is tested against.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Null {
+    /// Fleets of [`MODE_TEST_FROM`] nodes or more: fleets drawn from the values' own shape,
+    /// smoothed until it has one mode, and how often they have more than one (see [`modes`]).
+    OwnShape,
+    /// Smaller fleets: one-band fleets of the same size, log-normal (`None`) or with Student's t
+    /// tails of this many degrees of freedom (as heavy as the fleet's), and how often their best
+    /// split scores at least the same d.
+    OneBand { tail: Option<f64> },
+}
+
+impl Null {
+    /// As the API names it: "own_shape", "normal" or "student_t(DF)".
+    pub fn name(&self) -> String {
+        match self {
+            Null::OwnShape => "own_shape".into(),
+            Null::OneBand { tail: None } => "normal".into(),
+            Null::OneBand { tail: Some(df) } => format!("student_t({df})"),
+        }
+    }
 }
 
 /// What band detection found in one metric.
@@ -108,8 +141,13 @@ pub struct Split {
 pub enum Bands {
     /// Two bands.
     Two(Split),
-    /// No two bands; the best split is given when there was one to test.
-    None { reason: NoBands, best: Option<Split> },
+    /// No two bands; the best split is given when there was one to test. `outliers`: as in
+    /// [`Split::outliers`].
+    None {
+        reason: NoBands,
+        best: Option<Split>,
+        outliers: Vec<usize>,
+    },
 }
 
 /// Why a metric has no bands.
@@ -125,6 +163,18 @@ pub enum NoBands {
     Tied { min_band: usize },
     #[error("the best split is no stronger than one in a fleet of one band (p = {p_value:.3})")]
     NotSignificant { p_value: f64 },
+    #[error(
+        "the values have one mode: fleets drawn from their own smoothed shape have more than one as often (p = {p_value:.3})"
+    )]
+    OneMode { p_value: f64 },
+    #[error(
+        "the values are no sparser at the cut than in the middle of a band ({at_cut} nodes near the cut, {at_band} near the band's median; p = {p_value:.3})"
+    )]
+    Flat {
+        at_cut: usize,
+        at_band: usize,
+        p_value: f64,
+    },
     #[error("the best split separates the bands by only {separation:.1} standard deviations")]
     TooClose { separation: f64 },
     #[error("the bands' medians differ by only {percent:.1}%")]
@@ -211,13 +261,15 @@ pub fn detect_counts(
                         events: fewest,
                         needed: MIN_BAND_EVENTS,
                     },
+                    outliers: split.outliers.clone(),
                     best: Some(split),
                 };
             }
             Bands::Two(split)
         }
-        Bands::None { reason, best } => Bands::None {
+        Bands::None { reason, best, outliers } => Bands::None {
             reason,
+            outliers,
             best: best.map(|mut split| {
                 split.low_median = median_of(values, &split.low);
                 split.high_median = median_of(values, &split.high);
@@ -245,12 +297,14 @@ fn detect_in(values: &[f64], config: &BandConfig, null: &mut NullCache, heavy_ta
                 needed: config.min_fleet(),
             },
             best: None,
+            outliers: Vec::new(),
         };
     }
     let Some(logs) = log_values(values) else {
         return Bands::None {
             reason: NoBands::MostlyZero,
             best: None,
+            outliers: Vec::new(),
         };
     };
     let mut order: Vec<usize> = (0..n).collect();
@@ -260,91 +314,352 @@ fn detect_in(values: &[f64], config: &BandConfig, null: &mut NullCache, heavy_ta
         return Bands::None {
             reason: NoBands::Constant,
             best: None,
+            outliers: Vec::new(),
         };
     }
     let min_band = config.min_band(n);
-    let Some((k, d)) = best_split(&sorted, min_band) else {
-        let reason = match n < 2 * min_band {
-            true => NoBands::TooFewNodes {
-                nodes: n,
-                needed: 2 * min_band,
-            },
-            // Every split with room on both sides would cut between equal values.
-            false => NoBands::Tied { min_band },
-        };
-        return Bands::None { reason, best: None };
+    // Nodes far out on their own are set aside first: a band gathers, an outlier does not.
+    let apart = outliers(&sorted, min_band);
+    let outliers: Vec<usize> = apart.iter().map(|&at| order[at]).collect();
+    let (order, sorted): (Vec<usize>, Vec<f64>) = (0..n)
+        .filter(|at| !apart.contains(at))
+        .map(|at| (order[at], sorted[at]))
+        .unzip();
+    let n = sorted.len();
+    let none = |reason: NoBands, best: Option<Split>| Bands::None {
+        reason,
+        best,
+        outliers: outliers.clone(),
     };
-    // Weighed on the tail away from the smaller band: the band cannot weigh in there.
-    let tail = match heavy_tails {
-        true => null.tail(n, tail_weight(&sorted, n - k > k), config),
-        false => 0,
+    if n < config.min_fleet() {
+        let needed = config.min_fleet();
+        return none(NoBands::TooFewNodes { nodes: n, needed }, None);
+    }
+    let test = Test {
+        config,
+        min_band,
+        heavy_tails,
     };
-    let p_value = null.p_value(n, min_band, tail, d, config);
-    let (lo, hi) = sorted.split_at(k);
-    let (lo_med, hi_med) = (median(lo), median(hi));
-    let spread = (0.5 * (robust_sd(lo).powi(2) + robust_sd(hi).powi(2))).sqrt();
-    let separation = if spread > 0.0 {
-        (hi_med - lo_med) / spread
-    } else {
-        f64::INFINITY
+    let (cut, refused) = match test.cut(&sorted, null) {
+        Ok(cut) => (cut, None),
+        Err((reason, None)) => return none(reason, None),
+        Err((reason, Some(cut))) => (cut, Some(reason)),
     };
-    let mut low: Vec<usize> = order[..k].to_vec();
-    let mut high: Vec<usize> = order[k..].to_vec();
-    low.sort_unstable();
-    high.sort_unstable();
+    let k = cut.k;
+    // Levels: each side of an accepted cut is searched again, with the same smallest band.
+    let mut bounds = vec![0, n];
+    if refused.is_none() {
+        let mut pending = vec![(0, k), (k, n)];
+        while let Some((from, to)) = pending.pop() {
+            if bounds.len() > MAX_LEVELS {
+                break;
+            }
+            if let Ok(inner) = test.cut(&sorted[from..to], null) {
+                pending.push((from, from + inner.k));
+                pending.push((from + inner.k, to));
+                bounds.push(from + inner.k);
+            }
+        }
+        bounds.push(k);
+        bounds.sort_unstable();
+    }
+    let nodes_of = |from: usize, to: usize| {
+        let mut idx = order[from..to].to_vec();
+        idx.sort_unstable();
+        idx
+    };
+    let levels: Vec<Vec<usize>> = match refused {
+        None => bounds.windows(2).map(|w| nodes_of(w[0], w[1])).collect(),
+        Some(_) => Vec::new(),
+    };
     let split = Split {
-        low,
-        high,
+        low: nodes_of(0, k),
+        high: nodes_of(k, n),
         low_median: median_of(values, &order[..k]),
         high_median: median_of(values, &order[k..]),
         threshold: (0.5 * (sorted[k - 1] + sorted[k])).exp(),
-        separation,
-        d,
-        p_value,
-        null_tail: TAILS[tail],
+        separation: cut.separation,
+        d: cut.d,
+        p_value: cut.p_value,
+        null: cut.null,
+        levels,
+        outliers: outliers.clone(),
     };
-    if p_value > config.alpha {
-        return Bands::None {
-            reason: NoBands::NotSignificant { p_value },
-            best: Some(split),
+    match refused {
+        None => Bands::Two(split),
+        Some(reason) => none(reason, Some(split)),
+    }
+}
+
+/// Nodes near the cut and the thinner band's middle below which [`sparse_at_cut`] is not run: a
+/// band of a few nodes cannot show that its middle is denser than the cut, and needs not (a
+/// flat fleet's false cuts fall in its middle, between hundreds of nodes).
+const FLAT_TEST_FROM: usize = 20;
+
+/// Whether the values thin out at the cut between `sorted[..k]` and `sorted[k..]`: the nodes
+/// within w of the cut against those within w of the median of the band that has fewer there
+/// (w: a quarter of the distance from the cut to the nearer median, so that a band's heavy
+/// tails reach the cut's window little). A flat density (log-uniform, where
+/// the smoothed fleets of the mode test are too peaked to stand for it) has as many either way;
+/// two bands have fewer at the cut. Tested as a fair coin over the nodes of both windows.
+fn sparse_at_cut(sorted: &[f64], k: usize) -> Result<(), NoBands> {
+    let cut = 0.5 * (sorted[k - 1] + sorted[k]);
+    let (low, high) = (median(&sorted[..k]), median(&sorted[k..]));
+    let w = 0.25 * (cut - low).min(high - cut);
+    let within = |at: f64| sorted.partition_point(|&v| v <= at + w) - sorted.partition_point(|&v| v < at - w);
+    let (at_cut, at_band) = (within(cut), within(low).min(within(high)));
+    if at_cut + at_band < FLAT_TEST_FROM || at_cut >= at_band {
+        return match at_cut + at_band < FLAT_TEST_FROM {
+            true => Ok(()),
+            false => Err(NoBands::Flat {
+                at_cut,
+                at_band,
+                p_value: 1.0,
+            }),
         };
     }
-    if separation < config.min_separation {
-        return Bands::None {
-            reason: NoBands::TooClose { separation },
-            best: Some(split),
-        };
+    let p_value = rank::binomial_half_lower(at_cut, at_cut + at_band);
+    match p_value <= FLAT_LEVEL {
+        true => Ok(()),
+        false => Err(NoBands::Flat {
+            at_cut,
+            at_band,
+            p_value,
+        }),
     }
-    if split.high_median < split.low_median * config.min_ratio {
-        let percent = 100.0 * (split.high_median / split.low_median - 1.0);
-        return Bands::None {
-            reason: NoBands::TooSimilar { percent },
-            best: Some(split),
-        };
+}
+
+/// The level [`sparse_at_cut`] is held to, whatever the metrics' share of alpha: it guards the
+/// mode test against one shape, and a band passes both.
+const FLAT_LEVEL: f64 = 0.01;
+
+/// Far-out fences, in interquartile ranges past the quartiles (Tukey's "far out"): 4.7 standard
+/// deviations from the median of normal noise, passed by one node in 800,000.
+const FAR_OUT: f64 = 3.0;
+
+/// How far a group of nodes past a fence must lie from the next node in, in robust standard
+/// deviations of the fleet, to stand apart from it.
+const APART: f64 = 3.0;
+
+/// Positions in `sorted` (log values, ascending) of the nodes that lie far out on their own:
+/// groups past a far-out fence, 3 robust standard deviations from the next node in, of fewer than `min_band` nodes
+/// (neighbours closer than that are one group). A group of `min_band` or more gathers: it may
+/// be a band, and stays; so do nodes that trail off from the rest without a gap. None when the
+/// quartiles tie.
+pub fn outliers(sorted: &[f64], min_band: usize) -> Vec<usize> {
+    let n = sorted.len();
+    if n < 4 {
+        return Vec::new();
     }
-    let nodes = k.min(n - k);
-    if heavy_tails && nodes == min_band {
-        let ((band, rest), end) = if k < n - k {
-            ((lo, hi), "lowest")
-        } else {
-            ((hi, lo), "highest")
+    let (q1, q3) = (quantile(sorted, 0.25), quantile(sorted, 0.75));
+    let iqr = q3 - q1;
+    if iqr.is_nan() || iqr <= 0.0 {
+        return Vec::new();
+    }
+    let gap = APART * iqr / 1.349;
+    let (low_fence, high_fence) = (q1 - FAR_OUT * iqr, q3 + FAR_OUT * iqr);
+    let mut apart = Vec::new();
+    // Each end, outermost first: a group closes at a gap; it stands apart if it lies wholly
+    // past the fence.
+    let upward: Vec<usize> = (0..n).collect();
+    let downward: Vec<usize> = (0..n).rev().collect();
+    for (end, past) in [(upward, low_fence), (downward, high_fence)] {
+        let beyond = |i: usize| {
+            if past == low_fence {
+                sorted[i] < past
+            } else {
+                sorted[i] > past
+            }
         };
-        // Never zero: the cut lies between two different values. A rest of equal values
-        // (no spread) leaves the band infinitely deep.
-        let depth = (median(band) - 0.5 * (sorted[k - 1] + sorted[k])).abs() / robust_sd(rest);
-        if depth < config.min_edge_depth {
-            return Bands::None {
-                reason: NoBands::EndOfTail {
+        let mut group = 0;
+        for w in end.windows(2) {
+            let (outer, inner) = (w[0], w[1]);
+            if !beyond(outer) {
+                break;
+            }
+            group += 1;
+            if (sorted[inner] - sorted[outer]).abs() > gap {
+                if group < min_band {
+                    let at = end.iter().position(|&i| i == outer).expect("walked");
+                    apart.extend(&end[at + 1 - group..=at]);
+                }
+                group = 0;
+            }
+        }
+    }
+    apart.sort_unstable();
+    apart
+}
+
+/// The smallest run of values the mode test is run on: below, a band of two or three nodes is
+/// left out of many of the null fleets drawn from the values (resampled), and a clear band of 2
+/// in 20 is not significant; smaller fleets are tested against parametric one-band fleets.
+pub const MODE_TEST_FROM: usize = 50;
+
+/// Most levels a metric is cut into.
+const MAX_LEVELS: usize = 6;
+
+/// How a run of sorted values is cut in two, and whether the cut is accepted.
+struct Test<'a> {
+    config: &'a BandConfig,
+    min_band: usize,
+    heavy_tails: bool,
+}
+
+/// The best cut of sorted values and its tests.
+struct Cut {
+    /// Length of the lower side.
+    k: usize,
+    d: f64,
+    p_value: f64,
+    null: Null,
+    separation: f64,
+}
+
+impl Test<'_> {
+    /// The best cut of `sorted` (log values, ascending) if every test holds; else why not, with
+    /// the cut when there was one.
+    fn cut(&self, sorted: &[f64], null: &mut NullCache) -> Result<Cut, (NoBands, Option<Cut>)> {
+        let (config, min_band, n) = (self.config, self.min_band, sorted.len());
+        if sorted[0] == sorted[n - 1] {
+            return Err((NoBands::Constant, None));
+        }
+        let Some((k, d)) = best_split(sorted, min_band) else {
+            let reason = match n < 2 * min_band {
+                true => NoBands::TooFewNodes {
+                    nodes: n,
+                    needed: 2 * min_band,
+                },
+                // Every split with room on both sides would cut between equal values.
+                false => NoBands::Tied { min_band },
+            };
+            return Err((reason, None));
+        };
+        let mut cut = Cut {
+            k,
+            d,
+            p_value: f64::NAN,
+            null: Null::OwnShape,
+            separation: self.separation(sorted, k),
+        };
+        if n < MODE_TEST_FROM {
+            // Weighed on the tail away from the smaller band: the band cannot weigh in there.
+            let tail = match self.heavy_tails {
+                true => null.tail(n, tail_weight(sorted, n - k > k), config),
+                false => 0,
+            };
+            cut.p_value = null.p_value(n, min_band, tail, d, config);
+            cut.null = Null::OneBand { tail: TAILS[tail] };
+            if cut.p_value > config.alpha {
+                let p_value = cut.p_value;
+                return Err((NoBands::NotSignificant { p_value }, Some(cut)));
+            }
+            return match self.apart(sorted, &cut) {
+                Ok(()) => Ok(cut),
+                Err(reason) => Err((reason, Some(cut))),
+            };
+        }
+        let draws = ((2.0 / config.alpha).ceil() as usize).max(200) - 1;
+        let untied = modes::untie(sorted);
+        let test = modes::more_than_one(&untied, draws, config.alpha, config.seed);
+        cut.p_value = test.p_value;
+        if test.p_value > config.alpha {
+            return Err((NoBands::OneMode { p_value: test.p_value }, Some(cut)));
+        }
+        // The cut moves into the deepest dip of the density between two of its modes that leaves
+        // a band of the smallest size on each side, at the widest gap between neighbouring
+        // values in the middle half of the dip. The strongest split by d need not lie in a gap:
+        // with three levels it may cut into the middle one, whose lowest nodes lie far from the
+        // highest level.
+        let gap = modes::dips(&untied)
+            .into_iter()
+            .filter_map(|dip| {
+                let quarter = 0.25 * (dip.to - dip.from);
+                let from = sorted.partition_point(|&v| v < dip.from + quarter).max(min_band);
+                let to = sorted.partition_point(|&v| v <= dip.to - quarter).min(n - min_band);
+                let k = (from..=to)
+                    .filter(|&k| k > 0 && k < n)
+                    .max_by(|&a, &b| (sorted[a] - sorted[a - 1]).total_cmp(&(sorted[b] - sorted[b - 1])))?;
+                (sorted[k] > sorted[k - 1]).then_some((k, dip.density))
+            })
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        if let Some((k, _)) = gap.filter(|&(k, _)| k != cut.k) {
+            cut.k = k;
+            cut.d = split_d(sorted, k);
+            cut.separation = self.separation(sorted, k);
+        }
+        if let Err(reason) = self.apart(sorted, &cut) {
+            return Err((reason, Some(cut)));
+        }
+        if let Err(reason) = sparse_at_cut(sorted, cut.k) {
+            return Err((reason, Some(cut)));
+        }
+        // Smoothing cannot stand in for heavy tails (the smoothed fleet pulls its far nodes in,
+        // and they look apart): the split is also held to one-band fleets with tails as heavy as
+        // the fleet's, whose best split with at least as many nodes on its smaller side scores
+        // no lower.
+        if self.heavy_tails {
+            let (k, smaller) = (cut.k, cut.k.min(n - cut.k));
+            let tail = null.tail(n, tail_weight(sorted, n - k > k), config);
+            {
+                let p_value = null.p_value(n, smaller, tail, cut.d, config);
+                if p_value > config.alpha {
+                    cut.p_value = p_value;
+                    cut.null = Null::OneBand { tail: TAILS[tail] };
+                    return Err((NoBands::NotSignificant { p_value }, Some(cut)));
+                }
+            }
+        }
+        Ok(cut)
+    }
+
+    /// Distance between the medians of `sorted[..k]` and `sorted[k..]`, in their pooled robust
+    /// standard deviations.
+    fn separation(&self, sorted: &[f64], k: usize) -> f64 {
+        let (lo, hi) = sorted.split_at(k);
+        let spread = (0.5 * (robust_sd(lo).powi(2) + robust_sd(hi).powi(2))).sqrt();
+        match spread > 0.0 {
+            true => (median(hi) - median(lo)) / spread,
+            false => f64::INFINITY,
+        }
+    }
+
+    /// Whether the sides of `cut` lie far enough apart, and a band of the smallest size is not
+    /// the end of a tail.
+    fn apart(&self, sorted: &[f64], cut: &Cut) -> Result<(), NoBands> {
+        let (config, n, k) = (self.config, sorted.len(), cut.k);
+        let (lo, hi) = sorted.split_at(k);
+        if cut.separation < config.min_separation {
+            return Err(NoBands::TooClose {
+                separation: cut.separation,
+            });
+        }
+        let apart = median(hi) - median(lo);
+        if apart < config.min_ratio.ln() {
+            let percent = 100.0 * (apart.exp() - 1.0);
+            return Err(NoBands::TooSimilar { percent });
+        }
+        let nodes = k.min(n - k);
+        if self.heavy_tails && nodes == self.min_band {
+            let ((band, rest), end) = if k < n - k {
+                ((lo, hi), "lowest")
+            } else {
+                ((hi, lo), "highest")
+            };
+            // Never zero: the cut lies between two different values. A rest of equal values
+            // (no spread) leaves the band infinitely deep.
+            let depth = (median(band) - 0.5 * (sorted[k - 1] + sorted[k])).abs() / robust_sd(rest);
+            if depth < config.min_edge_depth {
+                return Err(NoBands::EndOfTail {
                     nodes,
                     end,
                     depth,
                     needed: config.min_edge_depth,
-                },
-                best: Some(split),
-            };
+                });
+            }
         }
+        Ok(())
     }
-    Bands::Two(split)
 }
 
 /// Natural logs of the values, zero and below raised to a floor a thousandth of the median;
@@ -367,6 +682,16 @@ fn log_values(values: &[f64]) -> Option<Vec<f64>> {
 /// slow band is not traded for a balanced split through the middle of the fleet. Prefix sums
 /// make every split O(1).
 fn best_split(sorted: &[f64], min_band: usize) -> Option<(usize, f64)> {
+    best_split_within(sorted, min_band, min_band, sorted.len().saturating_sub(min_band))
+}
+
+/// Cohen's d of `sorted[..k]` against `sorted[k..]`, as [`best_split`] scores it.
+fn split_d(sorted: &[f64], k: usize) -> f64 {
+    best_split_within(sorted, 1, k, k).map_or(0.0, |(_, d)| d)
+}
+
+/// [`best_split`] among the splits leaving `from..=to` values on the lower side.
+fn best_split_within(sorted: &[f64], min_band: usize, from: usize, to: usize) -> Option<(usize, f64)> {
     let n = sorted.len();
     if n < 2 * min_band {
         return None;
@@ -390,7 +715,7 @@ fn best_split(sorted: &[f64], min_band: usize) -> Option<(usize, f64)> {
         (mu, ((q[to] - q[from]) - m * mu * mu).max(0.0))
     };
     let mut best: Option<(usize, f64)> = None;
-    for k in min_band..=n - min_band {
+    for k in from.max(min_band)..=to.min(n - min_band) {
         if sorted[k - 1] == sorted[k] {
             continue; // equal values stay in one band
         }
@@ -656,22 +981,18 @@ mod tests {
         assert!(found.len() <= 2, "bands in fleets {found:?}");
     }
 
-    /// In fleets of 100, a heavy tail's far side often weighs like a normal one (three or so
-    /// extreme values say little), and the tail's extreme nodes then beat normal one-band
-    /// fleets. They are the smallest band allowed and trail off from the cut: without the shape
-    /// test 8 of these 40 fleets had a band, with it 3.
+    /// In fleets under [`MODE_TEST_FROM`] nodes (tested against parametric one-band fleets), a
+    /// heavy tail's far side often weighs like a normal one (three or so extreme values say
+    /// little), and the tail's extreme nodes then beat normal one-band fleets. They are the
+    /// smallest band allowed and trail off from the cut: of these 100 fleets of 49 nodes, 20 had
+    /// a band without the shape test and 13 with it. (Still far from 1%: BENCHMARKS says so.)
     #[test]
     fn the_end_of_a_tail_is_not_a_band() {
         let mut null = NullCache::default();
         let config = BandConfig::default();
         let bands = |config: &BandConfig, null: &mut NullCache| -> Vec<u64> {
-            (0..40)
-                .filter(|&seed| {
-                    matches!(
-                        detect(&heavy_fleet(seed, 100, 0, 1.0, 3.0), config, null),
-                        Bands::Two(_)
-                    )
-                })
+            (0..100)
+                .filter(|&seed| matches!(detect(&heavy_fleet(seed, 49, 0, 1.0, 3.0), config, null), Bands::Two(_)))
                 .collect()
         };
         let shapeless = BandConfig {
@@ -679,19 +1000,21 @@ mod tests {
             ..config.clone()
         };
         let before = bands(&shapeless, &mut null);
-        assert!(before.len() >= 6, "the fleets no longer test the rule: {before:?}");
         let after = bands(&config, &mut null);
-        assert!(after.len() <= 3, "bands in fleets {after:?} (before: {before:?})");
+        assert!(
+            after.len() + 5 <= before.len(),
+            "bands in fleets {after:?} (before: {before:?})"
+        );
         let seed = *before
             .iter()
             .find(|s| !after.contains(s))
             .expect("a fleet the rule changed");
-        let got = detect(&heavy_fleet(seed, 100, 0, 1.0, 3.0), &config, &mut null);
+        let got = detect(&heavy_fleet(seed, 49, 0, 1.0, 3.0), &config, &mut null);
         assert!(
             matches!(
                 got,
                 Bands::None {
-                    reason: NoBands::EndOfTail { nodes: 5, .. },
+                    reason: NoBands::EndOfTail { nodes: 2, .. },
                     ..
                 }
             ),
@@ -726,6 +1049,76 @@ mod tests {
             let slow = split.high.iter().filter(|&&i| i < 30).count();
             assert!(slow >= 28 && split.high.len() <= 32, "seed {seed}: {split:?}");
         }
+    }
+
+    /// One-band fleets spread evenly (a ramp of 20 equal steps, log-uniform ±20%) are one band:
+    /// a split statistic calibrated on normal fleets called nearly all of them two (issue 48).
+    #[test]
+    fn an_even_spread_is_one_band() {
+        let mut null = NullCache::default();
+        let config = BandConfig::default();
+        let ramp: Vec<f64> = (0..200).map(|i| 1.0 + 0.05 * (i / 10) as f64).collect();
+        let got = detect(&ramp, &config, &mut null);
+        assert!(matches!(got, Bands::None { .. }), "{got:?}");
+        for seed in 0..10 {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+            let flat: Vec<f64> = (0..300)
+                .map(|_| rand::Rng::random_range(&mut rng, -0.2f64..0.2).exp())
+                .collect();
+            let got = detect(&flat, &config, &mut null);
+            assert!(matches!(got, Bands::None { .. }), "seed {seed}: {got:?}");
+        }
+    }
+
+    /// Three levels (60/25/15% at 1×/2×/4×): each level exactly, the slowest last.
+    #[test]
+    fn three_levels_are_three() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        let values: Vec<f64> = (0..1000)
+            .map(|i| {
+                let z: f64 = StandardNormal.sample(&mut rng);
+                [4.0, 2.0, 1.0][(i >= 150) as usize + (i >= 400) as usize] * (0.1 * z).exp()
+            })
+            .collect();
+        let got = detect(&values, &BandConfig::default(), &mut NullCache::default());
+        let Bands::Two(split) = got else {
+            panic!("no bands: {got:?}");
+        };
+        let levels: Vec<Vec<usize>> = vec![(400..1000).collect(), (150..400).collect(), (0..150).collect()];
+        assert_eq!(split.levels, levels);
+    }
+
+    /// Nodes far out on their own are outliers, in neither band; nodes that gather are a band
+    /// when there are enough of them for one, else outliers too.
+    #[test]
+    fn outliers_stand_apart_and_bands_gather() {
+        let mut null = NullCache::default();
+        let config = BandConfig::default();
+        // Three nodes 5x slower: a band of a fleet of 100 (the smallest band is 2), outliers in
+        // one of 1,000 (the smallest is 10).
+        let got = detect(&fleet(4, 100, 3, 5.0, 0.1), &config, &mut null);
+        let Bands::Two(split) = got else {
+            panic!("no bands: {got:?}");
+        };
+        assert_eq!((split.high.as_slice(), split.outliers.len()), ([0, 1, 2].as_slice(), 0));
+        let got = detect(&fleet(4, 1000, 3, 5.0, 0.1), &config, &mut null);
+        let Bands::None { outliers, .. } = got else {
+            panic!("bands: {got:?}");
+        };
+        assert_eq!(
+            outliers.iter().copied().collect::<std::collections::BTreeSet<_>>(),
+            [0, 1, 2].into()
+        );
+        // One node far out among 100 with two tail nodes after it: an outlier, and no band.
+        let mut values = fleet(5, 100, 0, 1.0, 0.1);
+        values[7] = 0.25;
+        values[8] = 0.78;
+        values[9] = 0.76;
+        let got = detect(&values, &config, &mut null);
+        assert!(
+            matches!(&got, Bands::None { outliers, .. } if outliers == &[7]),
+            "{got:?}"
+        );
     }
 
     /// Too few nodes, all equal, mostly zero: each says so.

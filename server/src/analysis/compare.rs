@@ -66,6 +66,33 @@ pub struct Metric {
     pub evidence: Option<Vec<Option<Evidence>>>,
 }
 
+impl Metric {
+    /// The median of the values of `nodes` (by index into the comparison's nodes) that have one.
+    pub fn median_of(&self, nodes: &[usize]) -> f64 {
+        let mut v: Vec<f64> = nodes.iter().filter_map(|&i| self.values[i]).collect();
+        v.sort_by(f64::total_cmp);
+        match v.len() {
+            0 => f64::NAN,
+            n if n % 2 == 1 => v[n / 2],
+            n => 0.5 * (v[n / 2 - 1] + v[n / 2]),
+        }
+    }
+
+    /// A value between `low` and `high` (the geometric mean of the highest of one and the
+    /// lowest of the other).
+    pub fn threshold_between(&self, low: &[usize], high: &[usize]) -> f64 {
+        let top = low
+            .iter()
+            .filter_map(|&i| self.values[i])
+            .fold(f64::NEG_INFINITY, f64::max);
+        let bottom = high
+            .iter()
+            .filter_map(|&i| self.values[i])
+            .fold(f64::INFINITY, f64::min);
+        (top.max(0.0) * bottom).sqrt()
+    }
+}
+
 /// One metric's test.
 #[derive(Clone, Debug)]
 pub struct MetricBands {
@@ -235,10 +262,28 @@ pub fn find_bands(metrics: &[Metric], config: &BandConfig, null: &mut NullCache)
     }
 }
 
+/// The groups a split gives: its two bands, or, when it has more than two levels and the metric
+/// says which way is slow, the slowest level against every other (the slowest is the answer;
+/// the others are listed beside it).
 fn groups_of(split: &Split, measured: &[usize], direction: Direction) -> Groups {
+    let nodes = |idx: &[usize]| -> Vec<usize> { idx.iter().map(|&i| measured[i]).collect() };
+    let rest = |skip: usize| -> Vec<usize> {
+        let mut all: Vec<usize> = (0..split.levels.len())
+            .filter(|&l| l != skip)
+            .flat_map(|l| nodes(&split.levels[l]))
+            .collect();
+        all.sort_unstable();
+        all
+    };
+    let levels = split.levels.len();
+    let (low, high) = match direction {
+        Direction::HigherIsSlower if levels > 2 => (rest(levels - 1), nodes(&split.levels[levels - 1])),
+        Direction::LowerIsSlower if levels > 2 => (nodes(&split.levels[0]), rest(0)),
+        _ => (nodes(&split.low), nodes(&split.high)),
+    };
     Groups {
-        low: split.low.iter().map(|&i| measured[i]).collect(),
-        high: split.high.iter().map(|&i| measured[i]).collect(),
+        low,
+        high,
         slow: match direction {
             Direction::HigherIsSlower => Some("high"),
             Direction::LowerIsSlower => Some("low"),

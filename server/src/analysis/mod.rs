@@ -1,7 +1,8 @@
 //! What the server concludes from stored samples, on plain data: no database in here. Storage
 //! reads feed it; the API and the `bimodal` CLI present it.
 //!
-//! - [`bands`]: two bands of nodes in one metric, or a reasoned "no bands";
+//! - [`bands`]: bands of nodes in one metric, or a reasoned "no bands";
+//! - [`modes`]: whether a fleet's values have more than one mode, against its own shape;
 //! - [`rank`]: tests between two groups of nodes that count each node once;
 //! - [`compare`]: the strongest bands over every metric, and the labels and functions that
 //!   differ between them;
@@ -11,6 +12,7 @@
 pub mod bands;
 pub mod chains;
 pub mod compare;
+pub mod modes;
 pub mod rank;
 
 /// A value as a sentence shows it: whole from 100, to three decimals below.

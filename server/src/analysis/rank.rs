@@ -151,6 +151,16 @@ pub fn fisher(a: usize, b: usize, c: usize, d: usize) -> f64 {
     p.min(1.0)
 }
 
+/// P(X ≤ x) for X binomial over `m` trials of one half: how often `x` or fewer of `m` fall on
+/// one side of a fair coin.
+pub fn binomial_half_lower(x: usize, m: usize) -> f64 {
+    let ln_half = -(m as f64) * std::f64::consts::LN_2;
+    let p: f64 = (0..=x.min(m))
+        .map(|k| (ln_factorial(m) - ln_factorial(k) - ln_factorial(m - k) + ln_half).exp())
+        .sum();
+    p.min(1.0)
+}
+
 /// ln(k!), from a table built once (Fisher's test needs it for every table of a fleet).
 fn ln_factorial(k: usize) -> f64 {
     static TABLE: std::sync::OnceLock<std::sync::Mutex<Vec<f64>>> = std::sync::OnceLock::new();
@@ -186,6 +196,13 @@ mod tests {
     use super::*;
 
     /// Reference values from the tables of the exact distribution of U.
+    #[test]
+    fn binomial_half() {
+        assert!((binomial_half_lower(0, 3) - 0.125).abs() < 1e-12);
+        assert!((binomial_half_lower(2, 4) - 11.0 / 16.0).abs() < 1e-12);
+        assert!((binomial_half_lower(10, 10) - 1.0).abs() < 1e-12);
+    }
+
     #[test]
     fn exact_mann_whitney() {
         // Complete separation of 3 and 3: 2 of 20 arrangements are as extreme.

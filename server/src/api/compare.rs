@@ -29,15 +29,6 @@ use crate::window::{data_tables, find_bands, function_tables, no_bands_verdict, 
 const DEFAULT_LIMIT: u32 = 50;
 const MAX_LIMIT: u32 = 1000;
 
-/// The one-band fleets a split was tested against: "normal" (log-normal node-to-node noise) or
-/// "student_t(DF)" when the fleet's own tails were heavier.
-fn null_tail(s: &Split) -> String {
-    match s.null_tail {
-        None => "normal".to_string(),
-        Some(df) => format!("student_t({df})"),
-    }
-}
-
 fn split_json(w: &Window, measured: &[usize], s: &Split) -> Value {
     let names = |idx: &[usize]| -> Vec<&str> { idx.iter().map(|&i| w.nodes[measured[i]].node.as_str()).collect() };
     json!({
@@ -49,7 +40,9 @@ fn split_json(w: &Window, measured: &[usize], s: &Split) -> Value {
         "separation": s.separation,
         "d": s.d,
         "p_value": s.p_value,
-        "null_tail": null_tail(s),
+        "null": s.null.name(),
+        "levels": s.levels.iter().map(|l| names(l)).collect::<Vec<_>>(),
+        "outliers": names(&s.outliers),
     })
 }
 
@@ -68,21 +61,57 @@ fn metrics_json(w: &Window, metrics: &[Metric], tested: &[MetricBands]) -> Vec<V
 }
 
 /// The answer's verdict and `bands` when `metric` split the nodes into `groups` by `split`,
-/// with the nodes that changed band since the window before (`previous_window`).
-fn two_bands(w: &Window, metric: &Metric, split: &Split, groups: &Groups, previous_window: Value) -> (Value, Value) {
-    let verdict = format!(
-        "two bands in {}: {} nodes at a median of {} and {} at {} {}{}",
-        metric.name,
-        groups.high.len(),
-        crate::analysis::figure(split.high_median),
-        groups.low.len(),
-        crate::analysis::figure(split.low_median),
-        metric.unit,
-        match groups.slow {
-            Some(band) => format!("; the {band} band is slow"),
-            None => String::new(),
+/// with the nodes that changed band since the window before (`previous_window`). With more than
+/// two levels, the groups are the slowest level and every other, and `levels` lists them all.
+fn two_bands(
+    w: &Window,
+    metric: &Metric,
+    measured: &[usize],
+    split: &Split,
+    groups: &Groups,
+    previous_window: Value,
+) -> (Value, Value) {
+    let (low_median, high_median) = (metric.median_of(&groups.low), metric.median_of(&groups.high));
+    let figure = crate::analysis::figure;
+    let slow = match groups.slow {
+        Some(band) => format!("; the {band} band is slow"),
+        None => String::new(),
+    };
+    let verdict = match split.levels.len() {
+        levels if levels > 2 => {
+            let (slowest, others) = match groups.slow {
+                Some("low") => ((groups.low.len(), low_median), (groups.high.len(), high_median)),
+                _ => ((groups.high.len(), high_median), (groups.low.len(), low_median)),
+            };
+            format!(
+                "{levels} levels in {}: the slowest, {} nodes at a median of {} {}, against the {} others at {}",
+                metric.name,
+                slowest.0,
+                figure(slowest.1),
+                metric.unit,
+                others.0,
+                figure(others.1),
+            )
         }
-    );
+        _ => format!(
+            "two bands in {}: {} nodes at a median of {} and {} at {} {}{slow}",
+            metric.name,
+            groups.high.len(),
+            figure(high_median),
+            groups.low.len(),
+            figure(low_median),
+            metric.unit,
+        ),
+    };
+    let names = |idx: &[usize]| -> Vec<&str> { idx.iter().map(|&i| w.nodes[measured[i]].node.as_str()).collect() };
+    let levels: Vec<Value> = split
+        .levels
+        .iter()
+        .map(|level| {
+            let nodes: Vec<usize> = level.iter().map(|&i| measured[i]).collect();
+            json!({ "nodes": names(level), "median": metric.median_of(&nodes) })
+        })
+        .collect();
     let bands = json!({
         "metric": metric.name,
         "kind": metric.kind,
@@ -90,12 +119,14 @@ fn two_bands(w: &Window, metric: &Metric, split: &Split, groups: &Groups, previo
         "slow": groups.slow,
         "low": w.names(&groups.low),
         "high": w.names(&groups.high),
-        "low_median": split.low_median,
-        "high_median": split.high_median,
-        "threshold": split.threshold,
+        "low_median": low_median,
+        "high_median": high_median,
+        "threshold": metric.threshold_between(&groups.low, &groups.high),
         "separation": split.separation,
         "p_value": split.p_value,
-        "null_tail": null_tail(split),
+        "null": split.null.name(),
+        "levels": levels,
+        "outliers": names(&split.outliers),
         "previous_window": previous_window,
     });
     (json!(verdict), bands)
@@ -108,10 +139,11 @@ fn bands_json(w: &Window, measured: &[usize], bands: &Bands) -> Value {
             v["found"] = json!(true);
             v
         }
-        Bands::None { reason, best } => json!({
+        Bands::None { reason, best, outliers } => json!({
             "found": false,
             "reason": reason.to_string(),
             "best": best.as_ref().map(|s| split_json(w, measured, s)),
+            "outliers": outliers.iter().map(|&i| w.nodes[measured[i]].node.as_str()).collect::<Vec<_>>(),
         }),
     }
 }
@@ -177,7 +209,8 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
         },
     )?;
     let explained = sample.groups;
-    (answer["verdict"], answer["bands"]) = two_bands(&window, metric, split, groups, changed);
+    (answer["verdict"], answer["bands"]) =
+        two_bands(&window, metric, &choice.tested[chosen].measured, split, groups, changed);
     let labels: Vec<_> = window.nodes.iter().map(|n| n.labels.clone()).collect();
     let explained_nodes = explained_json(&window, &explained, per_group);
     let (groups, findings) = (groups.clone(), window.findings.clone());
@@ -499,7 +532,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::analysis::bands::NoBands;
+    use crate::analysis::bands::{NoBands, Null};
     use crate::analysis::compare::{Direction, MetricKind};
     use crate::storage::NodeInfo;
 
@@ -526,6 +559,7 @@ mod tests {
 
     fn split(low: Vec<usize>, high: Vec<usize>) -> Split {
         Split {
+            levels: vec![low.clone(), high.clone()],
             low,
             high,
             low_median: 100.0,
@@ -534,7 +568,8 @@ mod tests {
             separation: 6.0,
             d: 5.0,
             p_value: 0.001,
-            null_tail: Some(5.0),
+            null: Null::OneBand { tail: Some(5.0) },
+            outliers: Vec::new(),
         }
     }
 
@@ -568,7 +603,7 @@ mod tests {
         assert_eq!(bands["found"], true);
         assert_eq!(bands["low"], json!(["a"]));
         assert_eq!(bands["high"], json!(["c", "d"]));
-        assert_eq!(bands["null_tail"], "student_t(5)");
+        assert_eq!(bands["null"], "student_t(5)");
         assert_eq!(bands["set_aside"], json!([]));
         assert_eq!(listed[0]["name"], "page_fault per CPU-second");
         assert_eq!(listed[0]["kind"], "event_rate");
@@ -582,6 +617,7 @@ mod tests {
         let none = Bands::None {
             reason: NoBands::NotSignificant { p_value: 0.2 },
             best: Some(split(vec![0, 1], vec![2])),
+            outliers: Vec::new(),
         };
         let v = bands_json(&w, &[0, 1, 2], &none);
         assert_eq!(v["found"], false);
@@ -593,6 +629,7 @@ mod tests {
             &Bands::None {
                 reason: NoBands::TooFewNodes { nodes: 0, needed: 5 },
                 best: None,
+                outliers: Vec::new(),
             },
         );
         assert_eq!(without["best"], Value::Null);
@@ -603,13 +640,21 @@ mod tests {
     #[test]
     fn the_verdict_names_the_slow_band() {
         let w = window(&["a", "b", "c", "d", "e"]);
-        let metric = faults(vec![Some(100.0); 5]);
+        let metric = faults([100.0, 100.0, 400.0, 100.0, 400.0].map(Some).to_vec());
         let groups = Groups {
             low: vec![0, 1, 3],
             high: vec![2, 4],
             slow: Some("high"),
         };
-        let (verdict, bands) = two_bands(&w, &metric, &split(vec![], vec![]), &groups, json!({"moved": []}));
+        let measured = [0, 1, 2, 3, 4];
+        let (verdict, bands) = two_bands(
+            &w,
+            &metric,
+            &measured,
+            &split(vec![0, 1, 3], vec![2, 4]),
+            &groups,
+            json!({"moved": []}),
+        );
         assert_eq!(
             verdict,
             "two bands in page_fault per CPU-second: 2 nodes at a median of 400 and 3 at 100 faults per CPU-second; the high band is slow"
@@ -619,7 +664,29 @@ mod tests {
         assert_eq!(bands["slow"], "high");
         assert_eq!(bands["previous_window"], json!({"moved": []}));
         let neither = Groups { slow: None, ..groups };
-        let (verdict, _) = two_bands(&w, &metric, &split(vec![], vec![]), &neither, Value::Null);
+        let (verdict, _) = two_bands(&w, &metric, &measured, &split(vec![], vec![]), &neither, Value::Null);
         assert!(!verdict.as_str().unwrap().contains("slow"), "{verdict}");
+    }
+
+    /// Three levels: the verdict names the slowest level against the others, and `levels` lists
+    /// each level's nodes and median, lowest first.
+    #[test]
+    fn the_verdict_names_the_slowest_level() {
+        let w = window(&["a", "b", "c", "d", "e", "f"]);
+        let metric = faults([100.0, 100.0, 200.0, 400.0, 200.0, 400.0].map(Some).to_vec());
+        let mut three = split(vec![0, 1], vec![2, 3, 4, 5]);
+        three.levels = vec![vec![0, 1], vec![2, 4], vec![3, 5]];
+        let groups = Groups {
+            low: vec![0, 1, 2, 4],
+            high: vec![3, 5],
+            slow: Some("high"),
+        };
+        let (verdict, bands) = two_bands(&w, &metric, &[0, 1, 2, 3, 4, 5], &three, &groups, Value::Null);
+        assert_eq!(
+            verdict,
+            "3 levels in page_fault per CPU-second: the slowest, 2 nodes at a median of 400 faults per CPU-second, against the 4 others at 150"
+        );
+        assert_eq!(bands["levels"][1], json!({"nodes": ["c", "e"], "median": 200.0}));
+        assert_eq!(bands["threshold"], json!((200.0f64 * 400.0).sqrt()));
     }
 }

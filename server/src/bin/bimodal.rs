@@ -467,7 +467,9 @@ fn compare_text(a: &Value) -> String {
             bands["separation"].as_f64().unwrap_or(0.0),
             bands["p_value"].as_f64().unwrap_or(1.0),
             a["alpha_per_metric"].as_f64().unwrap_or(0.0),
-            match bands["null_tail"].as_str() {
+            match bands["null"].as_str() {
+                Some("own_shape") =>
+                    ", against fleets drawn from this fleet's own shape smoothed to one mode".to_string(),
                 Some(tail) if tail != "normal" =>
                     format!(", against one-band fleets with {tail} tails, as heavy as this fleet's"),
                 _ => String::new(),
