@@ -18,8 +18,11 @@
 //! are not normal (a ramp, log-uniform, skewed, heavy-tailed), where any band is false; small
 //! bands (3 nodes, 1%), and three levels, where the answer should be the slowest level exactly.
 //!
+//! A fifth table: what compare's band search costs (`find_bands` over ten metrics, alpha divided
+//! among them), with and without a band in one metric.
+//!
 //! usage: cargo run --release -p bimodal-server --example bands_bench [TRIALS [TABLE...]]
-//!   TABLE: bands, sparse, heavy or shapes (default: all four)
+//!   TABLE: bands, sparse, heavy, shapes or compare (default: all five)
 
 use std::time::Instant;
 
@@ -45,6 +48,55 @@ fn main() {
     }
     if wanted("shapes") {
         shapes(trials, &config, &mut null);
+    }
+    if wanted("compare") {
+        compare(trials, &config);
+    }
+}
+
+/// `find_bands` over ten metrics of log-normal noise (σ 0.1), one of them with a tenth of the
+/// nodes 4× higher or not: its time per call (the null cache kept between calls, as the server
+/// keeps it) and whether the band was chosen.
+fn compare(trials: usize, config: &BandConfig) {
+    use bimodal_server::analysis::compare::{find_bands, Direction, Metric, MetricKind};
+    const SIZES: [usize; 3] = [100, 1000, 10_000];
+    table_head(&["ten metrics", "measure"], &SIZES);
+    for band in [false, true] {
+        let mut null = NullCache::default();
+        let mut cells = Vec::new();
+        for n in SIZES {
+            let trials = if n >= 10_000 { trials.div_ceil(20) } else { trials.div_ceil(4) };
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0xc0_0000 + n as u64 + band as u64);
+            let (mut times, mut chosen) = (Vec::new(), 0);
+            for _ in 0..trials {
+                let metrics: Vec<Metric> = (0..10)
+                    .map(|m| Metric {
+                        kind: MetricKind::Counter { name: format!("m{m}") },
+                        name: format!("m{m}"),
+                        unit: "per second".into(),
+                        direction: Direction::HigherIsSlower,
+                        values: (0..n)
+                            .map(|i| Some(if band && m == 0 && i < n / 10 { 4.0 } else { 1.0 } * noise(&mut rng)))
+                            .collect(),
+                        evidence: None,
+                    })
+                    .collect();
+                let start = Instant::now();
+                let choice = find_bands(&metrics, config, &mut null);
+                times.push(start.elapsed().as_secs_f64() * 1e3);
+                chosen += (choice.chosen == Some(0)) as usize;
+            }
+            times.sort_by(f64::total_cmp);
+            let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
+            cells.push(format!(
+                "{:.0} / {:.0} ms, band chosen {:.0}%",
+                at(0.5),
+                at(0.95),
+                100.0 * chosen as f64 / trials as f64
+            ));
+        }
+        let name = if band { "a tenth 4× higher in one" } else { "one band in every one" };
+        println!("| {name} | p50 / p95 time |{}", cells.iter().map(|c| format!(" {c} |")).collect::<String>());
     }
 }
 
@@ -127,77 +179,133 @@ fn bands(trials: usize, config: &BandConfig, null: &mut NullCache) {
 
 /// A fleet shape: each node's value given its index, the fleet's size and a random source; and
 /// the nodes a right answer puts in the slow (high) band, none for a one-band shape.
-struct Shape {
-    name: &'static str,
-    value: fn(usize, usize, &mut rand_chacha::ChaCha8Rng) -> f64,
-    slow: fn(usize) -> usize,
+/// A fleet shape of the fourth table: one band of some shape (every band found is false), or
+/// levels of log-normal noise (the slowest level, or outliers when it is smaller than a band,
+/// should be named exactly).
+enum Shape {
+    OneBand {
+        name: &'static str,
+        value: fn(usize, usize, &mut rand_chacha::ChaCha8Rng) -> f64,
+    },
+    Levels {
+        name: &'static str,
+        /// (nodes, factor) per level for a fleet of n, the slowest first; the rest of the
+        /// fleet is the last level.
+        levels: fn(usize) -> Vec<(usize, f64)>,
+        sigma: f64,
+    },
 }
 
 /// Log-normal node-to-node noise of σ 0.1.
 fn noise(rng: &mut rand_chacha::ChaCha8Rng) -> f64 {
-    let z: f64 = StandardNormal.sample(rng);
-    (0.1 * z).exp()
+    noise_of(rng, 0.1)
 }
 
-const SHAPES: [Shape; 9] = [
-    Shape {
+fn noise_of(rng: &mut rand_chacha::ChaCha8Rng, sigma: f64) -> f64 {
+    let z: f64 = StandardNormal.sample(rng);
+    (sigma * z).exp()
+}
+
+const SHAPES: [Shape; 16] = [
+    Shape::OneBand {
         name: "one band: log-normal, σ 0.1",
         value: |_, _, rng| noise(rng),
-        slow: |_| 0,
     },
-    Shape {
+    Shape::OneBand {
+        name: "one band: log-normal, σ 0.3",
+        value: |_, _, rng| noise_of(rng, 0.3),
+    },
+    Shape::OneBand {
         name: "one band: ramp 1.00…1.95× in 20 even steps",
         value: |i, n, _| 1.0 + 0.05 * (i * 20 / n) as f64,
-        slow: |_| 0,
     },
-    Shape {
+    Shape::OneBand {
         name: "one band: log-uniform ±20%",
         value: |_, _, rng| (rand::Rng::random_range(rng, -0.2f64..0.2)).exp(),
-        slow: |_| 0,
     },
-    Shape {
+    Shape::OneBand {
         name: "one band: skewed (1 + exponential, mean 0.2)",
         value: |_, _, rng| {
             let e: f64 = rand_distr::Exp1.sample(rng);
             1.0 + 0.2 * e
         },
-        slow: |_| 0,
     },
-    Shape {
+    Shape::OneBand {
         name: "one band: heavy tails (Student's t, 3 degrees, scale 0.1)",
         value: |_, _, rng| (0.1f64 * StudentT::new(3.0).unwrap().sample(rng)).exp(),
-        slow: |_| 0,
     },
-    Shape {
-        name: "3 nodes 5× slower, σ 0.1",
-        value: |i, _, rng| if i < 3 { 5.0 } else { 1.0 } * noise(rng),
-        slow: |_| 3,
+    Shape::Levels {
+        name: "50/50 at 2×, σ 0.1",
+        levels: |n| vec![(n / 2, 2.0)],
+        sigma: 0.1,
     },
-    Shape {
-        name: "1% 2× slower, σ 0.1",
-        value: |i, n, rng| if i < (n / 100).max(1) { 2.0 } else { 1.0 } * noise(rng),
-        slow: |n| (n / 100).max(1),
+    Shape::Levels {
+        name: "50/50 at 2×, σ 0.2",
+        levels: |n| vec![(n / 2, 2.0)],
+        sigma: 0.2,
     },
-    Shape {
+    Shape::Levels {
         name: "12% 3× faster (Netflix's shape), σ 0.1",
-        value: |i, n, rng| if i < n * 88 / 100 { 3.0 } else { 1.0 } * noise(rng),
-        slow: |n| n * 88 / 100,
+        levels: |n| vec![(n * 88 / 100, 3.0)],
+        sigma: 0.1,
     },
-    Shape {
+    Shape::Levels {
+        name: "5% 2× slower, σ 0.1",
+        levels: |n| vec![((n * 5).div_ceil(100), 2.0)],
+        sigma: 0.1,
+    },
+    Shape::Levels {
+        name: "5% 2× slower, σ 0.2",
+        levels: |n| vec![((n * 5).div_ceil(100), 2.0)],
+        sigma: 0.2,
+    },
+    Shape::Levels {
+        name: "1% 2× slower, σ 0.1",
+        levels: |n| vec![((n / 100).max(1), 2.0)],
+        sigma: 0.1,
+    },
+    Shape::Levels {
+        name: "1% 2× slower, σ 0.2",
+        levels: |n| vec![((n / 100).max(1), 2.0)],
+        sigma: 0.2,
+    },
+    Shape::Levels {
+        name: "3 nodes 5× slower, σ 0.1",
+        levels: |_| vec![(3, 5.0)],
+        sigma: 0.1,
+    },
+    Shape::Levels {
         name: "three levels 60/25/15% at 1×/2×/4×, σ 0.1 (the slowest level wanted)",
-        value: |i, n, rng| {
-            let level = if i < n * 15 / 100 {
-                4.0
-            } else if i < n * 40 / 100 {
-                2.0
-            } else {
-                1.0
-            };
-            level * noise(rng)
-        },
-        slow: |n| n * 15 / 100,
+        levels: |n| vec![(n * 15 / 100, 4.0), (n * 25 / 100, 2.0)],
+        sigma: 0.1,
+    },
+    Shape::Levels {
+        name: "three levels 60/25/15% at 1×/2×/4×, σ 0.2 (the slowest level wanted)",
+        levels: |n| vec![(n * 15 / 100, 4.0), (n * 25 / 100, 2.0)],
+        sigma: 0.2,
     },
 ];
+
+/// A fleet of `levels` (the slowest first, the rest at 1×) in log-normal noise of `sigma`, and
+/// whether a classifier that knows the levels, their shares and the noise places every node of
+/// the slowest level there and no other (the reference: overlap no method can undo).
+fn leveled(rng: &mut rand_chacha::ChaCha8Rng, n: usize, levels: &[(usize, f64)], sigma: f64) -> (Vec<f64>, bool) {
+    let mut all = levels.to_vec();
+    all.push((n - levels.iter().map(|l| l.0).sum::<usize>(), 1.0));
+    let of: Vec<usize> = all.iter().enumerate().flat_map(|(l, &(count, _))| vec![l; count]).collect();
+    let values: Vec<f64> = of.iter().map(|&l| all[l].1 * noise_of(rng, sigma)).collect();
+    let ideal = values.iter().zip(&of).all(|(v, &l)| {
+        let score = |&(count, factor): &(usize, f64)| {
+            (count as f64 / n as f64).ln() - (v.ln() - f64::ln(factor)).powi(2) / (2.0 * sigma * sigma)
+        };
+        let best = (0..all.len())
+            .filter(|&j| all[j].0 > 0)
+            .max_by(|&a, &b| score(&all[a]).total_cmp(&score(&all[b])))
+            .unwrap_or(0);
+        (best == 0) == (l == 0)
+    });
+    (values, ideal)
+}
 
 /// A blank line, then the head of a Markdown table: `columns`, then a column per fleet size.
 fn table_head(columns: &[&str], sizes: &[usize]) {
@@ -212,47 +320,88 @@ fn table_head(columns: &[&str], sizes: &[usize]) {
 }
 
 /// Each shape at 10 to 10,000 nodes: for one-band shapes the share of fleets given two bands
-/// (all false), for the others the share whose slow band is exactly the slow nodes.
+/// (all false), for the others the share whose slowest level (or, below the smallest band, whose
+/// outliers) is exactly the slow nodes, beside the share an ideal classifier gets right.
 fn shapes(trials: usize, config: &BandConfig, null: &mut NullCache) {
     const SIZES: [usize; 4] = [10, 100, 1000, 10_000];
     table_head(&["shape", "measure"], &SIZES);
     for (k, shape) in SHAPES.iter().enumerate() {
-        let one_band = (shape.slow)(SIZES[0]) == 0;
-        print!(
-            "| {} | {} |",
-            shape.name,
-            if one_band { "false bands" } else { "slow band exact" }
-        );
+        let (name, measure) = match shape {
+            Shape::OneBand { name, .. } => (name, "false bands"),
+            Shape::Levels { name, .. } => (name, "slow nodes exact (ideal)"),
+        };
+        print!("| {name} | {measure} |");
         for n in SIZES {
-            // Fewer fleets of 10,000 nodes: each detection sorts them, and the null of that size
-            // is drawn once.
+            // Fewer fleets of 10,000 nodes: each detection sorts them and tests their modes.
             let trials = if n >= 10_000 { trials.div_ceil(10) } else { trials };
             let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x5eed_0000 + k as u64 * 100_000 + n as u64);
-            let slow: Vec<usize> = (0..(shape.slow)(n)).collect();
-            let hits = (0..trials)
-                .filter(|_| {
-                    let values: Vec<f64> = (0..n).map(|i| (shape.value)(i, n, &mut rng)).collect();
-                    let got = detect(&values, config, null);
-                    let outliers = match &got {
-                        Bands::Two(split) => &split.outliers,
-                        Bands::None { outliers, .. } => outliers,
-                    };
-                    match (&got, one_band) {
-                        (Bands::Two(_), true) => true,
-                        (_, true) => false,
-                        // Fewer than the smallest band: named as outliers.
-                        (_, false) if slow.len() < config.min_band(n) => {
-                            let mut named = outliers.clone();
-                            named.sort_unstable();
-                            named == slow
-                        }
-                        // The slowest level, when the split has several.
-                        (Bands::Two(split), false) => split.levels.last().unwrap_or(&split.high) == &slow,
-                        (Bands::None { .. }, false) => false,
+            let (mut hits, mut ideal) = (0, 0);
+            for _ in 0..trials {
+                match shape {
+                    Shape::OneBand { value, .. } => {
+                        let values: Vec<f64> = (0..n).map(|i| value(i, n, &mut rng)).collect();
+                        hits += matches!(detect(&values, config, null), Bands::Two(_)) as usize;
                     }
-                })
-                .count();
-            print!(" {:.1}% |", 100.0 * hits as f64 / trials as f64);
+                    Shape::Levels { levels, sigma, .. } => {
+                        let levels = levels(n);
+                        let (values, right) = leveled(&mut rng, n, &levels, *sigma);
+                        ideal += right as usize;
+                        let slow: Vec<usize> = (0..levels[0].0).collect();
+                        hits += match detect(&values, config, null) {
+                            // Fewer than the smallest band: named as outliers.
+                            got if slow.len() < config.min_band(n) => {
+                                let mut named = match got {
+                                    Bands::Two(split) => split.outliers,
+                                    Bands::None { outliers, .. } => outliers,
+                                };
+                                named.sort_unstable();
+                                named == slow
+                            }
+                            // The slowest level, when the split has several.
+                            Bands::Two(split) => split.levels.last().unwrap_or(&split.high) == &slow,
+                            Bands::None { .. } => false,
+                        } as usize;
+                    }
+                }
+            }
+            let share = |x: usize| 100.0 * x as f64 / trials as f64;
+            match shape {
+                Shape::OneBand { .. } => print!(" {:.1}% |", share(hits)),
+                Shape::Levels { .. } => print!(" {:.1}% ({:.1}%) |", share(hits), share(ideal)),
+            }
+        }
+        println!();
+    }
+    small_fleets(trials, config, null);
+}
+
+/// Fleets of 6 to 40 nodes: two nodes 2× slower (the smallest band), and one-band fleets.
+fn small_fleets(trials: usize, config: &BandConfig, null: &mut NullCache) {
+    const SIZES: [usize; 5] = [6, 10, 20, 40, 60];
+    table_head(&["small fleets", "measure"], &SIZES);
+    for (name, slow) in [("one band, σ 0.1", 0), ("2 nodes 2× slower, σ 0.1", 2)] {
+        print!(
+            "| {name} | {} |",
+            if slow == 0 { "false bands" } else { "slow nodes exact (ideal)" }
+        );
+        for n in SIZES {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x5ea1_0000 + n as u64 * 10 + slow as u64);
+            let levels = if slow == 0 { vec![] } else { vec![(slow, 2.0)] };
+            let (mut hits, mut ideal) = (0, 0);
+            for _ in 0..trials {
+                let (values, right) = leveled(&mut rng, n, &levels, 0.1);
+                ideal += right as usize;
+                hits += match (detect(&values, config, null), slow) {
+                    (Bands::Two(_), 0) => true,
+                    (Bands::Two(split), _) => split.levels.last().unwrap_or(&split.high) == &(0..slow).collect::<Vec<_>>(),
+                    _ => false,
+                } as usize;
+            }
+            let share = |x: usize| 100.0 * x as f64 / trials as f64;
+            match slow {
+                0 => print!(" {:.1}% |", share(hits)),
+                _ => print!(" {:.1}% ({:.1}%) |", share(hits), share(ideal)),
+            }
         }
         println!();
     }

@@ -168,11 +168,11 @@ pub enum NoBands {
     )]
     OneMode { p_value: f64 },
     #[error(
-        "the values are no sparser at the cut than in the middle of a band ({at_cut} nodes near the cut, {at_band} near the band's median; p = {p_value:.3})"
+        "the values are no sparser at the cut than in the middle of the bands ({at_cut} nodes near the cut, {at_bands} near the bands' medians; p = {p_value:.3})"
     )]
     Flat {
         at_cut: usize,
-        at_band: usize,
+        at_bands: usize,
         p_value: f64,
     },
     #[error("the best split separates the bands by only {separation:.1} standard deviations")]
@@ -391,39 +391,32 @@ fn detect_in(values: &[f64], config: &BandConfig, null: &mut NullCache, heavy_ta
     }
 }
 
-/// Nodes near the cut and the thinner band's middle below which [`sparse_at_cut`] is not run: a
+/// Nodes near the cut and the bands' middles below which [`sparse_at_cut`] is not run: a
 /// band of a few nodes cannot show that its middle is denser than the cut, and needs not (a
 /// flat fleet's false cuts fall in its middle, between hundreds of nodes).
 const FLAT_TEST_FROM: usize = 20;
 
 /// Whether the values thin out at the cut between `sorted[..k]` and `sorted[k..]`: the nodes
-/// within w of the cut against those within w of the median of the band that has fewer there
-/// (w: a quarter of the distance from the cut to the nearer median, so that a band's heavy
-/// tails reach the cut's window little). A flat density (log-uniform, where
-/// the smoothed fleets of the mode test are too peaked to stand for it) has as many either way;
-/// two bands have fewer at the cut. Tested as a fair coin over the nodes of both windows.
+/// within w of the cut against those within w of each band's median (w: a quarter of the
+/// distance from the cut to the nearer median, so that a band's heavy tails reach the cut's
+/// window little). A flat density (log-uniform, where the smoothed fleets of the mode test are
+/// too peaked to stand for it) puts a third of the three windows' nodes in each; two bands, or a
+/// band beside a shoulder of the other, fewer at the cut. Tested as a binomial of one in three.
 fn sparse_at_cut(sorted: &[f64], k: usize) -> Result<(), NoBands> {
     let cut = 0.5 * (sorted[k - 1] + sorted[k]);
     let (low, high) = (median(&sorted[..k]), median(&sorted[k..]));
     let w = 0.25 * (cut - low).min(high - cut);
     let within = |at: f64| sorted.partition_point(|&v| v <= at + w) - sorted.partition_point(|&v| v < at - w);
-    let (at_cut, at_band) = (within(cut), within(low).min(within(high)));
-    if at_cut + at_band < FLAT_TEST_FROM || at_cut >= at_band {
-        return match at_cut + at_band < FLAT_TEST_FROM {
-            true => Ok(()),
-            false => Err(NoBands::Flat {
-                at_cut,
-                at_band,
-                p_value: 1.0,
-            }),
-        };
+    let (at_cut, at_bands) = (within(cut), within(low) + within(high));
+    if at_cut + at_bands < FLAT_TEST_FROM {
+        return Ok(());
     }
-    let p_value = rank::binomial_half_lower(at_cut, at_cut + at_band);
+    let p_value = rank::binomial_lower(at_cut, at_cut + at_bands, 1.0 / 3.0);
     match p_value <= FLAT_LEVEL {
         true => Ok(()),
         false => Err(NoBands::Flat {
             at_cut,
-            at_band,
+            at_bands,
             p_value,
         }),
     }
@@ -559,9 +552,9 @@ impl Test<'_> {
                 Err(reason) => Err((reason, Some(cut))),
             };
         }
-        let draws = ((2.0 / config.alpha).ceil() as usize).max(200) - 1;
         let untied = modes::untie(sorted);
-        let test = modes::more_than_one(&untied, draws, config.alpha, config.seed);
+        let draws = ((2.0 / config.alpha).ceil() as usize).max(200) - 1;
+        let test = modes::more_than_one(sorted, draws, config.alpha, config.seed);
         cut.p_value = test.p_value;
         if test.p_value > config.alpha {
             return Err((NoBands::OneMode { p_value: test.p_value }, Some(cut)));

@@ -38,8 +38,24 @@ pub struct ModeTest {
 
 /// Tests `sorted` (ascending) for more than one mode with up to `draws` null fleets, stopping
 /// once the p-value cannot fall to `alpha`. Values shared by several nodes are first spread
-/// evenly over the data's resolution (see [`untie`]).
+/// evenly over the data's resolution (see [`untie`]). (Counting how often the null fleets' best
+/// split by Cohen's d beats the fleet's instead finds a band beside a shoulder more often, but
+/// calls 30% of skewed fleets of 10,000 nodes two bands: design 033.)
 pub fn more_than_one(sorted: &[f64], draws: usize, alpha: f64, seed: u64) -> ModeTest {
+    let mut density = Density::default();
+    own_shape(sorted, draws, alpha, seed, |fleet, bandwidth| density.modes(fleet, bandwidth) > 1)
+}
+
+/// Fleets drawn from `sorted` smoothed to one mode (see the module), up to `draws` of them, and
+/// the share of them `beyond` says look at least as split as the fleet (given each fleet and the
+/// bandwidth), stopping once the p-value cannot fall to `alpha`.
+fn own_shape(
+    sorted: &[f64],
+    draws: usize,
+    alpha: f64,
+    seed: u64,
+    mut beyond: impl FnMut(&mut [f64], f64) -> bool,
+) -> ModeTest {
     let values = untie(sorted);
     let bandwidth = critical_bandwidth(&values);
     if bandwidth == 0.0 {
@@ -56,18 +72,17 @@ pub fn more_than_one(sorted: &[f64], draws: usize, alpha: f64, seed: u64) -> Mod
     let shrink = 1.0 / (1.0 + bandwidth * bandwidth / var).sqrt();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ (n as u64).rotate_left(32));
     let pick = Uniform::new(0, n).expect("a fleet has nodes");
-    // Stop once this many null fleets have more than one mode: the p-value is above alpha.
+    // Stop once this many null fleets look as split: the p-value is above alpha.
     let enough = (alpha * (draws + 1) as f64).ceil() as usize;
     let mut fleet = vec![0.0; n];
     let (mut more, mut drawn) = (0, 0);
-    let mut scratch = Density::default();
     while drawn < draws && more < enough {
         for y in fleet.iter_mut() {
             let z: f64 = StandardNormal.sample(&mut rng);
             *y = mean + (values[pick.sample(&mut rng)] - mean + bandwidth * z) * shrink;
         }
         drawn += 1;
-        if scratch.modes(&fleet, bandwidth) > 1 {
+        if beyond(&mut fleet, bandwidth) {
             more += 1;
         }
     }

@@ -151,14 +151,16 @@ pub fn fisher(a: usize, b: usize, c: usize, d: usize) -> f64 {
     p.min(1.0)
 }
 
-/// P(X ≤ x) for X binomial over `m` trials of one half: how often `x` or fewer of `m` fall on
-/// one side of a fair coin.
-pub fn binomial_half_lower(x: usize, m: usize) -> f64 {
-    let ln_half = -(m as f64) * std::f64::consts::LN_2;
-    let p: f64 = (0..=x.min(m))
-        .map(|k| (ln_factorial(m) - ln_factorial(k) - ln_factorial(m - k) + ln_half).exp())
+/// P(X ≤ x) for X binomial over `m` trials of chance `p` each.
+pub fn binomial_lower(x: usize, m: usize, p: f64) -> f64 {
+    let (ln_p, ln_q) = (p.ln(), (1.0 - p).ln());
+    let sum: f64 = (0..=x.min(m))
+        .map(|k| {
+            let ln_choose = ln_factorial(m) - ln_factorial(k) - ln_factorial(m - k);
+            (ln_choose + k as f64 * ln_p + (m - k) as f64 * ln_q).exp()
+        })
         .sum();
-    p.min(1.0)
+    sum.min(1.0)
 }
 
 /// ln(k!), from a table built once (Fisher's test needs it for every table of a fleet).
@@ -197,10 +199,11 @@ mod tests {
 
     /// Reference values from the tables of the exact distribution of U.
     #[test]
-    fn binomial_half() {
-        assert!((binomial_half_lower(0, 3) - 0.125).abs() < 1e-12);
-        assert!((binomial_half_lower(2, 4) - 11.0 / 16.0).abs() < 1e-12);
-        assert!((binomial_half_lower(10, 10) - 1.0).abs() < 1e-12);
+    fn binomial() {
+        assert!((binomial_lower(0, 3, 0.5) - 0.125).abs() < 1e-12);
+        assert!((binomial_lower(2, 4, 0.5) - 11.0 / 16.0).abs() < 1e-12);
+        assert!((binomial_lower(10, 10, 0.5) - 1.0).abs() < 1e-12);
+        assert!((binomial_lower(0, 2, 1.0 / 3.0) - 4.0 / 9.0).abs() < 1e-12);
     }
 
     #[test]
