@@ -65,7 +65,11 @@ fn compare(trials: usize, config: &BandConfig) {
         let mut null = NullCache::default();
         let mut cells = Vec::new();
         for n in SIZES {
-            let trials = if n >= 10_000 { trials.div_ceil(20) } else { trials.div_ceil(4) };
+            let trials = if n >= 10_000 {
+                trials.div_ceil(20)
+            } else {
+                trials.div_ceil(4)
+            };
             let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0xc0_0000 + n as u64 + band as u64);
             let (mut times, mut chosen) = (Vec::new(), 0);
             for _ in 0..trials {
@@ -95,8 +99,15 @@ fn compare(trials: usize, config: &BandConfig) {
                 100.0 * chosen as f64 / trials as f64
             ));
         }
-        let name = if band { "a tenth 4× higher in one" } else { "one band in every one" };
-        println!("| {name} | p50 / p95 time |{}", cells.iter().map(|c| format!(" {c} |")).collect::<String>());
+        let name = if band {
+            "a tenth 4× higher in one"
+        } else {
+            "one band in every one"
+        };
+        println!(
+            "| {name} | p50 / p95 time |{}",
+            cells.iter().map(|c| format!(" {c} |")).collect::<String>()
+        );
     }
 }
 
@@ -292,7 +303,11 @@ const SHAPES: [Shape; 16] = [
 fn leveled(rng: &mut rand_chacha::ChaCha8Rng, n: usize, levels: &[(usize, f64)], sigma: f64) -> (Vec<f64>, bool) {
     let mut all = levels.to_vec();
     all.push((n - levels.iter().map(|l| l.0).sum::<usize>(), 1.0));
-    let of: Vec<usize> = all.iter().enumerate().flat_map(|(l, &(count, _))| vec![l; count]).collect();
+    let of: Vec<usize> = all
+        .iter()
+        .enumerate()
+        .flat_map(|(l, &(count, _))| vec![l; count])
+        .collect();
     let values: Vec<f64> = of.iter().map(|&l| all[l].1 * noise_of(rng, sigma)).collect();
     let ideal = values.iter().zip(&of).all(|(v, &l)| {
         let score = |&(count, factor): &(usize, f64)| {
@@ -382,7 +397,11 @@ fn small_fleets(trials: usize, config: &BandConfig, null: &mut NullCache) {
     for (name, slow) in [("one band, σ 0.1", 0), ("2 nodes 2× slower, σ 0.1", 2)] {
         print!(
             "| {name} | {} |",
-            if slow == 0 { "false bands" } else { "slow nodes exact (ideal)" }
+            if slow == 0 {
+                "false bands"
+            } else {
+                "slow nodes exact (ideal)"
+            }
         );
         for n in SIZES {
             let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x5ea1_0000 + n as u64 * 10 + slow as u64);
@@ -393,7 +412,9 @@ fn small_fleets(trials: usize, config: &BandConfig, null: &mut NullCache) {
                 ideal += right as usize;
                 hits += match (detect(&values, config, null), slow) {
                     (Bands::Two(_), 0) => true,
-                    (Bands::Two(split), _) => split.levels.last().unwrap_or(&split.high) == &(0..slow).collect::<Vec<_>>(),
+                    (Bands::Two(split), _) => {
+                        split.levels.last().unwrap_or(&split.high) == &(0..slow).collect::<Vec<_>>()
+                    }
                     _ => false,
                 } as usize;
             }

@@ -574,6 +574,11 @@ impl Window {
         indices.iter().map(|&i| self.nodes[i].node.as_str()).collect()
     }
 
+    /// Each node's labels, in the nodes' order (their hardware class among them).
+    pub fn labels(&self) -> Vec<BTreeMap<String, String>> {
+        self.nodes.iter().map(|n| n.labels.clone()).collect()
+    }
+
     /// The nodes whose `event` stacks may stop short beside the others' (their agents walk
     /// frame pointers): their stack-derived values are not compared ([`chains::short_chains`]).
     pub fn short_chains(&self, event: &str) -> Vec<usize> {
@@ -608,11 +613,12 @@ pub fn node_cpu_seconds(samples_ns: Option<f64>, process_cpu_ns: Option<f64>, pi
 /// Band detection on a blocking thread (the null distributions are drawn there once).
 pub async fn find_bands(
     metrics: Vec<Metric>,
+    labels: Vec<BTreeMap<String, String>>,
     null: Arc<Mutex<NullCache>>,
 ) -> Result<(Vec<Metric>, BandChoice), String> {
     tokio::task::spawn_blocking(move || {
         let mut null = null.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let choice = compare::find_bands(&metrics, &BandConfig::default(), &mut null);
+        let choice = compare::find_bands_by_class(&metrics, &labels, &BandConfig::default(), &mut null);
         (metrics, choice)
     })
     .await

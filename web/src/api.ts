@@ -341,6 +341,11 @@ export interface ApiCompare {
     levels: { nodes: string[]; median: number }[];
     /** Nodes far out on their own, in no band. */
     outliers: string[];
+    /** Where the split over every node lies among the hardware classes (cpu_model, sockets,
+     * numa_nodes): "classes" when the bands are the classes themselves. */
+    classes: 'one_class' | 'classes' | 'across';
+    /** The hardware class the bands were found in, when they lie within one. */
+    within: { labels: Record<string, string>; nodes: string[] } | null;
     previous_window: {
       found: boolean;
       reason?: string | null;

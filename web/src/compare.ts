@@ -189,6 +189,12 @@ function renderVerdict(a: ApiCompare): void {
     const each = b.levels.map((l) => `${l.nodes.length} at ${figure(l.median)}`).join(', ');
     items.push(el('li', undefined, `${b.levels.length} levels of ${b.metric}, lowest first: ${each} ${b.unit}; the slowest is compared with the rest.`));
   }
+  if (b.within) {
+    const labels = Object.entries(b.within.labels).map(([k, v]) => `${k}=${v}`).join(', ');
+    items.push(el('li', undefined, `Found within hardware class ${labels} (${b.within.nodes.length} nodes): the slow nodes are compared with their own class.`));
+  } else if (b.classes === 'classes') {
+    items.push(el('li', undefined, 'The bands are hardware classes (cpu_model, sockets, numa_nodes): within each class the nodes run as one.'));
+  }
   if (b.outliers.length > 0) {
     items.push(el('li', undefined, `Outliers, far out on their own and in no band: ${b.outliers.join(', ')}.`));
   }

@@ -210,13 +210,15 @@ async fn evaluate(
                 w
             };
             let mut now_w = bands_in(&current);
-            let (metrics, choice) = window::find_bands(std::mem::take(&mut now_w.metrics), null.clone()).await?;
+            let (metrics, choice) =
+                window::find_bands(std::mem::take(&mut now_w.metrics), now_w.labels(), null.clone()).await?;
             let before = windows
                 .get(store, &rule.selector, from.saturating_sub(to - from), from)
                 .await
                 .map_err(err)?;
             let mut before_w = bands_in(&before);
-            let (_, before_choice) = window::find_bands(std::mem::take(&mut before_w.metrics), null.clone()).await?;
+            let (_, before_choice) =
+                window::find_bands(std::mem::take(&mut before_w.metrics), before_w.labels(), null.clone()).await?;
             judge::bands(
                 rule,
                 &metrics,

@@ -3,8 +3,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::rules::{Condition, Rule, HARDWARE_CLASS_LABELS};
-use crate::analysis::compare::{BandChoice, Groups, Metric, MetricKind};
+use super::rules::{Condition, Rule};
+use crate::analysis::compare::{BandChoice, ClassSplit, Groups, Metric, MetricKind};
 use crate::window::Window;
 
 /// An active alert of a rule, as found in one evaluation.
@@ -144,6 +144,11 @@ pub fn bands(
     if before_had_bands && !active {
         return None;
     }
+    // Bands that are the fleet's hardware classes are no news: a fleet of two CPU models would
+    // page for as long as it runs both.
+    if choice.classes == ClassSplit::Classes && choice.within.is_none() {
+        return None;
+    }
     let metric = &metrics[chosen];
     let (slow, fast) = slow_band(groups);
     let value = metric.median_of(slow);
@@ -168,13 +173,7 @@ fn slow_band(groups: &Groups) -> (&[usize], &[usize]) {
     }
 }
 
-/// A node's hardware class: its values of [`HARDWARE_CLASS_LABELS`].
-pub(super) fn hardware_class(labels: &BTreeMap<String, String>) -> Vec<&str> {
-    HARDWARE_CLASS_LABELS
-        .iter()
-        .map(|l| labels.get(*l).map_or("", String::as_str))
-        .collect()
-}
+pub(super) use crate::analysis::compare::hardware_class;
 
 pub(super) fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
@@ -323,6 +322,16 @@ mod tests {
         let one: Vec<Option<f64>> = (0..12).map(|i| Some(100.0 * (1.0 + 0.01 * i as f64))).collect();
         let w = window(&one, 5000.0, &["x"]);
         let choice = compare::find_bands(&w.metrics, &config, &mut null);
+        assert!(bands(&r, &w.metrics, &choice, &w, false, false).is_none());
+        // The three high nodes are another CPU model, and the rest one model: the bands are the
+        // models, no news to page for.
+        let mut w = window(&split, 5000.0, &["x"]);
+        for (i, node) in w.nodes.iter_mut().enumerate() {
+            let model = if [2, 6, 9].contains(&i) { "B" } else { "A" };
+            node.labels.insert("cpu_model".into(), model.into());
+        }
+        let choice = compare::find_bands_by_class(&w.metrics, &w.labels(), &config, &mut null);
+        assert_eq!(choice.classes, ClassSplit::Classes);
         assert!(bands(&r, &w.metrics, &choice, &w, false, false).is_none());
     }
 

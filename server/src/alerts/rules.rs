@@ -36,9 +36,6 @@ use crate::yaml::{self, Mistake, Mistakes, Node, Position, Reader, Value};
 /// Labels the evaluation sets itself; a rule's own labels may not use these names.
 pub const RESERVED_LABELS: &[&str] = &["alertname", "node", "event", "source", "metric"];
 
-/// The labels that make two nodes peers for `above_peers`: the same hardware class.
-pub const HARDWARE_CLASS_LABELS: &[&str] = &["cpu_model", "sockets", "numa_nodes"];
-
 const DEFAULT_INTERVAL: Duration = Duration::from_secs(30);
 const DEFAULT_WINDOW: Duration = Duration::from_secs(300);
 const DEFAULT_MIN_SAMPLES: u64 = 10;
@@ -77,7 +74,7 @@ pub enum Condition {
     /// Above `factor` times the node's own rate over `baseline` before the window.
     AboveBaseline { factor: f64, baseline: Duration },
     /// Above `factor` times the median of the selected nodes of its hardware class
-    /// ([`HARDWARE_CLASS_LABELS`]), when at least `min_peers` others of the class were measured.
+    /// ([`crate::analysis::compare::HARDWARE_CLASS_LABELS`]), when at least `min_peers` others of the class were measured.
     AbovePeers { factor: f64, min_peers: usize },
     /// The selected nodes split into two bands (in `metric`, or in any metric compare tests)
     /// where the window before had none.

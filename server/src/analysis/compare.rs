@@ -67,6 +67,24 @@ pub struct Metric {
 }
 
 impl Metric {
+    /// The metric measured on `nodes` alone (by index into the comparison's nodes).
+    pub fn only(&self, nodes: &[usize]) -> Metric {
+        let keep = |i: usize| nodes.contains(&i);
+        Metric {
+            values: self
+                .values
+                .iter()
+                .enumerate()
+                .map(|(i, v)| v.filter(|_| keep(i)))
+                .collect(),
+            evidence: self
+                .evidence
+                .as_ref()
+                .map(|e| e.iter().enumerate().map(|(i, v)| v.filter(|_| keep(i))).collect()),
+            ..self.clone()
+        }
+    }
+
     /// The median of the values of `nodes` (by index into the comparison's nodes) that have one.
     pub fn median_of(&self, nodes: &[usize]) -> f64 {
         let mut v: Vec<f64> = nodes.iter().filter_map(|&i| self.values[i]).collect();
@@ -187,12 +205,178 @@ impl Groups {
 /// Every metric's test and the strongest split.
 #[derive(Clone, Debug)]
 pub struct BandChoice {
+    /// Each metric's test over every node.
     pub tested: Vec<MetricBands>,
     /// Index into the metrics of the split chosen.
     pub chosen: Option<usize>,
     pub groups: Option<Groups>,
+    /// The test the groups come from: the chosen metric's over every node, or over the nodes of
+    /// [`BandChoice::within`]'s class.
+    pub answer: Option<MetricBands>,
     /// The significance level each metric was held to.
     pub alpha_per_metric: f64,
+    /// Where the split over every node lies among the fleet's hardware classes.
+    pub classes: ClassSplit,
+    /// The hardware class the groups lie in, when they were found within one.
+    pub within: Option<HardwareClass>,
+}
+
+/// Node facts that make a hardware class: nodes of one class are the same machine, and a
+/// metric may differ between classes (a CPU model's CPI, a NUMA layout's remote accesses)
+/// without any node running slow.
+pub const HARDWARE_CLASS_LABELS: &[&str] = &["cpu_model", "sockets", "numa_nodes"];
+
+/// A node's hardware class: its values of [`HARDWARE_CLASS_LABELS`] ("" where it has none).
+pub fn hardware_class(labels: &BTreeMap<String, String>) -> Vec<&str> {
+    HARDWARE_CLASS_LABELS
+        .iter()
+        .map(|l| labels.get(*l).map_or("", String::as_str))
+        .collect()
+}
+
+/// A hardware class and its nodes.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct HardwareClass {
+    /// The class's labels, e.g. `cpu_model` → "AMD EPYC 7B13" (those the nodes have).
+    pub labels: BTreeMap<String, String>,
+    /// Its nodes, by index into the comparison's nodes.
+    pub nodes: Vec<usize>,
+}
+
+/// The fleet's hardware classes, the largest first.
+pub fn hardware_classes(labels: &[BTreeMap<String, String>]) -> Vec<HardwareClass> {
+    let mut by_class: BTreeMap<Vec<&str>, Vec<usize>> = BTreeMap::new();
+    for (i, l) in labels.iter().enumerate() {
+        by_class.entry(hardware_class(l)).or_default().push(i);
+    }
+    let mut classes: Vec<HardwareClass> = by_class
+        .into_iter()
+        .map(|(values, nodes)| HardwareClass {
+            labels: HARDWARE_CLASS_LABELS
+                .iter()
+                .zip(values)
+                .filter(|(_, v)| !v.is_empty())
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            nodes,
+        })
+        .collect();
+    classes.sort_by(|a, b| b.nodes.len().cmp(&a.nodes.len()).then(a.labels.cmp(&b.labels)));
+    classes
+}
+
+/// Where a split over every node lies among the hardware classes.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClassSplit {
+    /// The fleet is one class (or no split was found).
+    OneClass,
+    /// Every class lies wholly in one band: the bands are hardware classes, not slow nodes.
+    Classes,
+    /// The bands cut across the classes.
+    Across,
+}
+
+impl ClassSplit {
+    /// How `groups` lie among `classes`.
+    pub fn of(groups: Option<&Groups>, classes: &[HardwareClass]) -> ClassSplit {
+        let Some(groups) = groups else {
+            return ClassSplit::OneClass;
+        };
+        if classes.len() < 2 {
+            return ClassSplit::OneClass;
+        }
+        let side = |i: usize| match (groups.low.contains(&i), groups.high.contains(&i)) {
+            (true, _) => Some(false),
+            (_, true) => Some(true),
+            _ => None,
+        };
+        let mut sides = Vec::new();
+        for class in classes {
+            let of: BTreeSet<bool> = class.nodes.iter().filter_map(|&i| side(i)).collect();
+            match of.len() {
+                0 => {}
+                1 => sides.extend(of),
+                _ => return ClassSplit::Across,
+            }
+        }
+        match sides.contains(&false) && sides.contains(&true) {
+            true => ClassSplit::Classes,
+            false => ClassSplit::Across,
+        }
+    }
+}
+
+/// [`find_bands`] over every node and within each hardware class of at least
+/// [`BandConfig::min_fleet`] nodes (`labels`: each node's, for its class; the level divided
+/// among the classes as well). The answer is the split over every node, unless that split is
+/// the hardware classes themselves or there is none: then the strongest split within a class,
+/// when one has any ("within class B, these nodes" rather than "class B"). A split over every
+/// node whose slow nodes all lie in one class with bands of its own names that class.
+pub fn find_bands_by_class(
+    metrics: &[Metric],
+    labels: &[BTreeMap<String, String>],
+    config: &BandConfig,
+    null: &mut NullCache,
+) -> BandChoice {
+    let mut fleet = find_bands(metrics, config, null);
+    let classes = hardware_classes(labels);
+    fleet.classes = ClassSplit::of(fleet.groups.as_ref(), &classes);
+    if classes.len() < 2 {
+        return fleet;
+    }
+    let big: Vec<&HardwareClass> = classes.iter().filter(|c| c.nodes.len() >= config.min_fleet()).collect();
+    let per_class = BandConfig {
+        alpha: config.alpha / big.len().max(1) as f64,
+        ..config.clone()
+    };
+    let found: Vec<(&HardwareClass, BandChoice)> = big
+        .into_iter()
+        .map(|class| {
+            let only: Vec<Metric> = metrics.iter().map(|m| m.only(&class.nodes)).collect();
+            (class, find_bands(&only, &per_class, null))
+        })
+        .filter(|(_, choice)| choice.chosen.is_some())
+        .collect();
+    if fleet.classes == ClassSplit::Across {
+        // The fleet's own split stands; when its slow nodes all lie in one class that has bands
+        // of its own, that class is named and the slow nodes are set against the rest of it.
+        let slow = fleet.groups.as_ref().map(|g| match g.slow {
+            Some("low") => &g.low,
+            _ => &g.high,
+        });
+        fleet.within = found
+            .iter()
+            .map(|(class, _)| *class)
+            .find(|class| slow.is_some_and(|slow| slow.iter().all(|i| class.nodes.contains(i))))
+            .cloned();
+        // Compared with their own class: another model's functions would differ anyway.
+        if let (Some(class), Some(groups)) = (&fleet.within, fleet.groups.as_mut()) {
+            let other = match groups.slow {
+                Some("low") => &mut groups.high,
+                _ => &mut groups.low,
+            };
+            other.retain(|i| class.nodes.contains(i));
+        }
+        return fleet;
+    }
+    let strongest = found
+        .into_iter()
+        .filter_map(|(class, choice)| {
+            let (p, d) = match &choice.answer.as_ref()?.bands {
+                Bands::Two(split) => (split.p_value, split.d),
+                Bands::None { .. } => return None,
+            };
+            Some((class, choice, p, d))
+        })
+        .min_by(|a, b| a.2.total_cmp(&b.2).then(b.3.total_cmp(&a.3)));
+    if let Some((class, choice, _, _)) = strongest {
+        fleet.chosen = choice.chosen;
+        fleet.groups = choice.groups;
+        fleet.answer = choice.answer;
+        fleet.within = Some(class.clone());
+    }
+    fleet
 }
 
 /// Tests every metric and chooses the strongest two-band split: among metrics that say which
@@ -255,10 +439,13 @@ pub fn find_bands(metrics: &[Metric], config: &BandConfig, null: &mut NullCache)
         groups_of(split, &tested[i].measured, metrics[i].direction)
     });
     BandChoice {
+        answer: chosen.map(|i| tested[i].clone()),
         tested,
         chosen,
         groups,
         alpha_per_metric: alpha,
+        classes: ClassSplit::OneClass,
+        within: None,
     }
 }
 
@@ -950,6 +1137,67 @@ mod tests {
             values,
             evidence: None,
         }
+    }
+
+    /// A fleet of two CPU models (100 nodes each, the second's CPI 1.3× the first's), and the
+    /// labels that say which node is which.
+    fn two_models(slow_in_second: usize) -> (Vec<Metric>, Vec<BTreeMap<String, String>>) {
+        use rand::SeedableRng;
+        use rand_distr::Distribution;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(48);
+        let values = (0..200)
+            .map(|i| {
+                let z: f64 = rand_distr::StandardNormal.sample(&mut rng);
+                let class = if i < 100 { 1.0 } else { 1.3 };
+                let slow = if (100..100 + slow_in_second).contains(&i) {
+                    2.0
+                } else {
+                    1.0
+                };
+                Some(class * slow * (0.03 * z).exp())
+            })
+            .collect();
+        let labels = (0..200)
+            .map(|i| {
+                let model = if i < 100 { "Intel Xeon 8375C" } else { "AMD EPYC 7R13" };
+                BTreeMap::from([("cpu_model".to_string(), model.to_string())])
+            })
+            .collect();
+        (
+            vec![metric("cycles per instruction", Direction::HigherIsSlower, values)],
+            labels,
+        )
+    }
+
+    /// Two CPU models, no node slow within its model: the bands over the fleet are the models,
+    /// said so, and nothing is found within either.
+    #[test]
+    fn bands_that_are_hardware_classes_are_said_to_be() {
+        let (metrics, labels) = two_models(0);
+        let choice = find_bands_by_class(&metrics, &labels, &BandConfig::default(), &mut NullCache::default());
+        assert_eq!(choice.classes, ClassSplit::Classes);
+        assert_eq!(choice.within, None);
+        assert_eq!(
+            choice.groups.expect("the models split").high,
+            (100..200).collect::<Vec<_>>()
+        );
+    }
+
+    /// A tenth of the second model 2× slower: the answer is those nodes, within their class,
+    /// not the models (which are still what splits the fleet as a whole).
+    #[test]
+    fn a_slow_band_within_a_hardware_class_is_found() {
+        let (metrics, labels) = two_models(10);
+        let choice = find_bands_by_class(&metrics, &labels, &BandConfig::default(), &mut NullCache::default());
+        let within = choice.within.expect("bands within a class");
+        assert_eq!(within.labels["cpu_model"], "AMD EPYC 7R13");
+        let groups = choice.groups.expect("groups");
+        assert_eq!(groups.high, (100..110).collect::<Vec<_>>());
+        assert_eq!(groups.low, (110..200).collect::<Vec<_>>());
+        // One class: nothing said of classes.
+        let one: Vec<BTreeMap<String, String>> = vec![BTreeMap::new(); 200];
+        let choice = find_bands_by_class(&metrics, &one, &BandConfig::default(), &mut NullCache::default());
+        assert_eq!((choice.classes, choice.within), (ClassSplit::OneClass, None));
     }
 
     /// A node that ran a few milliseconds in the window (no fault seen) is set aside and named:

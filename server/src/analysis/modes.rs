@@ -43,7 +43,9 @@ pub struct ModeTest {
 /// calls 30% of skewed fleets of 10,000 nodes two bands: design 033.)
 pub fn more_than_one(sorted: &[f64], draws: usize, alpha: f64, seed: u64) -> ModeTest {
     let mut density = Density::default();
-    own_shape(sorted, draws, alpha, seed, |fleet, bandwidth| density.modes(fleet, bandwidth) > 1)
+    own_shape(sorted, draws, alpha, seed, |fleet, bandwidth| {
+        density.modes(fleet, bandwidth) > 1
+    })
 }
 
 /// Fleets drawn from `sorted` smoothed to one mode (see the module), up to `draws` of them, and

@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use super::params::Params;
 use super::{AppError, AppState};
 use crate::analysis::bands::{BandConfig, Bands, Split};
-use crate::analysis::compare::{self, Groups, Metric, MetricBands};
+use crate::analysis::compare::{self, BandChoice, ClassSplit, Groups, Metric, MetricBands};
 use crate::clock::{now_secs as now, rfc3339};
 use crate::selector::Selector;
 use crate::storage::NodesRead;
@@ -167,9 +167,13 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
     let mut window = timed("window", Window::read(&state.store, &selector, from, to, now())).await?;
     window.keep_metric(p.one("metric")).map_err(AppError::BadRequest)?;
     let (metrics, choice) = timed("bands", async {
-        find_bands(std::mem::take(&mut window.metrics), state.bands_null.clone())
-            .await
-            .map_err(AppError::Internal)
+        find_bands(
+            std::mem::take(&mut window.metrics),
+            window.labels(),
+            state.bands_null.clone(),
+        )
+        .await
+        .map_err(AppError::Internal)
     })
     .await?;
     let metrics_json = metrics_json(&window, &metrics, &choice.tested);
@@ -189,7 +193,12 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
         return Ok(Json(answer));
     };
     let metric = &metrics[chosen];
-    let Bands::Two(split) = &choice.tested[chosen].bands else {
+    let Some(MetricBands {
+        bands: Bands::Two(split),
+        measured,
+        ..
+    }) = &choice.answer
+    else {
         return Err(AppError::Internal("the chosen metric has no split".into()));
     };
     // The previous window and the explanation's reads, at once.
@@ -209,8 +218,18 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
         },
     )?;
     let explained = sample.groups;
-    (answer["verdict"], answer["bands"]) =
-        two_bands(&window, metric, &choice.tested[chosen].measured, split, groups, changed);
+    (answer["verdict"], answer["bands"]) = two_bands(&window, metric, measured, split, groups, changed);
+    answer["verdict"] = json!(classes_verdict(
+        &window,
+        metric,
+        &choice,
+        answer["verdict"].as_str().unwrap_or("")
+    ));
+    answer["bands"]["classes"] = json!(choice.classes);
+    answer["bands"]["within"] = json!(choice.within.as_ref().map(|c| json!({
+        "labels": c.labels,
+        "nodes": window.names(&c.nodes),
+    })));
     let labels: Vec<_> = window.nodes.iter().map(|n| n.labels.clone()).collect();
     let explained_nodes = explained_json(&window, &explained, per_group);
     let (groups, findings) = (groups.clone(), window.findings.clone());
@@ -233,6 +252,49 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
     .await
     .map_err(|e| AppError::Internal(format!("explaining the bands failed: {e}")))?;
     Ok(Json(answer))
+}
+
+/// The verdict of `two_bands`, said of the hardware classes: bands found within one class are
+/// named with it; bands that are the classes themselves are said to be.
+fn classes_verdict(w: &Window, metric: &Metric, choice: &BandChoice, verdict: &str) -> String {
+    let class = |labels: &std::collections::BTreeMap<String, String>| -> String {
+        labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match (&choice.within, choice.classes) {
+        (Some(c), ClassSplit::Classes) => format!(
+            "within hardware class {} ({} nodes): {verdict}; across the fleet, the best split in {} is the hardware classes themselves",
+            class(&c.labels),
+            c.nodes.len(),
+            metric.name,
+        ),
+        (Some(c), _) => format!("within hardware class {} ({} nodes): {verdict}", class(&c.labels), c.nodes.len()),
+        (None, ClassSplit::Classes) => {
+            let classes = compare::hardware_classes(&w.labels());
+            let side = |nodes: &[usize]| -> Vec<String> {
+                classes
+                    .iter()
+                    .filter(|c| c.nodes.iter().any(|i| nodes.contains(i)))
+                    .map(|c| class(&c.labels))
+                    .collect()
+            };
+            let groups = choice.groups.as_ref().expect("a split has groups");
+            let (slow, fast) = match groups.slow {
+                Some("low") => (&groups.low, &groups.high),
+                _ => (&groups.high, &groups.low),
+            };
+            format!(
+                "the bands are hardware classes: {} against {} in {} ({verdict}); within each class the nodes run as one",
+                side(slow).join("; "),
+                side(fast).join("; "),
+                metric.name,
+            )
+        }
+        (None, _) => verdict.to_string(),
+    }
 }
 
 /// `explained_nodes`: how many nodes of each group the code and data differences are read over
@@ -451,24 +513,31 @@ async fn changes(
     if before.keep_metric(wanted).is_err() {
         before.metrics.clear();
     }
-    let (before_metrics, before_choice) = find_bands(std::mem::take(&mut before.metrics), state.bands_null.clone())
-        .await
-        .map_err(AppError::Internal)?;
+    let labels = before.labels();
+    let (before_metrics, before_choice) =
+        find_bands(std::mem::take(&mut before.metrics), labels, state.bands_null.clone())
+            .await
+            .map_err(AppError::Internal)?;
     let position = before_metrics.iter().position(|m| m.kind == metric.kind);
-    let band_before: HashMap<&str, &str> =
-        match position.map(|i| (&before_choice.tested[i].measured, &before_choice.tested[i].bands)) {
-            Some((measured, Bands::Two(s))) => s
-                .low
-                .iter()
-                .map(|&i| (before.nodes[measured[i]].node.as_str(), "low"))
-                .chain(
-                    s.high
-                        .iter()
-                        .map(|&i| (before.nodes[measured[i]].node.as_str(), "high")),
-                )
-                .collect(),
-            _ => HashMap::new(),
-        };
+    // The previous window's answer when it chose the same metric (its split may lie within a
+    // hardware class), else that metric's test over every node.
+    let test_before = position.map(|i| match (&before_choice.answer, before_choice.chosen) {
+        (Some(answer), Some(chosen)) if chosen == i => answer,
+        _ => &before_choice.tested[i],
+    });
+    let band_before: HashMap<&str, &str> = match test_before.map(|t| (&t.measured, &t.bands)) {
+        Some((measured, Bands::Two(s))) => s
+            .low
+            .iter()
+            .map(|&i| (before.nodes[measured[i]].node.as_str(), "low"))
+            .chain(
+                s.high
+                    .iter()
+                    .map(|&i| (before.nodes[measured[i]].node.as_str(), "high")),
+            )
+            .collect(),
+        _ => HashMap::new(),
+    };
     let mut changed = Vec::new();
     for (band, members) in [("low", &groups.low), ("high", &groups.high)] {
         for &i in members.iter() {
@@ -511,9 +580,13 @@ pub(super) async fn bands_of(
     let mut window = Window::read(&state.store, selector, from, to, now()).await?;
     window.keep_metric(metric).map_err(AppError::BadRequest)?;
     let (metrics, choice) = timed("bands", async {
-        find_bands(std::mem::take(&mut window.metrics), state.bands_null.clone())
-            .await
-            .map_err(AppError::Internal)
+        find_bands(
+            std::mem::take(&mut window.metrics),
+            window.labels(),
+            state.bands_null.clone(),
+        )
+        .await
+        .map_err(AppError::Internal)
     })
     .await?;
     Ok(match (choice.chosen, &choice.groups) {
