@@ -61,6 +61,23 @@ impl ClientIdentity {
     }
 }
 
+/// Whether `url` is https://.
+pub fn is_https(url: &str) -> bool {
+    url.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("https://"))
+}
+
+/// A CA file or client certificate (`tls_given`) with a URL that is not https:// is refused: the
+/// user meant TLS, and the URL would send the token in plain text. Every client (gRPC and HTTP)
+/// holds to this.
+pub fn plain_only_without_tls(url: &str, tls_given: bool) -> Result<(), String> {
+    match tls_given && !is_https(url) {
+        true => Err(format!(
+            "`{url}` is not https://: a CA file or client certificate is for TLS, and this URL would send in plain text"
+        )),
+        false => Ok(()),
+    }
+}
+
 /// A channel to `url`: plain for `http://`; for `https://`, TLS with the server's certificate
 /// checked against the PEM certificates of `ca_file`, or the system's roots without one, and
 /// `identity` presented when given. Files are read at every call: rotated ones take effect at the
@@ -71,15 +88,9 @@ pub async fn channel(
     identity: Option<&ClientIdentity>,
 ) -> Result<tonic::transport::Channel, Box<dyn std::error::Error + Send + Sync>> {
     let endpoint = tonic::transport::Endpoint::from_shared(url.to_owned())?;
-    let https = url.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("https://"));
-    let endpoint = match (https, ca_file) {
-        (false, None) if identity.is_none() => endpoint,
-        (false, _) => {
-            return Err(format!(
-                "`{url}` is not https://: a CA file or client certificate is for TLS, and this URL would send in plain text"
-            )
-            .into())
-        }
+    plain_only_without_tls(url, ca_file.is_some() || identity.is_some())?;
+    let endpoint = match (is_https(url), ca_file) {
+        (false, _) => endpoint,
         (true, ca) => {
             let tls = tonic::transport::ClientTlsConfig::new();
             let tls = match ca {
@@ -93,7 +104,8 @@ pub async fn channel(
             let tls = match identity {
                 Some(id) => {
                     let read = |path: &Path, what: &str| {
-                        std::fs::read(path).map_err(|e| format!("cannot read the client {what} {}: {e}", path.display()))
+                        std::fs::read(path)
+                            .map_err(|e| format!("cannot read the client {what} {}: {e}", path.display()))
                     };
                     tls.identity(tonic::transport::Identity::from_pem(
                         read(&id.cert, "certificate")?,

@@ -68,6 +68,8 @@ pub struct Config {
     pub tls: Option<tls::TlsFiles>,
     /// Agent streams served at once at most; more are told to retry later.
     pub max_streams: usize,
+    /// How long an agent stream may go without a batch before it is closed.
+    pub stream_idle: std::time::Duration,
     /// Connections served at once at most ([`serve::default_max_connections`] from the
     /// descriptor limit); more are closed.
     pub max_connections: usize,
@@ -99,6 +101,7 @@ pub struct Server {
     auth: auth::Auth,
     tls: Option<tls::Acceptor>,
     max_streams: usize,
+    stream_idle: std::time::Duration,
     max_connections: usize,
     max_in_flight_bytes: u64,
     node_batches: rate::Rate,
@@ -185,6 +188,7 @@ impl Server {
             auth,
             tls,
             max_streams: config.max_streams.max(1),
+            stream_idle: config.stream_idle,
             max_connections: config.max_connections.max(1),
             max_in_flight_bytes: config.max_in_flight_bytes,
             node_batches: config.node_batches,
@@ -206,10 +210,13 @@ impl Server {
                 self.writer.clone(),
                 self.names.clone(),
                 self.auth.clone(),
-                self.max_streams,
-                self.max_in_flight_bytes,
-                self.node_batches,
-                self.node_streams,
+                ingest::StreamBounds {
+                    max_streams: self.max_streams,
+                    max_in_flight_bytes: self.max_in_flight_bytes,
+                    node_batches: self.node_batches,
+                    node_streams: self.node_streams,
+                    idle: self.stream_idle,
+                },
             ),
             MAX_MESSAGE_BYTES,
         );

@@ -100,6 +100,11 @@ struct Cli {
     /// Agent streams served at once at most (one per agent); more are told to retry later.
     #[arg(long, env = "BIMODAL_MAX_STREAMS", default_value_t = 20_000)]
     max_streams: usize,
+    /// An agent stream that sends no batch for this long is closed (agents send one every
+    /// interval, 10 s by default, and open another): a client that sends a Hello and nothing
+    /// more does not hold a place for good.
+    #[arg(long, env = "BIMODAL_STREAM_IDLE_TIMEOUT", default_value = "5m")]
+    stream_idle_timeout: humantime::Duration,
     /// Connections served at once at most (agents, uploads, readers); one more is closed at once.
     /// Default: the process's open-file limit less 256 descriptors kept for ClickHouse and files.
     #[arg(long, env = "BIMODAL_MAX_CONNECTIONS", value_parser = clap::value_parser!(u64).range(1..))]
@@ -385,6 +390,7 @@ async fn main() -> std::process::ExitCode {
         alerts,
         token_file: cli.token_file,
         max_streams: cli.max_streams,
+        stream_idle: cli.stream_idle_timeout.into(),
         // The soft limit up to the hard one whatever the bound: ClickHouse connections and
         // uploads need descriptors too.
         max_connections: cli

@@ -36,6 +36,10 @@ pub const MAX_AGE_SECS: i64 = 24 * 3600;
 pub const MAX_SKEW_SECS: i64 = 5 * 60;
 /// Longest interval one batch may cover.
 pub const MAX_INTERVAL_SECS: i64 = 3600;
+/// The largest sum of a batch's sample counts or values, and the largest counter increase: 2^56,
+/// beyond any machine's events in an interval (10^9 events a second on each of 8,192 CPUs for an
+/// hour is under 2^55), so that sums over a fleet's history stay far from u64's end.
+pub const MAX_BATCH_TOTAL: u64 = 1 << 56;
 
 /// Why a Hello or batch was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -44,7 +48,7 @@ pub enum Invalid {
     NoNode,
     #[error("Hello.node is {0} bytes; at most {MAX_NODE_BYTES}")]
     NodeTooLong(usize),
-    #[error("{what} contains a control character or space, which a {what} may not")]
+    #[error("{what} contains a control, format or space character, which a {what} may not")]
     BadCharacter { what: &'static str },
     #[error("{what} contains a control character")]
     Unprintable { what: &'static str },
@@ -52,8 +56,16 @@ pub enum Invalid {
     TooManyLabels(usize),
     #[error("label name `{0}` is not [a-zA-Z_][a-zA-Z0-9_]* of at most {MAX_LABEL_NAME_BYTES} bytes")]
     LabelName(String),
-    #[error("the value of label `{0}` is longer than {MAX_LABEL_VALUE_BYTES} bytes or holds a control character")]
+    #[error(
+        "the value of label `{0}` is longer than {MAX_LABEL_VALUE_BYTES} bytes or holds a control or format character"
+    )]
     LabelValue(String),
+    #[error("the batch's {what} sum past {MAX_BATCH_TOTAL} (2^56): no interval of a machine counts that many")]
+    Total { what: &'static str },
+    #[error("counter `{name}` rose by {value}, past {MAX_BATCH_TOTAL} (2^56) in one interval")]
+    CounterValue { name: String, value: u64 },
+    #[error("the node fact `{what}` {why}")]
+    Fact { what: &'static str, why: String },
     #[error("batch_id must be 16 bytes, got {0}")]
     BatchId(usize),
     #[error("the batch has {count} {what}; at most {max}")]
@@ -80,8 +92,123 @@ pub enum Invalid {
     Time { start: i64, end: i64 },
 }
 
+/// Whether `s` holds no control character and no invisible format character (right-to-left
+/// overrides, zero-width spaces and joiners, word joiners, byte order marks, line and paragraph
+/// separators): text that is stored, shown and used as a label reads as what it is, and one node
+/// name cannot be made to look like another.
 fn printable(s: &str) -> bool {
-    !s.chars().any(|c| c.is_control())
+    !s.chars().any(|c| c.is_control() || invisible(c))
+}
+
+/// Unicode's format characters (general category Cf) and the line and paragraph separators.
+fn invisible(c: char) -> bool {
+    matches!(c as u32,
+        0xAD | 0x600..=0x605 | 0x61C | 0x6DD | 0x70F | 0x890..=0x891 | 0x8E2 | 0x180E
+        | 0x200B..=0x200F | 0x2028..=0x202E | 0x2060..=0x2064 | 0x2066..=0x206F | 0xFEFF
+        | 0xFFF9..=0xFFFB | 0x110BD | 0x110CD | 0x13430..=0x1343F | 0x1BCA0..=0x1BCA3
+        | 0x1D173..=0x1D17A | 0xE0001 | 0xE0020..=0xE007F)
+}
+
+/// The sum of `values`, or `None` past u64.
+fn checked_sum(mut values: impl Iterator<Item = u64>) -> Option<u64> {
+    values.try_fold(0u64, u64::checked_add)
+}
+
+/// Most CPUs a node's facts may list (Linux's largest `NR_CPUS`).
+pub const MAX_CPUS: usize = 8192;
+/// Most NUMA nodes (Linux's largest `MAX_NUMNODES`).
+pub const MAX_NUMA_NODES: usize = 1024;
+/// Most network interfaces and event sources a node's facts may list.
+pub const MAX_NICS: usize = 1024;
+pub const MAX_EVENT_SOURCES: usize = 64;
+/// Longest text fact (a CPU model name, a kernel release, a reason a source was rejected).
+pub const MAX_FACT_BYTES: usize = 256;
+
+/// Checks a node's facts as strictly as its name and labels: text short and printable (facts
+/// become labels and are shown), lists and numbers within what a machine can have.
+fn facts(f: &v1::NodeFacts) -> Result<(), Invalid> {
+    let text = |what: &'static str, s: &str| match s.len() <= MAX_FACT_BYTES && printable(s) {
+        true => Ok(()),
+        false => Err(Invalid::Fact {
+            what,
+            why: format!(
+                "is {} bytes or holds a control or format character (at most {MAX_FACT_BYTES} printable bytes)",
+                s.len()
+            ),
+        }),
+    };
+    let most = |what: &'static str, count: usize, max: usize| match count <= max {
+        true => Ok(()),
+        false => Err(Invalid::Fact {
+            what,
+            why: format!("lists {count}; at most {max}"),
+        }),
+    };
+    let cpu = |what: &'static str, cpu: u32| match (cpu as usize) < MAX_CPUS {
+        true => Ok(()),
+        false => Err(Invalid::Fact {
+            what,
+            why: format!("names CPU {cpu}; CPUs are numbered below {MAX_CPUS}"),
+        }),
+    };
+    for (what, s) in [
+        ("kernel_release", &f.kernel_release),
+        ("cpu_vendor", &f.cpu_vendor),
+        ("cpu_model_name", &f.cpu_model_name),
+        ("numa_balancing", &f.numa_balancing),
+        ("transparent_hugepages", &f.transparent_hugepages),
+        ("hardware_pmu", &f.hardware_pmu),
+    ] {
+        text(what, s)?;
+    }
+    most("online_cpus", f.online_cpus.len(), MAX_CPUS)?;
+    for &c in &f.online_cpus {
+        cpu("online_cpus", c)?;
+    }
+    for (what, n) in [
+        ("sockets", f.sockets),
+        ("cores", f.cores),
+        ("threads_per_core", f.threads_per_core),
+    ] {
+        most(what, n as usize, MAX_CPUS)?;
+    }
+    most("numa_nodes", f.numa_nodes.len(), MAX_NUMA_NODES)?;
+    for node in &f.numa_nodes {
+        most("numa_nodes", node.id as usize, MAX_NUMA_NODES - 1)?;
+        most("numa_nodes.cpus", node.cpus.len(), MAX_CPUS)?;
+        most("numa_nodes.distances", node.distances.len(), MAX_NUMA_NODES)?;
+        for &c in &node.cpus {
+            cpu("numa_nodes.cpus", c)?;
+        }
+    }
+    most("l3_domains", f.l3_domains.len(), MAX_CPUS)?;
+    for domain in &f.l3_domains {
+        most("l3_domains.cpus", domain.cpus.len(), MAX_CPUS)?;
+        for &c in &domain.cpus {
+            cpu("l3_domains.cpus", c)?;
+        }
+    }
+    most("nics", f.nics.len(), MAX_NICS)?;
+    for nic in &f.nics {
+        text("nics.name", &nic.name)?;
+    }
+    most("event_sources", f.event_sources.len(), MAX_EVENT_SOURCES)?;
+    for source in &f.event_sources {
+        for (what, s) in [
+            ("event_sources.source", &source.source),
+            ("event_sources.encoding", &source.encoding),
+            ("event_sources.attach", &source.attach),
+            ("event_sources.unwinding", &source.unwinding),
+            ("event_sources.unwinding_reduced", &source.unwinding_reduced),
+        ] {
+            text(what, s)?;
+        }
+        most("event_sources.rejected", source.rejected.len(), MAX_EVENT_SOURCES)?;
+        for reason in &source.rejected {
+            text("event_sources.rejected", reason)?;
+        }
+    }
+    Ok(())
 }
 
 /// Checks a Hello; returns the operator's labels sorted, with names that clash with the fact
@@ -93,7 +220,10 @@ pub fn hello(h: &v1::Hello) -> Result<Vec<(String, String)>, Invalid> {
     if h.node.len() > MAX_NODE_BYTES {
         return Err(Invalid::NodeTooLong(h.node.len()));
     }
-    if h.node.chars().any(|c| c.is_control() || c.is_whitespace()) {
+    if h.node
+        .chars()
+        .any(|c| c.is_control() || c.is_whitespace() || invisible(c))
+    {
         return Err(Invalid::BadCharacter { what: "node name" });
     }
     if h.labels.len() > MAX_LABELS {
@@ -120,6 +250,9 @@ pub fn hello(h: &v1::Hello) -> Result<Vec<(String, String)>, Invalid> {
     labels.sort();
     if h.agent_version.len() > MAX_LABEL_VALUE_BYTES || !printable(&h.agent_version) {
         return Err(Invalid::LabelValue("agent_version".into()));
+    }
+    if let Some(f) = &h.facts {
+        facts(f)?;
     }
     Ok(labels)
 }
@@ -243,6 +376,31 @@ pub fn batch(b: &v1::Batch, now: i64) -> Result<(), Invalid> {
         ] {
             short(what, s)?;
         }
+    }
+    // Sums of counts and values, checked: a batch whose sums pass the bound (or u64) can never
+    // be stored, and is refused as that rather than retried for ever.
+    let totals = [
+        ("sample counts", checked_sum(b.samples.iter().map(|s| s.count))),
+        ("sample values", checked_sum(b.samples.iter().map(|s| s.value))),
+        (
+            "data sample counts",
+            checked_sum(b.data_samples.iter().map(|d| d.count)),
+        ),
+        (
+            "data sample values",
+            checked_sum(b.data_samples.iter().map(|d| d.value)),
+        ),
+    ];
+    for (what, total) in totals {
+        if total.is_none_or(|t| t > MAX_BATCH_TOTAL) {
+            return Err(Invalid::Total { what });
+        }
+    }
+    if let Some(c) = b.counters.iter().find(|c| c.value > MAX_BATCH_TOTAL) {
+        return Err(Invalid::CounterValue {
+            name: c.name.chars().take(64).collect(),
+            value: c.value,
+        });
     }
     for (i, st) in b.stacks.iter().enumerate() {
         if st.frame_indices.len() > MAX_STACK_DEPTH {
@@ -372,6 +530,24 @@ mod tests {
             check(&|b| b.samples = vec![b.samples[0].clone(); MAX_SAMPLES + 1]),
             Invalid::TooMany { what: "samples", .. }
         ));
+        // Counts whose sum passes u64 (two of 2^63): refused, not summed to a panic (debug) or
+        // wrapped to 0 (release), as on 8f9f740 (issue 49).
+        let huge = |b: &mut v1::Batch| {
+            b.samples[0].count = 1 << 63;
+            b.samples.push(b.samples[0].clone());
+        };
+        assert_eq!(check(&huge), Invalid::Total { what: "sample counts" });
+        assert_eq!(
+            check(&|b| b.samples[0].value = MAX_BATCH_TOTAL + 1),
+            Invalid::Total { what: "sample values" }
+        );
+        assert!(matches!(
+            check(&|b| b.counters.push(v1::Counter {
+                name: "pgfault".into(),
+                value: u64::MAX
+            })),
+            Invalid::CounterValue { .. }
+        ));
     }
 
     /// Node names and labels are bounded and printable; labels named like facts are exported.
@@ -406,5 +582,90 @@ mod tests {
             super::hello(&hello("w", &[("a", "x\u{7}")])),
             Err(Invalid::LabelValue(_))
         ));
+        // A right-to-left override or a zero-width space would make one node look like another
+        // in the UI (issue 49: accepted on 8f9f740).
+        for name in ["web-1\u{202E}2", "web\u{200B}-1", "\u{FEFF}web-1"] {
+            assert!(
+                matches!(super::hello(&hello(name, &[])), Err(Invalid::BadCharacter { .. })),
+                "{name:?}"
+            );
+        }
+        assert!(matches!(
+            super::hello(&hello("w", &[("zone", "a\u{2066}b")])),
+            Err(Invalid::LabelValue(_))
+        ));
+        // Non-Latin names are names.
+        assert!(super::hello(&hello("узел-1", &[("zone", "東京")])).is_ok());
+    }
+
+    /// Facts are checked as names and labels are (issue 49: a 900 KB CPU model, NUL, ESC and
+    /// newlines in the kernel release and 250,000 CPUs were stored on 8f9f740, and became labels).
+    #[test]
+    fn facts_are_checked() {
+        let with = |f: v1::NodeFacts| v1::Hello {
+            node: "n".into(),
+            facts: Some(f),
+            ..Default::default()
+        };
+        let real = v1::NodeFacts {
+            kernel_release: "6.18.44-amd64".into(),
+            cpu_model_name: "AMD EPYC 7B13 64-Core Processor".into(),
+            online_cpus: (0..256).collect(),
+            sockets: 2,
+            numa_nodes: (0..8)
+                .map(|id| v1::NumaNode {
+                    id,
+                    cpus: (id * 32..id * 32 + 32).collect(),
+                    memory_bytes: 1 << 36,
+                    distances: vec![10; 8],
+                })
+                .collect(),
+            ..Default::default()
+        };
+        assert!(super::hello(&with(real.clone())).is_ok());
+        let refused = |f: v1::NodeFacts| match super::hello(&with(f)) {
+            Err(Invalid::Fact { what, .. }) => what,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            refused(v1::NodeFacts {
+                cpu_model_name: "x".repeat(900_000),
+                ..real.clone()
+            }),
+            "cpu_model_name"
+        );
+        for bad in ["6.1\0", "6.1\u{1b}[31m", "6.1\nkernel"] {
+            assert_eq!(
+                refused(v1::NodeFacts {
+                    kernel_release: bad.into(),
+                    ..real.clone()
+                }),
+                "kernel_release"
+            );
+        }
+        assert_eq!(
+            refused(v1::NodeFacts {
+                online_cpus: (0..250_000).collect(),
+                ..real.clone()
+            }),
+            "online_cpus"
+        );
+        assert_eq!(
+            refused(v1::NodeFacts {
+                sockets: 250_000,
+                ..real.clone()
+            }),
+            "sockets"
+        );
+        let message = super::hello(&with(v1::NodeFacts {
+            online_cpus: vec![9000],
+            ..real
+        }))
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            message,
+            "the node fact `online_cpus` names CPU 9000; CPUs are numbered below 8192"
+        );
     }
 }

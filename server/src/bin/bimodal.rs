@@ -201,8 +201,10 @@ fn main() -> ExitCode {
     }
 }
 
-/// The HTTP client: the system's roots for https://, or only the CA of `ca_file`.
-fn http_agent(ca_file: Option<&std::path::Path>) -> anyhow::Result<ureq::Agent> {
+/// The HTTP client for `url`: the system's roots for https://, or only the CA of `ca_file`; a CA
+/// file with an http:// URL is refused (the token would go in plain text).
+fn http_agent(url: &str, ca_file: Option<&std::path::Path>) -> anyhow::Result<ureq::Agent> {
+    bimodal_proto::client::plain_only_without_tls(url, ca_file.is_some()).map_err(|e| anyhow::anyhow!(e))?;
     let builder = ureq::AgentBuilder::new().timeout(Duration::from_secs(300));
     let Some(path) = ca_file else {
         return Ok(builder.build());
@@ -228,7 +230,7 @@ fn http_agent(ca_file: Option<&std::path::Path>) -> anyhow::Result<ureq::Agent> 
 fn run(cli: &Cli) -> anyhow::Result<()> {
     let api = Api {
         base: cli.server_url.trim_end_matches('/').to_owned(),
-        agent: http_agent(cli.ca_file.as_deref())?,
+        agent: http_agent(&cli.server_url, cli.ca_file.as_deref())?,
         bearer: bimodal_proto::client::Bearer::new(cli.token.as_deref()).map_err(|e| anyhow::anyhow!(e))?,
     };
     match &cli.command {

@@ -43,6 +43,20 @@ pub const MAX_IN_FLIGHT: usize = 32;
 /// each stream holds at most one encoded batch.
 pub const DEFAULT_MAX_IN_FLIGHT_BYTES: u64 = 128 << 20;
 
+/// What agent streams may hold and how fast they may go (the server's flags).
+#[derive(Clone, Copy, Debug)]
+pub struct StreamBounds {
+    /// Agent streams open at once at most.
+    pub max_streams: usize,
+    /// Encoded bytes of batches held at once between admission and the write buffer.
+    pub max_in_flight_bytes: u64,
+    /// How fast each node may send batches, and open streams.
+    pub node_batches: crate::rate::Rate,
+    pub node_streams: crate::rate::Rate,
+    /// How long an open stream may go without a batch.
+    pub idle: std::time::Duration,
+}
+
 /// Serves `bimodal.v1.Ingest` into the write path (through [`encoded::EncodedIngestServer`]).
 #[derive(Debug, Clone)]
 pub struct IngestService {
@@ -57,18 +71,19 @@ pub struct IngestService {
     rates: Arc<crate::rate::Buckets>,
     /// Streams each node opens.
     opens: Arc<crate::rate::Buckets>,
+    /// How long an open stream may go without a batch.
+    idle: std::time::Duration,
 }
 
 impl IngestService {
-    pub fn new(
-        writer: Writer,
-        names: Arc<Names>,
-        auth: crate::auth::Auth,
-        max_streams: usize,
-        max_in_flight_bytes: u64,
-        node_batches: crate::rate::Rate,
-        node_streams: crate::rate::Rate,
-    ) -> Self {
+    pub fn new(writer: Writer, names: Arc<Names>, auth: crate::auth::Auth, bounds: StreamBounds) -> Self {
+        let StreamBounds {
+            max_streams,
+            max_in_flight_bytes,
+            node_batches,
+            node_streams,
+            idle,
+        } = bounds;
         let capacity_kib = usize::try_from(max_in_flight_bytes.div_ceil(1024))
             .unwrap_or(usize::MAX)
             .clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
@@ -85,6 +100,7 @@ impl IngestService {
                 capacity_kib,
                 waiting: std::sync::atomic::AtomicUsize::new(0),
             }),
+            idle,
         }
     }
 }
@@ -189,6 +205,13 @@ impl IngestService {
             Some(Ok(v1::IngestRequest {
                 message: Some(ingest_request::Message::Hello(h)),
             })) => h,
+            // Said as it is (invalid UTF-8 in a name, a field of the wrong type), not as "not a
+            // Hello".
+            Some(Err(e)) => {
+                return Err(invalid_hello(Status::invalid_argument(format!(
+                    "the stream's first message cannot be decoded: {e}"
+                ))))
+            }
             _ => {
                 return Err(invalid_hello(Status::invalid_argument(
                     "the first message of a stream must be a Hello",
@@ -227,6 +250,7 @@ impl IngestService {
         let in_flight = self.in_flight.clone();
         let rates = self.rates.clone();
         let auth = self.auth.clone();
+        let idle = self.idle;
         tokio::spawn(async move {
             let _connected = Connected::new();
             let _open_stream = open_stream;
@@ -237,9 +261,23 @@ impl IngestService {
                 FuturesOrdered::new();
             let mut read = 0usize;
             let mut open = true;
+            // A stream that carries no batch for `idle` is closed: an agent sends one every
+            // interval, and a client that sends a Hello and then nothing (its HTTP/2 stack
+            // answering pings) would hold one of `--max-streams` places for good (issue 49).
+            let mut quiet_until = tokio::time::Instant::now() + idle;
             loop {
                 tokio::select! {
+                    _ = tokio::time::sleep_until(quiet_until), if open && pending.is_empty() => {
+                        count_refused("idle");
+                        tracing::info!(node = %sender.node, "closed a stream that sent no batch for {} s", idle.as_secs());
+                        let _ = tx.send(Err(Status::deadline_exceeded(format!(
+                            "no batch came for {} s: the stream is closed (an agent sends one every interval, and opens another)",
+                            idle.as_secs()
+                        )))).await;
+                        return;
+                    }
                     head = inbound.head(), if open && pending.len() < MAX_IN_FLIGHT => {
+                        quiet_until = tokio::time::Instant::now() + idle;
                         let refuse = |why: String| {
                             count_refused("undecodable");
                             tracing::warn!(node = %sender.node, batch = read, %why, "refused a batch that cannot be decoded");

@@ -150,10 +150,29 @@ fn reported_ms(batch: &v1::Batch) -> Option<u64> {
     (nanos > 0).then(|| (nanos as u64).div_ceil(1_000_000))
 }
 
+/// The id a batch is stored, deduplicated and claimed under: its agent's id within its node (the
+/// first 16 bytes of SHA-256 over both). An agent's ids are unique to it, not to the fleet: keyed
+/// by the agent's id alone, another node's batch of the same id was answered DUPLICATE and never
+/// stored (issue 49), and a client writing as one node could make another's batches vanish.
+/// (Batches stored before this key and resent after it are stored again: a resend comes within
+/// hours of the first send, so only across an upgrade.)
+pub fn stored_id(node: &str, batch_id: &[u8]) -> [u8; 16] {
+    use sha2::Digest;
+    let mut hash = sha2::Sha256::new();
+    hash.update(b"bimodal batch\0");
+    hash.update(node.as_bytes());
+    hash.update([0]);
+    hash.update(batch_id);
+    let digest = hash.finalize();
+    let mut id = [0; 16];
+    id.copy_from_slice(&digest[..16]);
+    id
+}
+
 /// Turns a validated batch into rows. `namer` names frames the agent left to the server;
 /// dimension rows `known` to be written are left out.
 pub fn build(sender: &Sender, batch: &v1::Batch, namer: &dyn FrameNamer, known: &dyn Known) -> BatchRows {
-    let batch_id: [u8; 16] = batch.batch_id.as_slice().try_into().unwrap_or([0; 16]);
+    let batch_id = stored_id(&sender.node, &batch.batch_id);
     let start_time = unix_secs(batch.start_unix_nanos);
     let end_time = unix_secs(batch.end_unix_nanos);
 

@@ -115,3 +115,36 @@ fn a_server_restarted_right_after_a_kill_reuses_its_data_directory() {
     assert!(running, "{lines:#?}");
     assert!(lines.iter().any(|l| l.contains("listening on")), "{lines:#?}");
 }
+
+/// `bimodal --ca-file` with an http:// URL is refused before anything is sent: the user meant
+/// TLS, and the token would go in plain text (issue 49; on 8f9f740 the CLI sent it). Nothing
+/// connects to the port the URL names.
+#[test]
+fn a_ca_file_with_an_http_url_is_refused_before_sending() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, "not read: the URL is refused first").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_bimodal"))
+        .args([
+            "--server-url",
+            &url,
+            "--token",
+            "secret-token",
+            "compare",
+            "--json",
+            "--ca-file",
+        ])
+        .arg(&ca)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("is not https://"), "{stderr}");
+    assert!(
+        matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the CLI connected to the plain-text port"
+    );
+}

@@ -616,6 +616,124 @@ async fn a_hello_that_stops_arriving_loses_its_place() {
     server.stop().await;
 }
 
+/// A stream that sends a Hello and then no batch is closed once `--stream-idle-timeout` passes
+/// (DEADLINE_EXCEEDED), and its place goes to the next agent (issue 49: on 8f9f740 none of 50
+/// such streams was closed in 60 s, and they could fill `--max-streams` for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_sends_no_batch_is_closed() {
+    let server = TestServer::start_changed(|c| bimodal_server::Config {
+        max_streams: 1,
+        stream_idle: Duration::from_secs(2),
+        ..c
+    })
+    .await;
+    let (response, mut send) = raw_stream(&server).await;
+    send.send_data(grpc_frame(&prost::Message::encode_to_vec(&wire::hello("idler"))), false)
+        .unwrap();
+    let started = std::time::Instant::now();
+    let status = tokio::time::timeout(Duration::from_secs(30), grpc_status(response))
+        .await
+        .expect("the idle stream is closed");
+    assert_eq!(status, "4", "DEADLINE_EXCEEDED");
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "closed after {:?}",
+        started.elapsed()
+    );
+    let acks = exchange(&server, vec![wire::hello("after"), req(batch(3, false))])
+        .await
+        .unwrap();
+    assert_eq!(Status::try_from(acks[0].status).unwrap(), Status::Stored, "{acks:?}");
+    drop(send);
+    server.stop().await;
+}
+
+/// An agent's batch ids are its own: the same id from another node is that node's batch, stored
+/// (on 8f9f740 it was answered DUPLICATE and lost, so a client writing as one node could make
+/// another's batches vanish). Counts whose sum passes u64 are refused as such, once and for good
+/// (REJECTED), not retried (issue 49).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_ids_are_per_node_and_overflowing_counts_are_refused() {
+    let server = TestServer::start().await;
+    let acks = exchange(&server, vec![wire::hello("first-node"), req(batch(7, false))])
+        .await
+        .unwrap();
+    assert_eq!(Status::try_from(acks[0].status).unwrap(), Status::Stored, "{acks:?}");
+    let acks = exchange(&server, vec![wire::hello("second-node"), req(batch(7, false))])
+        .await
+        .unwrap();
+    assert_eq!(Status::try_from(acks[0].status).unwrap(), Status::Stored, "{acks:?}");
+    // Still one node's resend is a duplicate.
+    let acks = exchange(&server, vec![wire::hello("second-node"), req(batch(7, true))])
+        .await
+        .unwrap();
+    assert_eq!(Status::try_from(acks[0].status).unwrap(), Status::Duplicate, "{acks:?}");
+    let mut huge = batch(8, false);
+    huge.samples[0].count = 1 << 63;
+    huge.samples.push(huge.samples[0].clone());
+    let acks = exchange(&server, vec![wire::hello("first-node"), req(huge)])
+        .await
+        .unwrap();
+    assert_eq!(Status::try_from(acks[0].status).unwrap(), Status::Rejected, "{acks:?}");
+    assert!(acks[0].error.contains("sample counts"), "{}", acks[0].error);
+    server.stop().await;
+}
+
+/// A Hello whose node name is not UTF-8 is refused as that (INVALID_ARGUMENT, "cannot be
+/// decoded … UTF-8"), not as "the first message of a stream must be a Hello" (issue 49: what
+/// 8f9f740 said).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hello_that_is_not_utf8_is_refused_as_such() {
+    let server = TestServer::start().await;
+    let mut hello = prost::Message::encode_to_vec(&wire::hello("XXXXXXXX"));
+    let at = hello
+        .windows(8)
+        .position(|w| w == b"XXXXXXXX")
+        .expect("the name is in the Hello");
+    hello[at..at + 4].copy_from_slice(&[0xff, 0xfe, 0xc3, 0x28]);
+    let (response, mut send) = raw_stream(&server).await;
+    send.send_data(grpc_frame(&hello), false).unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(30), response)
+        .await
+        .expect("answered")
+        .unwrap();
+    let (status, message) = match response.headers().get("grpc-status") {
+        Some(status) => (status.clone(), response.headers()["grpc-message"].clone()),
+        None => {
+            let trailers = response.into_body().trailers().await.unwrap().expect("a status");
+            (trailers["grpc-status"].clone(), trailers["grpc-message"].clone())
+        }
+    };
+    let message = percent_decoded(message.to_str().unwrap());
+    assert_eq!(status.to_str().unwrap(), "3", "{message}");
+    assert!(
+        message.contains("cannot be decoded") && message.contains("UTF-8"),
+        "{message}"
+    );
+    drop(send);
+    server.stop().await;
+}
+
+/// A grpc-message as sent (percent-encoded).
+fn percent_decoded(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        match (bytes[i], bytes.get(i + 1..i + 3)) {
+            (b'%', Some(hex)) if std::str::from_utf8(hex).is_ok_and(|h| u8::from_str_radix(h, 16).is_ok()) => {
+                out.push(u8::from_str_radix(std::str::from_utf8(hex).unwrap(), 16).unwrap());
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// `message` in gRPC's framing: uncompressed, its length, itself.
 fn grpc_frame(message: &[u8]) -> bytes::Bytes {
     let mut frame = vec![0];

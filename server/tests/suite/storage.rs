@@ -590,8 +590,9 @@ async fn a_half_written_batch_is_completed_without_duplicates() {
         .unwrap();
     assert_eq!(Status::try_from(acks[0].status).unwrap(), Status::Stored);
 
-    // Undo what a crash after the samples' INSERT would not have done.
-    let hex = bimodal_profile::hex(&id);
+    // Undo what a crash after the samples' INSERT would not have done (the batch is stored
+    // under its id within its node).
+    let hex = bimodal_profile::hex(&bimodal_server::ingest::rows::stored_id("half-node", &id));
     for sql in [
         format!("ALTER TABLE ledger DELETE WHERE batch_id = unhex('{hex}')"),
         format!("ALTER TABLE batch_progress DELETE WHERE batch_id = unhex('{hex}') AND part = 'counters'"),
