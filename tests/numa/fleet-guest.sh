@@ -37,6 +37,14 @@ agent=$!
 # The agent ships what it has when it is stopped; it is stopped once the scan is over (the
 # fixture lingers, so the last placement still sees its pages).
 wait_for /out/fixture.log 'numa_scan: scan-done' $((SECONDS_ * 10 + 600)) || echo "the fixture did not finish" >&2
+# ... and once it has written the batches the check wants (three): on a loaded host a TCG
+# guest's intervals stretch, and 14 s of scanning once gave two (CI, stop 52). Waited for, not
+# timed: at most 60 s more.
+i=0
+while [ "$(ls /out/batches | grep -c '^batch-.*\.pb$')" -lt 3 ] && [ $i -lt 600 ]; do
+	i=$((i + 1))
+	usleep 100000
+done
 kill -TERM "$agent"
 wait "$agent"
 echo "agent exit $?" >>/out/agent.log
