@@ -611,11 +611,8 @@ pub fn node_cpu_seconds(samples_ns: Option<f64>, process_cpu_ns: Option<f64>, pi
 }
 
 /// Band detection on a blocking thread (the null distributions are drawn there once).
-pub async fn find_bands(
-    metrics: Vec<Metric>,
-    labels: Vec<BTreeMap<String, String>>,
-    null: Arc<Mutex<NullCache>>,
-) -> Result<(Vec<Metric>, BandChoice), String> {
+pub async fn find_bands(w: &mut Window, null: Arc<Mutex<NullCache>>) -> Result<(Vec<Metric>, BandChoice), String> {
+    let (metrics, labels) = (std::mem::take(&mut w.metrics), w.labels());
     tokio::task::spawn_blocking(move || {
         let mut null = null.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let choice = compare::find_bands_by_class(&metrics, &labels, &BandConfig::default(), &mut null);

@@ -210,15 +210,13 @@ async fn evaluate(
                 w
             };
             let mut now_w = bands_in(&current);
-            let (metrics, choice) =
-                window::find_bands(std::mem::take(&mut now_w.metrics), now_w.labels(), null.clone()).await?;
+            let (metrics, choice) = window::find_bands(&mut now_w, null.clone()).await?;
             let before = windows
                 .get(store, &rule.selector, from.saturating_sub(to - from), from)
                 .await
                 .map_err(err)?;
             let mut before_w = bands_in(&before);
-            let (_, before_choice) =
-                window::find_bands(std::mem::take(&mut before_w.metrics), before_w.labels(), null.clone()).await?;
+            let (_, before_choice) = window::find_bands(&mut before_w, null.clone()).await?;
             judge::bands(
                 rule,
                 &metrics,
@@ -358,11 +356,11 @@ async fn top_function(
                 .nodes
                 .iter()
                 .find(|n| n.node == *node)
-                .map(|n| judge::hardware_class(&n.labels));
+                .map(|n| compare::hardware_class(&n.labels));
             let peers: Vec<HashMap<String, f64>> = current
                 .nodes
                 .iter()
-                .filter(|n| n.node != *node && Some(judge::hardware_class(&n.labels)) == class)
+                .filter(|n| n.node != *node && Some(compare::hardware_class(&n.labels)) == class)
                 .map(|n| per_second(current, &read, &n.node))
                 .collect();
             reference = mine

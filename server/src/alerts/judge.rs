@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::rules::{Condition, Rule};
-use crate::analysis::compare::{BandChoice, ClassSplit, Groups, Metric, MetricKind};
+use crate::analysis::compare::{hardware_class, BandChoice, ClassSplit, Groups, Metric, MetricKind};
 use crate::window::Window;
 
 /// An active alert of a rule, as found in one evaluation.
@@ -172,8 +172,6 @@ fn slow_band(groups: &Groups) -> (&[usize], &[usize]) {
         _ => (&groups.high, &groups.low),
     }
 }
-
-pub(super) use crate::analysis::compare::hardware_class;
 
 pub(super) fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);

@@ -554,7 +554,7 @@ impl Test<'_> {
         }
         let untied = modes::untie(sorted);
         let draws = ((2.0 / config.alpha).ceil() as usize).max(200) - 1;
-        let test = modes::more_than_one(sorted, draws, config.alpha, config.seed);
+        let test = modes::more_than_one(&untied, draws, config.alpha, config.seed);
         cut.p_value = test.p_value;
         if test.p_value > config.alpha {
             return Err((NoBands::OneMode { p_value: test.p_value }, Some(cut)));
@@ -564,7 +564,7 @@ impl Test<'_> {
         // values in the middle half of the dip. The strongest split by d need not lie in a gap:
         // with three levels it may cut into the middle one, whose lowest nodes lie far from the
         // highest level.
-        let gap = modes::dips(&untied)
+        let gap = modes::dips(&untied, test.more)
             .into_iter()
             .filter_map(|dip| {
                 let quarter = 0.25 * (dip.to - dip.from);
@@ -723,7 +723,8 @@ fn best_split_within(sorted: &[f64], min_band: usize, from: usize, to: usize) ->
     best
 }
 
-fn median(sorted: &[f64]) -> f64 {
+/// The median of `sorted` (ascending, not empty).
+pub(super) fn median(sorted: &[f64]) -> f64 {
     let n = sorted.len();
     if n % 2 == 1 {
         sorted[n / 2]

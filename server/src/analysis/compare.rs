@@ -89,10 +89,9 @@ impl Metric {
     pub fn median_of(&self, nodes: &[usize]) -> f64 {
         let mut v: Vec<f64> = nodes.iter().filter_map(|&i| self.values[i]).collect();
         v.sort_by(f64::total_cmp);
-        match v.len() {
-            0 => f64::NAN,
-            n if n % 2 == 1 => v[n / 2],
-            n => 0.5 * (v[n / 2 - 1] + v[n / 2]),
+        match v.is_empty() {
+            true => f64::NAN,
+            false => bands::median(&v),
         }
     }
 

@@ -29,6 +29,9 @@ const REACH: f64 = 4.0;
 pub struct ModeTest {
     /// Smallest bandwidth giving one mode (in the values' unit: log space for bands).
     pub bandwidth: f64,
+    /// The largest bandwidth found with more than one mode (zero when none has): where
+    /// [`dips`] looks.
+    pub more: f64,
     /// Share of one-mode fleets drawn from the smoothed values with more than one mode at that
     /// bandwidth (with the observed fleet counted).
     pub p_value: f64,
@@ -36,9 +39,8 @@ pub struct ModeTest {
     pub draws: usize,
 }
 
-/// Tests `sorted` (ascending) for more than one mode with up to `draws` null fleets, stopping
-/// once the p-value cannot fall to `alpha`. Values shared by several nodes are first spread
-/// evenly over the data's resolution (see [`untie`]). (Counting how often the null fleets' best
+/// Tests `values` (ascending, runs of equal values spread by [`untie`]) for more than one mode
+/// with up to `draws` null fleets, stopping once the p-value cannot fall to `alpha`. (Counting how often the null fleets' best
 /// split by Cohen's d beats the fleet's instead finds a band beside a shoulder more often, but
 /// calls 30% of skewed fleets of 10,000 nodes two bands: design 033.)
 pub fn more_than_one(sorted: &[f64], draws: usize, alpha: f64, seed: u64) -> ModeTest {
@@ -52,17 +54,17 @@ pub fn more_than_one(sorted: &[f64], draws: usize, alpha: f64, seed: u64) -> Mod
 /// the share of them `beyond` says look at least as split as the fleet (given each fleet and the
 /// bandwidth), stopping once the p-value cannot fall to `alpha`.
 fn own_shape(
-    sorted: &[f64],
+    values: &[f64],
     draws: usize,
     alpha: f64,
     seed: u64,
     mut beyond: impl FnMut(&mut [f64], f64) -> bool,
 ) -> ModeTest {
-    let values = untie(sorted);
-    let bandwidth = critical_bandwidth(&values);
+    let (bandwidth, below) = bracket(values);
     if bandwidth == 0.0 {
         return ModeTest {
             bandwidth,
+            more: below,
             p_value: 1.0,
             draws: 0,
         };
@@ -90,6 +92,7 @@ fn own_shape(
     }
     ModeTest {
         bandwidth,
+        more: below,
         p_value: (more + 1) as f64 / (drawn + 1) as f64,
         draws: drawn,
     }
@@ -170,11 +173,10 @@ pub struct Dip {
     pub to: f64,
 }
 
-/// Where the values part when smoothed just short of one mode: the dips of the density at the
-/// largest bandwidth found to have more than one mode, lowest place first. Empty when every
-/// bandwidth gives one mode.
-pub fn dips(values: &[f64]) -> Vec<Dip> {
-    let (_, more) = bracket(values);
+/// Where the values part when smoothed just short of one mode: the dips of their density at
+/// `bandwidth` ([`ModeTest::more`]), lowest place first. Empty at a bandwidth of zero.
+pub fn dips(values: &[f64], bandwidth: f64) -> Vec<Dip> {
+    let more = bandwidth;
     if more == 0.0 {
         return Vec::new();
     }
@@ -304,12 +306,13 @@ mod tests {
         assert_eq!(d.modes(&[0.0, 2.0], 1.1), 1);
         assert_eq!(d.modes(&[0.0, 1.0, 2.0, 3.0], 0.1), 4);
         assert_eq!(critical_bandwidth(&[1.0; 5]), 0.0);
-        let parts = dips(&[0.0, 0.1, 0.2, 2.0, 2.1]);
+        let values = [0.0, 0.1, 0.2, 2.0, 2.1];
+        let parts = dips(&values, bracket(&values).1);
         assert!(
             matches!(parts[..], [Dip { at, from, to, .. }] if from < 0.3 && at > 0.3 && at < 1.9 && to > at),
             "{parts:?}"
         );
-        assert_eq!(dips(&[1.0; 5]), []);
+        assert_eq!(dips(&[1.0; 5], bracket(&[1.0; 5]).1), []);
     }
 
     /// Two groups apart: more than one mode (p at its floor); one normal group: not.
@@ -330,7 +333,7 @@ mod tests {
         let spread = untie(&ramp);
         assert_eq!(spread.len(), 200);
         assert!(spread.windows(2).all(|w| w[1] > w[0]), "{spread:?}");
-        let got = more_than_one(&ramp, 999, 0.01, 7);
+        let got = more_than_one(&spread, 999, 0.01, 7);
         assert!(got.p_value > 0.01, "{got:?}");
         // Two values in all are not a lattice.
         assert_eq!(untie(&[0.0, 0.0, 1.0]), [0.0, 0.0, 1.0]);

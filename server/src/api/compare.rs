@@ -167,13 +167,9 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
     let mut window = timed("window", Window::read(&state.store, &selector, from, to, now())).await?;
     window.keep_metric(p.one("metric")).map_err(AppError::BadRequest)?;
     let (metrics, choice) = timed("bands", async {
-        find_bands(
-            std::mem::take(&mut window.metrics),
-            window.labels(),
-            state.bands_null.clone(),
-        )
-        .await
-        .map_err(AppError::Internal)
+        find_bands(&mut window, state.bands_null.clone())
+            .await
+            .map_err(AppError::Internal)
     })
     .await?;
     let metrics_json = metrics_json(&window, &metrics, &choice.tested);
@@ -513,11 +509,9 @@ async fn changes(
     if before.keep_metric(wanted).is_err() {
         before.metrics.clear();
     }
-    let labels = before.labels();
-    let (before_metrics, before_choice) =
-        find_bands(std::mem::take(&mut before.metrics), labels, state.bands_null.clone())
-            .await
-            .map_err(AppError::Internal)?;
+    let (before_metrics, before_choice) = find_bands(&mut before, state.bands_null.clone())
+        .await
+        .map_err(AppError::Internal)?;
     let position = before_metrics.iter().position(|m| m.kind == metric.kind);
     // The previous window's answer when it chose the same metric (its split may lie within a
     // hardware class), else that metric's test over every node.
@@ -580,13 +574,9 @@ pub(super) async fn bands_of(
     let mut window = Window::read(&state.store, selector, from, to, now()).await?;
     window.keep_metric(metric).map_err(AppError::BadRequest)?;
     let (metrics, choice) = timed("bands", async {
-        find_bands(
-            std::mem::take(&mut window.metrics),
-            window.labels(),
-            state.bands_null.clone(),
-        )
-        .await
-        .map_err(AppError::Internal)
+        find_bands(&mut window, state.bands_null.clone())
+            .await
+            .map_err(AppError::Internal)
     })
     .await?;
     Ok(match (choice.chosen, &choice.groups) {
