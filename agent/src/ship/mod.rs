@@ -213,14 +213,17 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
         facts: Some(node_facts),
     };
 
-    // Draining and symbolizing are blocking work: they run on their own thread.
+    // Draining and symbolizing are blocking work: they run on their own thread. Its batches
+    // wait for their new images to be offered to the server (`hold_for_uploads`), then ship.
+    let (held_tx, held_rx) = mpsc::channel::<Held>(16);
     let (batches_tx, batches_rx) = mpsc::channel::<v1::Batch>(4);
+    tokio::spawn(hold_for_uploads(held_rx, batches_tx));
     let interval = opts.interval;
     let mut stop = shutdown.clone();
     // Batches written to files are imported later, maybe far away: named here.
     let by_server = opts.symbolize == Symbolize::Server && opts.output_dir.is_none();
     let work_metric = opts.work_metric.clone();
-    let (images_tx, images_rx) = mpsc::channel::<Vec<upload::ImageRef>>(16);
+    let (images_tx, images_rx) = mpsc::channel::<upload::Offer>(16);
     if by_server {
         tokio::spawn(upload::run(
             opts.server.clone(),
@@ -278,16 +281,27 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
             if let Some(pods) = &mut pods {
                 batch::name_pods(&mut b, pods);
             }
+            let mut offered = None;
             if by_server {
                 // The uploader skips build ids it has handled; a full queue only delays one.
-                let _ = images_tx.try_send(upload::unnamed_images(&b));
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                let offer = upload::Offer {
+                    images: upload::unnamed_images(&b),
+                    offered: tx,
+                };
+                offered = images_tx.try_send(offer).is_ok().then_some(rx);
             }
             collectors.collect(&mut b, &mut sampler);
             crate::metrics::count_batch(&b, draining.elapsed());
             summary.batches += 1;
             summary.samples += b.samples.iter().map(|s| s.count).sum::<u64>();
             summary.lost += b.sources.iter().map(|s| s.dropped).sum::<u64>();
-            if batches_tx.blocking_send(b).is_err() || done {
+            let held = Held {
+                batch: b,
+                offered,
+                until: tokio::time::Instant::now() + HOLD_FOR_UPLOADS,
+            };
+            if held_tx.blocking_send(held).is_err() || done {
                 return Ok(summary);
             }
             crate::host::memory::release_freed();
@@ -306,6 +320,35 @@ pub async fn run(opts: RunOptions, shutdown: watch::Receiver<bool>) -> anyhow::R
         dropped_batches: shipped?,
         ..summary
     })
+}
+
+/// How long a batch waits at most for the images its frames point into to be offered to the
+/// server. The server names frames from its debug-info store as it writes their per-function
+/// rows: a batch that arrives before its executable is stored is written with `[module+0x…]`
+/// in place of each name, and compare reads those as functions of their own. In a clean-clone
+/// CI run, with eight agents uploading the same images at once, the fleet's first batches
+/// came before the upload and split `load_session` in two. An image is offered once per build
+/// id, so only batches with new images wait.
+pub const HOLD_FOR_UPLOADS: Duration = Duration::from_secs(10);
+
+/// A batch on its way out, and the sign that its images were offered.
+struct Held {
+    batch: v1::Batch,
+    offered: Option<tokio::sync::oneshot::Receiver<()>>,
+    until: tokio::time::Instant,
+}
+
+/// Passes batches on in order, each once its images were offered or [`HOLD_FOR_UPLOADS`] after it
+/// was made, whichever comes first.
+async fn hold_for_uploads(mut held: mpsc::Receiver<Held>, batches: mpsc::Sender<v1::Batch>) {
+    while let Some(Held { batch, offered, until }) = held.recv().await {
+        if let Some(offered) = offered {
+            let _ = tokio::time::timeout_at(until, offered).await;
+        }
+        if batches.send(batch).await.is_err() {
+            return;
+        }
+    }
 }
 
 /// Sleeps for `interval` in short steps, calling `each_step` after each; true when shutdown was asked
@@ -328,4 +371,54 @@ fn kernel_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_owned())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(n: u8) -> v1::Batch {
+        v1::Batch {
+            batch_id: vec![n],
+            ..Default::default()
+        }
+    }
+
+    /// A batch waits for its images to be offered, at most until its deadline; batches stay in
+    /// order, and one with nothing to offer does not wait.
+    #[tokio::test(start_paused = true)]
+    async fn batches_wait_for_their_images_at_most_their_hold() {
+        let (held_tx, held_rx) = mpsc::channel(4);
+        let (batches_tx, mut batches_rx) = mpsc::channel(4);
+        tokio::spawn(hold_for_uploads(held_rx, batches_tx));
+        let start = tokio::time::Instant::now();
+        let (offered_tx, offered_rx) = tokio::sync::oneshot::channel();
+        let held = |n, offered| Held {
+            batch: batch(n),
+            offered,
+            until: start + HOLD_FOR_UPLOADS,
+        };
+        held_tx.send(held(1, Some(offered_rx))).await.unwrap();
+        held_tx.send(held(2, None)).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(batches_rx.try_recv().is_err(), "sent before its images were offered");
+        drop(offered_tx);
+        assert_eq!(batches_rx.recv().await.unwrap().batch_id, [1]);
+        assert_eq!(batches_rx.recv().await.unwrap().batch_id, [2]);
+        assert_eq!(start.elapsed(), Duration::from_secs(3));
+
+        // An upload that never ends holds its batch until the deadline, no longer.
+        let (_never, never_rx) = tokio::sync::oneshot::channel::<()>();
+        let start = tokio::time::Instant::now();
+        held_tx
+            .send(Held {
+                batch: batch(3),
+                offered: Some(never_rx),
+                until: start + HOLD_FOR_UPLOADS,
+            })
+            .await
+            .unwrap();
+        assert_eq!(batches_rx.recv().await.unwrap().batch_id, [3]);
+        assert_eq!(start.elapsed(), HOLD_FOR_UPLOADS);
+    }
 }

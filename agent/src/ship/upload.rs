@@ -160,20 +160,28 @@ pub fn open_debug_file(image: &ImageRef, max_bytes: u64, dirs: &[PathBuf]) -> Op
 /// A build id that failed for a passing reason is tried again after this long.
 const RETRY_AFTER: Duration = Duration::from_secs(300);
 
+/// The images of one batch, and who waits for them to be offered to the server.
+#[derive(Debug)]
+pub struct Offer {
+    pub images: Vec<ImageRef>,
+    /// Dropped once each image was uploaded, found stored, or given up on for now.
+    pub offered: tokio::sync::oneshot::Sender<()>,
+}
+
 /// Uploads images as they are reported, until the sender is dropped; separate debug files are
 /// looked for under `debug_dirs` ([`debugfile::find`]).
 pub async fn run(
     server: bimodal_proto::client::ServerAddress,
     max_bytes: u64,
     debug_dirs: Vec<PathBuf>,
-    mut images: mpsc::Receiver<Vec<ImageRef>>,
+    mut offers: mpsc::Receiver<Offer>,
 ) {
     let debug_dirs: std::sync::Arc<[PathBuf]> = debug_dirs.into();
     let mut done: HashSet<Vec<u8>> = HashSet::new();
     let mut failed: HashMap<Vec<u8>, Instant> = HashMap::new();
     let mut client: Option<bimodal_proto::client::Debuginfo> = None;
-    while let Some(batch) = images.recv().await {
-        for image in batch {
+    while let Some(Offer { images, offered }) = offers.recv().await {
+        for image in images {
             if done.contains(&image.build_id) || failed.get(&image.build_id).is_some_and(|t| t.elapsed() < RETRY_AFTER)
             {
                 continue;
@@ -246,6 +254,7 @@ pub async fn run(
                 }
             }
         }
+        drop(offered);
     }
 }
 

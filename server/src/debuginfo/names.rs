@@ -28,10 +28,16 @@ struct Entry {
     kind: u8,
     table: Option<Arc<SymbolTable>>,
     loaded: Instant,
+    /// Read while a file was stored here for some build id: maybe from before it, so looked up
+    /// again on the next use.
+    unsettled: bool,
 }
 
 impl Entry {
     fn fresh(&self) -> bool {
+        if self.unsettled {
+            return false;
+        }
         let age = self.loaded.elapsed();
         match (self.kind, &self.table) {
             (_, None) => age < RECHECK_MISSING,
@@ -60,6 +66,11 @@ impl quick_cache::Weighter<String, Arc<Entry>> for ByBytes {
 pub struct Names {
     store: Arc<Store>,
     cache: quick_cache::sync::Cache<String, Arc<Entry>, ByBytes>,
+    /// Files stored here so far ([`Names::invalidate`]). A load that read the store while one
+    /// was stored may have missed it, and its entries would have outlived the invalidation: a
+    /// batch read "nothing stored" for the workload while its agent's upload landed, and every
+    /// batch of the next 30 s ([`RECHECK_MISSING`]) was written unnamed.
+    stored: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Names {
@@ -74,6 +85,7 @@ impl Names {
         Names {
             store,
             cache: quick_cache::sync::Cache::with_weighter(1024, max_bytes.max(1 << 20), ByBytes),
+            stored: Default::default(),
         }
     }
 
@@ -89,6 +101,7 @@ impl Names {
         if due.is_empty() {
             return Ok(());
         }
+        let stored_before = self.stored.load(std::sync::atomic::Ordering::Acquire);
         let files = self.store.debuginfo_files(&due).await?;
         for build_id in due {
             // The debug file names more (local functions) than the executable's symbols.
@@ -101,19 +114,23 @@ impl Names {
                     kind,
                     table: cached.and_then(|e| e.table.clone()),
                     loaded: Instant::now(),
+                    unsettled: false,
                 },
                 Some(kind) => Entry {
                     kind,
                     table: Some(Arc::new(self.store.debuginfo_table(&build_id, kind).await?)),
                     loaded: Instant::now(),
+                    unsettled: false,
                 },
                 None => Entry {
                     kind: 0,
                     table: None,
                     loaded: Instant::now(),
+                    unsettled: false,
                 },
             };
-            self.cache.insert(build_id, Arc::new(entry));
+            let unsettled = self.stored.load(std::sync::atomic::Ordering::Acquire) != stored_before;
+            self.cache.insert(build_id, Arc::new(Entry { unsettled, ..entry }));
         }
         Ok(())
     }
@@ -159,6 +176,7 @@ impl Names {
 
     /// Forgets a build id's table (a file was uploaded for it here).
     pub fn invalidate(&self, build_id: &str) {
+        self.stored.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         self.cache.remove(build_id);
     }
 }
