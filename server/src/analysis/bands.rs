@@ -346,13 +346,19 @@ fn detect_in(values: &[f64], config: &BandConfig, null: &mut NullCache, heavy_ta
         Err((reason, Some(cut))) => (cut, Some(reason)),
     };
     let k = cut.k;
-    // Levels: each side of an accepted cut is searched again, with the same smallest band.
+    // Levels: each side of an accepted cut is searched again, with the same smallest band, when
+    // it is a fleet that could be split by itself: a side of 4 nodes cut 2 and 2 split the four
+    // remote-.bss guests of a NUMA fleet of eight into two levels, and the answer named two of
+    // them (the clean-clone CI run of 6ad7475).
     let mut bounds = vec![0, n];
     if refused.is_none() {
         let mut pending = vec![(0, k), (k, n)];
         while let Some((from, to)) = pending.pop() {
             if bounds.len() > MAX_LEVELS {
                 break;
+            }
+            if to - from < config.min_fleet() {
+                continue;
             }
             if let Ok(inner) = test.cut(&sorted[from..to], null) {
                 pending.push((from, from + inner.k));
@@ -1062,6 +1068,18 @@ mod tests {
             let got = detect(&flat, &config, &mut null);
             assert!(matches!(got, Bands::None { .. }), "seed {seed}: {got:?}");
         }
+    }
+
+    /// A side too small to be a fleet by itself is not cut again: eight nodes, four fast and
+    /// four slow of which two are slower still, are two bands, not three levels.
+    #[test]
+    fn a_side_smaller_than_a_fleet_is_one_level() {
+        let values = [1.0, 1.02, 0.98, 1.01, 3.0, 3.1, 4.4, 4.5];
+        let Bands::Two(split) = detect(&values, &BandConfig::default(), &mut NullCache::default()) else {
+            panic!("no bands");
+        };
+        assert_eq!(split.high, [4, 5, 6, 7]);
+        assert_eq!(split.levels, [vec![0, 1, 2, 3], vec![4, 5, 6, 7]]);
     }
 
     /// Three levels (60/25/15% at 1×/2×/4×): each level exactly, the slowest last.
