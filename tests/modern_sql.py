@@ -38,5 +38,23 @@ with tempfile.TemporaryDirectory() as path:
         passed += ok
         failed += not ok
         print(f"{'ok  ' if ok else 'FAIL'} samples uses {feature}")
+    # A node counter that counted zero stays a zero (issue 48, design 035): here, where
+    # SummingMergeTree drops a row whose summed columns are all zero as it inserts and merges,
+    # the older tables lose it and the ones compare reads keep it.
+    for value in (0, 0):
+        s.query(
+            "INSERT INTO counters_input (batch_id, time, node, name, value) VALUES "
+            f"('aaaaaaaaaaaaaaaa', toDateTime(1795000000), 'zero-node', 'pgmajfault', {value}), "
+            "('bbbbbbbbbbbbbbbb', toDateTime(1795000000), 'some-node', 'pgmajfault', 7)"
+        )
+    for table in ("counters", "counters_1m", "counters_10m", "counter_reports", "counter_reports_1m", "counter_reports_10m"):
+        s.query(f"OPTIMIZE TABLE {table} FINAL")
+        rows = s.query(f"SELECT node, sum(value) FROM {table} GROUP BY node ORDER BY node", "CSV").data().split()
+        keeps = '"zero-node",0' in rows and '"some-node",14' in rows
+        want = table.startswith("counter_reports")
+        ok = keeps == want
+        passed += ok
+        failed += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} {table} {'keeps' if keeps else 'loses'} a counter of zero: {rows}")
 print(f"ClickHouse {version}: {passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

@@ -79,6 +79,11 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
         "function_nodes_by_id",
         include_str!("../../migrations/016_function_nodes_by_id.sql"),
     ),
+    (
+        17,
+        "counter_reports",
+        include_str!("../../migrations/017_counter_reports.sql"),
+    ),
 ];
 
 /// The first migration of the current schema: a new database starts here.

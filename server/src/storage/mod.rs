@@ -274,6 +274,8 @@ enum Rollup {
     NodeSources,
     /// `node_totals_by_hour`: per-node totals keyed by the hour before the node.
     NodeTotals,
+    /// `counter_reports` and its rollups: node counters whose zeros survive merges.
+    CounterReports,
 }
 
 // Checked when compiled: each rollup in `Rollup::ALL` sits at the index of its discriminant.
@@ -287,13 +289,14 @@ const _: () = {
 
 impl Rollup {
     /// Every rollup, each at the index of its discriminant (`rollups_from` is indexed by it).
-    const ALL: [Rollup; 6] = [
+    const ALL: [Rollup; 7] = [
         Rollup::Fleet,
         Rollup::FunctionNodes,
         Rollup::DataObjects,
         Rollup::Counters,
         Rollup::NodeSources,
         Rollup::NodeTotals,
+        Rollup::CounterReports,
     ];
 
     fn name(self) -> &'static str {
@@ -304,6 +307,7 @@ impl Rollup {
             Rollup::Counters => "counters",
             Rollup::NodeSources => "node_sources",
             Rollup::NodeTotals => "node_totals",
+            Rollup::CounterReports => "counter_reports",
         }
     }
 }

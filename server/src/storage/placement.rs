@@ -171,6 +171,19 @@ impl Store {
         Ok(out)
     }
 
+    /// The tables that hold the node counters of a range starting at `from`: those that keep
+    /// zeros once they hold every counter, before that the older ones.
+    async fn counter_tables(&self, from: u32) -> Result<plan::CounterTables, StorageError> {
+        let first = plan::first_read(from);
+        Ok(if first >= self.rollup_from(super::Rollup::CounterReports).await? {
+            plan::CounterTables::Reports
+        } else if first >= self.rollup_from(super::Rollup::Counters).await? {
+            plan::CounterTables::Rollups
+        } else {
+            plan::CounterTables::Intervals
+        })
+    }
+
     /// Per-interval increases of node counters, oldest first; `names` empty means all.
     pub async fn counters(
         &self,
@@ -179,7 +192,8 @@ impl Store {
         from: u32,
         to: u32,
     ) -> Result<Vec<(u32, String, u64)>, StorageError> {
-        let rows = queries::counters(node, names, from, to)
+        let tables = self.counter_tables(from).await?;
+        let rows = queries::counters(node, names, from, to, tables)
             .query(&self.client)
             .fetch_all::<CounterPointRow>()
             .await
@@ -232,8 +246,8 @@ impl Store {
         }
         // Whole minutes and 10-minute buckets from the tables ordered by time once they hold
         // every counter; before, the intervals from `counters`, ordered by node.
-        let rolled_up = plan::first_read(from) >= self.rollup_from(super::Rollup::Counters).await?;
-        let rows = queries::node_counters(nodes, from, to, rolled_up)
+        let tables = self.counter_tables(from).await?;
+        let rows = queries::node_counters(nodes, from, to, tables)
             .query(&self.client)
             .fetch_all::<Row>()
             .await

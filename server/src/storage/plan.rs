@@ -145,21 +145,46 @@ pub(super) fn sources_from(from: u32, rolled_up: bool) -> u32 {
     }
 }
 
-/// The tables and ranges a sum of counters over [from, to) reads: `counters_10m` for whole
-/// 10-minute buckets and `counters_1m` for the minutes at the edges when `rolled_up` (whole
-/// minutes, as the sample reads: from the minute `from` lies in to the end of the one `to` lies
-/// in), else the per-interval `counters` over exactly [from, to).
-pub(super) fn counter_pieces(from: u32, to: u32, rolled_up: bool) -> Vec<(&'static str, u32, u32)> {
-    match rolled_up {
-        true => pieces(from, to)
-            .into_iter()
-            .map(|(suffix, from, to)| match suffix {
-                "" => ("counters_1m", from, to),
-                _ => ("counters_10m", from, to),
-            })
-            .collect(),
-        false => vec![("counters", from, to)],
+/// Which tables hold the node counters of a range, by where the range starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum CounterTables {
+    /// `counters` alone, per agent interval: before its per-minute rollups held every counter.
+    Intervals,
+    /// `counters` and its rollups `counters_1m`, `counters_10m`, which lose zeros as parts
+    /// merge.
+    Rollups,
+    /// `counter_reports` and its rollups `counter_reports_1m`, `counter_reports_10m`, which
+    /// keep them (migration 017).
+    Reports,
+}
+
+impl CounterTables {
+    /// The table of every agent interval's counters.
+    pub(super) fn per_interval(self) -> &'static str {
+        match self {
+            CounterTables::Reports => "counter_reports",
+            _ => "counters",
+        }
     }
+}
+
+/// The tables and ranges a sum of counters over [from, to) reads: the 10-minute rollup for
+/// whole 10-minute buckets and the per-minute one for the minutes at the edges once `tables`
+/// has rollups (whole minutes, as the sample reads: from the minute `from` lies in to the end of
+/// the one `to` lies in), else the per-interval table over exactly [from, to).
+pub(super) fn counter_pieces(from: u32, to: u32, tables: CounterTables) -> Vec<(&'static str, u32, u32)> {
+    let (minutes, ten_minutes) = match tables {
+        CounterTables::Intervals => return vec![("counters", from, to)],
+        CounterTables::Rollups => ("counters_1m", "counters_10m"),
+        CounterTables::Reports => ("counter_reports_1m", "counter_reports_10m"),
+    };
+    pieces(from, to)
+        .into_iter()
+        .map(|(suffix, from, to)| match suffix {
+            "" => (minutes, from, to),
+            _ => (ten_minutes, from, to),
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -202,12 +227,13 @@ mod tests {
         );
     }
 
-    /// Counters: whole 10-minute buckets from `counters_10m`, the edges' whole minutes from
-    /// `counters_1m`; before the rollups, exactly the range from the per-interval table.
+    /// Counters: whole 10-minute buckets from the 10-minute rollup, the edges' whole minutes
+    /// from the per-minute one; before the rollups, exactly the range from the per-interval
+    /// table.
     #[test]
     fn counters_are_read_in_the_pieces_of_the_sample_reads() {
         assert_eq!(
-            counter_pieces(1_795_000_030, 1_795_003_630, true),
+            counter_pieces(1_795_000_030, 1_795_003_630, CounterTables::Rollups),
             vec![
                 ("counters_1m", 1_795_000_020, 1_795_000_200),
                 ("counters_10m", 1_795_000_200, 1_795_003_200),
@@ -215,12 +241,20 @@ mod tests {
             ]
         );
         assert_eq!(
-            counter_pieces(1_795_000_030, 1_795_000_330, true),
+            counter_pieces(1_795_000_030, 1_795_000_330, CounterTables::Rollups),
             vec![("counters_1m", 1_795_000_020, 1_795_000_330)]
         );
         assert_eq!(
-            counter_pieces(1_795_000_030, 1_795_003_630, false),
+            counter_pieces(1_795_000_030, 1_795_003_630, CounterTables::Intervals),
             vec![("counters", 1_795_000_030, 1_795_003_630)]
+        );
+        assert_eq!(
+            counter_pieces(1_795_000_030, 1_795_003_630, CounterTables::Reports),
+            vec![
+                ("counter_reports_1m", 1_795_000_020, 1_795_000_200),
+                ("counter_reports_10m", 1_795_000_200, 1_795_003_200),
+                ("counter_reports_1m", 1_795_003_200, 1_795_003_630),
+            ]
         );
     }
 

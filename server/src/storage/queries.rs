@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use clickhouse::Client;
 
-use super::plan::{counter_pieces, pieces, sources_from, totals_by_hour, Reach, MINUTE};
+use super::plan::{counter_pieces, pieces, sources_from, totals_by_hour, CounterTables, Reach, MINUTE};
 use super::select::{condition, matching_nodes, process_column, selector_filter, Nodes};
 use super::sql::{Sql, Value};
 use super::StorageError;
@@ -473,9 +473,13 @@ pub(super) fn placements(nodes: &[String], from: u32, to: u32) -> Sql {
     sql
 }
 
-/// Counter increases per interval of a node; `names` empty means all.
-pub(super) fn counters(node: &str, names: &[String], from: u32, to: u32) -> Sql {
-    let mut sql = Sql::new("SELECT toUInt32(time) AS time, name, sum(value) AS value FROM counters WHERE node = ");
+/// Counter increases per interval of a node, from the per-interval table of `tables`; `names`
+/// empty means all.
+pub(super) fn counters(node: &str, names: &[String], from: u32, to: u32, tables: CounterTables) -> Sql {
+    let mut sql = Sql::new(&format!(
+        "SELECT toUInt32(time) AS time, name, sum(value) AS value FROM {} WHERE node = ",
+        tables.per_interval()
+    ));
     sql.bind(Value::Str(node.to_owned()))
         .push(" AND time >= toDateTime(")
         .bind(Value::U32(from))
@@ -513,9 +517,9 @@ pub(super) fn node_sources(nodes: &[String], from: u32, to: u32, rolled_up: bool
 
 /// Each node's counters summed over [from, to), for the nodes listed, from the tables
 /// [`counter_pieces`] picks.
-pub(super) fn node_counters(nodes: &[String], from: u32, to: u32, rolled_up: bool) -> Sql {
+pub(super) fn node_counters(nodes: &[String], from: u32, to: u32, tables: CounterTables) -> Sql {
     let mut sql = Sql::new("SELECT node, name, sum(value) AS value FROM (");
-    for (i, (table, from, to)) in counter_pieces(from, to, rolled_up).into_iter().enumerate() {
+    for (i, (table, from, to)) in counter_pieces(from, to, tables).into_iter().enumerate() {
         if i > 0 {
             sql.push(" UNION ALL ");
         }
@@ -736,10 +740,27 @@ pub fn examples(client: &Client) -> Vec<String> {
         debuginfo_segments("0a1b", 2),
         debuginfo_functions("0a1b", 2),
         placements(&["web-1".into()], 1_795_000_000, 1_795_000_900),
-        counters("web-1", &["pgfault".into()], 1_795_000_000, 1_795_000_900),
-        counters("web-1", &[], 1_795_000_000, 1_795_000_900),
-        node_counters(&["web-1".into(), "web-2".into()], 1_795_000_030, 1_795_003_630, true),
-        node_counters(&["web-1".into()], 1_795_000_030, 1_795_003_630, false),
+        counters(
+            "web-1",
+            &["pgfault".into()],
+            1_795_000_000,
+            1_795_000_900,
+            CounterTables::Reports,
+        ),
+        counters("web-1", &[], 1_795_000_000, 1_795_000_900, CounterTables::Intervals),
+        node_counters(
+            &["web-1".into(), "web-2".into()],
+            1_795_000_030,
+            1_795_003_630,
+            CounterTables::Rollups,
+        ),
+        node_counters(
+            &["web-1".into()],
+            1_795_000_030,
+            1_795_003_630,
+            CounterTables::Intervals,
+        ),
+        node_counters(&["web-1".into()], 1_795_000_030, 1_795_003_630, CounterTables::Reports),
         node_sources(&["web-1".into(), "web-2".into()], 1_795_000_030, 1_795_003_630, true),
         node_sources(&["web-1".into()], 1_795_000_030, 1_795_003_630, false),
     ]

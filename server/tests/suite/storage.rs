@@ -597,6 +597,7 @@ async fn a_half_written_batch_is_completed_without_duplicates() {
         format!("ALTER TABLE ledger DELETE WHERE batch_id = unhex('{hex}')"),
         format!("ALTER TABLE batch_progress DELETE WHERE batch_id = unhex('{hex}') AND part = 'counters'"),
         "ALTER TABLE counters DELETE WHERE node = 'half-node'".to_owned(),
+        "ALTER TABLE counter_reports DELETE WHERE node = 'half-node'".to_owned(),
     ] {
         ch.execute(&sql).await;
     }
@@ -622,12 +623,84 @@ async fn a_half_written_batch_is_completed_without_duplicates() {
     assert_eq!(Status::try_from(acks[0].status).unwrap(), Status::Stored);
     assert_eq!(folded_total(&flame(&server, "half-node").await), 500, "samples once");
     assert_eq!(
-        ch.count("SELECT sum(value) AS n FROM counters WHERE node = 'half-node' AND name = 'pgfault'")
+        ch.count("SELECT sum(value) AS n FROM counter_reports WHERE node = 'half-node' AND name = 'pgfault'")
             .await,
         1234,
         "counters written now, once"
     );
     server.stop().await;
+    ch.stop().await;
+}
+
+/// A node counter that counted zero reads as zero, before and after ClickHouse merges its parts
+/// (issue 48): a SummingMergeTree table deletes a row whose summed columns are all zero, and
+/// `counters` sums `value` alone, so a zero became "not measured". ClickHouse 18.16, here, keeps
+/// such a row; modern ones drop it as they insert and merge, which tests/modern_sql.py shows in
+/// chdb for the older tables and the new ones alike. Read per interval (`/api/v1/counters`'s
+/// read) and summed per node over seconds and over whole 10-minute buckets (compare's reads of
+/// the two rollups).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_counter_that_counted_zero_stays_a_zero_after_merges() {
+    let ch = SharedClickHouse::start().await;
+    let server = TestServer::with_config(ch.server_config("s"), None).await;
+    let from = (wire::now_nanos() / 1_000_000_000) as u32 - 60;
+    // Two batches a node over the same interval, each in an insert of its own (the writer
+    // flushes every 100 ms here): two parts to merge, rows of one key to sum. (ClickHouse 18.16
+    // leaves a partition of one part as it is, and keeps a row of zeros nothing was summed into.)
+    let interval = wire::batch([0; 16], false, "leaf", 1);
+    for i in 0..2u8 {
+        for (n, (node, value)) in [("zero-node", 0u64), ("some-node", 7)].into_iter().enumerate() {
+            let mut batch = wire::batch([10 * n as u8 + i + 1; 16], false, "leaf", 1);
+            batch.start_unix_nanos = interval.start_unix_nanos;
+            batch.end_unix_nanos = interval.end_unix_nanos;
+            batch.counters = vec![v1::Counter {
+                name: "pgmajfault".into(),
+                value,
+            }];
+            let acks = exchange(&server, vec![wire::hello(node), req(batch)]).await.unwrap();
+            assert!(acks.iter().all(|a| a.status == Status::Stored as i32), "{acks:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+    }
+    server.stop().await;
+    for table in [
+        "counters",
+        "counters_1m",
+        "counters_10m",
+        "counter_reports",
+        "counter_reports_1m",
+        "counter_reports_10m",
+    ] {
+        ch.execute(&format!("OPTIMIZE TABLE {table} FINAL")).await;
+    }
+    let store = ch.store().await;
+    let to = from + 120;
+    let zero = ("zero-node".to_owned(), "pgmajfault".to_owned(), 0);
+    let some = ("some-node".to_owned(), "pgmajfault".to_owned(), 14);
+    let nodes = ["some-node".to_owned(), "zero-node".to_owned()];
+    let faults = |rows: Vec<(String, String, u64)>| -> Vec<(String, String, u64)> {
+        rows.into_iter().filter(|r| r.1 == "pgmajfault").collect()
+    };
+    // Seconds: whole minutes from the per-minute rollup.
+    assert_eq!(
+        faults(store.node_counters(&nodes, from, to).await.unwrap()),
+        [some.clone(), zero.clone()]
+    );
+    // Whole 10-minute buckets from the 10-minute rollup.
+    let (hour_from, hour_to) = (from / 600 * 600 - 1800, to.div_ceil(600) * 600);
+    assert_eq!(
+        faults(store.node_counters(&nodes, hour_from, hour_to).await.unwrap()),
+        [some, zero]
+    );
+    // Per interval.
+    let intervals = store
+        .counters("zero-node", &["pgmajfault".to_owned()], from, to)
+        .await
+        .unwrap();
+    assert!(
+        !intervals.is_empty() && intervals.iter().all(|(_, name, v)| name == "pgmajfault" && *v == 0),
+        "{intervals:?}"
+    );
     ch.stop().await;
 }
 
