@@ -1,6 +1,7 @@
 //! Who may do what: bearer tokens from a file (`--token-file`), each with scopes (`read`: the HTTP
-//! API and `/metrics`; `write`: ingest and debug-info uploads) and, for agents, the node names it
-//! may write as. The file holds SHA-256 digests, never tokens (`bimodal-server token` prints a new
+//! API and `/metrics`; `write`: ingest and uploads of executables; `symbols`: uploads of separate
+//! debug files, which name frames in place of their executables) and, for agents, the node names
+//! it may write as. The file holds SHA-256 digests, never tokens (`bimodal-server token` prints a new
 //! token and its entry); it is read again when it changes, so tokens are added and revoked without
 //! a restart.
 //!
@@ -8,7 +9,7 @@
 //! tokens:
 //!   - name: agents-zone-a          # shown in logs
 //!     sha256: 9f86d08188…          # hex SHA-256 of the token
-//!     scopes: [write]
+//!     scopes: [write, symbols]
 //!     nodes: 'web-.*'              # optional: node names it may write as (anchored regex)
 //!   - name: dashboards
 //!     sha256: 60303ae22b…
@@ -32,8 +33,12 @@ use crate::yaml::{self, Mistakes, Node, Reader, Value};
 pub enum Scope {
     /// The HTTP API (profiles, compare, alerts) and `/metrics`.
     Read,
-    /// Ingest streams and debug-info uploads.
+    /// Ingest streams and uploads of executables.
     Write,
+    /// Uploads of separate debug files: a debug file names a build id's frames in place of its
+    /// executable's symbols, so whoever may upload one may name the frames of every node that
+    /// runs it (issue 49).
+    Symbols,
 }
 
 impl Scope {
@@ -41,6 +46,7 @@ impl Scope {
         match self {
             Scope::Read => "read",
             Scope::Write => "write",
+            Scope::Symbols => "symbols",
         }
     }
 }
@@ -52,6 +58,7 @@ pub struct Token {
     sha256: [u8; 32],
     read: bool,
     write: bool,
+    symbols: bool,
     /// Node names this token may write as; `None`: any.
     nodes: Option<regex::Regex>,
 }
@@ -61,6 +68,7 @@ impl Token {
         match scope {
             Scope::Read => self.read,
             Scope::Write => self.write,
+            Scope::Symbols => self.symbols,
         }
     }
 
@@ -179,22 +187,23 @@ impl Reader {
                 None
             }
         };
-        let (mut read, mut write) = (false, false);
+        let (mut read, mut write, mut symbols) = (false, false, false);
         match f.get("scopes").map(|n| (n, &n.value)) {
             Some((_, Value::Sequence(items))) if !items.is_empty() => {
                 for item in items {
                     match item.scalar() {
                         Some("read") => read = true,
                         Some("write") => write = true,
+                        Some("symbols") => symbols = true,
                         _ => self.wrong(
                             item.at,
-                            format!("unknown scope {}; known: read, write", item.describe()),
+                            format!("unknown scope {}; known: read, write, symbols", item.describe()),
                         ),
                     }
                 }
             }
-            Some((n, _)) => self.wrong(n.at, "`scopes` must be a list of read and write"),
-            None => self.wrong(node.at, "a token has no `scopes:` (read, write)"),
+            Some((n, _)) => self.wrong(n.at, "`scopes` must be a list of read, write and symbols"),
+            None => self.wrong(node.at, "a token has no `scopes:` (read, write, symbols)"),
         }
         let nodes = match f.get("nodes") {
             None => Some(None),
@@ -208,7 +217,7 @@ impl Reader {
                     }
                 }),
         };
-        if !(read || write) {
+        if !(read || write || symbols) {
             return None;
         }
         Some(Token {
@@ -216,6 +225,7 @@ impl Reader {
             sha256: sha256?,
             read,
             write,
+            symbols,
             nodes: nodes?,
         })
     }
@@ -468,6 +478,19 @@ mod tests {
             set.check(Some(&reader), Scope::Read).unwrap_err(),
             Refused::Missing("read")
         );
+        // Writing does not give the right to upload debug files; `symbols` does, alone too.
+        assert_eq!(
+            set.check(Some(&bearer(&agent)), Scope::Symbols).unwrap_err(),
+            Refused::Scope {
+                name: "agents".into(),
+                scope: "symbols"
+            }
+        );
+        let (symbols, symbols_entry) = new_token("symbols", &[Scope::Symbols], None);
+        assert!(symbols_entry.contains("scopes: [symbols]"), "{symbols_entry}");
+        let set = read(&format!("tokens:\n{symbols_entry}")).unwrap();
+        assert!(set.check(Some(&bearer(&symbols)), Scope::Symbols).is_ok());
+        assert!(set.check(Some(&bearer(&symbols)), Scope::Write).is_err());
     }
 
     #[test]

@@ -70,9 +70,10 @@ pub struct Config {
     pub max_streams: usize,
     /// How long an agent stream may go without a batch before it is closed.
     pub stream_idle: std::time::Duration,
-    /// Connections served at once at most ([`serve::default_max_connections`] from the
-    /// descriptor limit); more are closed.
-    pub max_connections: usize,
+    /// Connections served at once, overall ([`serve::default_max_connections`] from the
+    /// descriptor limit) and per client address, at most (more are closed), and how long one
+    /// may stay open with no request under way.
+    pub connections: serve::Limits,
     /// Encoded bytes of batches held at once between admission and the write buffer
     /// ([`ingest::DEFAULT_MAX_IN_FLIGHT_BYTES`]); more are told to retry later.
     pub max_in_flight_bytes: u64,
@@ -102,7 +103,7 @@ pub struct Server {
     tls: Option<tls::Acceptor>,
     max_streams: usize,
     stream_idle: std::time::Duration,
-    max_connections: usize,
+    connections: serve::Limits,
     max_in_flight_bytes: u64,
     node_batches: rate::Rate,
     node_streams: rate::Rate,
@@ -189,7 +190,7 @@ impl Server {
             tls,
             max_streams: config.max_streams.max(1),
             stream_idle: config.stream_idle,
-            max_connections: config.max_connections.max(1),
+            connections: config.connections,
             max_in_flight_bytes: config.max_in_flight_bytes,
             node_batches: config.node_batches,
             node_streams: config.node_streams,
@@ -249,7 +250,7 @@ impl Server {
             Some(acceptor) => serve::Incoming::Tls(serve::TlsListener::new(self.listener, acceptor)),
             None => serve::Incoming::Plain(self.listener),
         };
-        serve::serve(incoming, app, self.max_connections, shutdown).await;
+        serve::serve(incoming, app, self.connections, shutdown).await;
         if let Some(evaluation) = evaluation {
             evaluation.stop().await;
         }

@@ -80,7 +80,8 @@ struct Cli {
     /// Webhook to send alerts to in Alertmanager's webhook format; repeat or separate by commas.
     #[arg(long, env = "BIMODAL_WEBHOOK_URL", value_delimiter = ',', requires = "rules")]
     webhook_url: Vec<String>,
-    /// Bearer tokens with their scopes (read: the API and /metrics; write: ingest and uploads) and
+    /// Bearer tokens with their scopes (read: the API and /metrics; write: ingest and uploads of
+    /// executables; symbols: uploads of separate debug files) and
     /// the nodes agents may write as, as SHA-256 digests (`bimodal-server token` makes entries);
     /// read again when it changes. Without it every request is allowed, on loopback only.
     #[arg(long, env = "BIMODAL_TOKEN_FILE")]
@@ -109,6 +110,15 @@ struct Cli {
     /// Default: the process's open-file limit less 256 descriptors kept for ClickHouse and files.
     #[arg(long, env = "BIMODAL_MAX_CONNECTIONS", value_parser = clap::value_parser!(u64).range(1..))]
     max_connections: Option<u64>,
+    /// Connections from one client address served at once at most; one more is closed at once.
+    /// Default: a quarter of --max-connections, so that one address cannot lock every agent and
+    /// reader out. Behind a load balancer or a NAT, where many agents share an address, raise it.
+    #[arg(long, env = "BIMODAL_MAX_CONNECTIONS_PER_ADDRESS", value_parser = clap::value_parser!(u64).range(1..))]
+    max_connections_per_address: Option<u64>,
+    /// A connection with no request under way for this long is closed (an HTTP/2 client that
+    /// only answers pings does not hold its place for good; agents keep a stream open).
+    #[arg(long, env = "BIMODAL_CONNECTION_IDLE_TIMEOUT", default_value = "60s")]
+    connection_idle_timeout: humantime::Duration,
     /// Encoded bytes of batches held at once while they are decoded, checked and converted and
     /// their rows wait for room in the write buffer (their rows take several times this); more
     /// are told to retry later.
@@ -195,8 +205,9 @@ enum Command {
         /// The token's name, shown in logs.
         #[arg(long)]
         name: String,
-        /// What it may do: read (the API), write (ingest, uploads), or both.
-        #[arg(long = "scope", value_delimiter = ',', required = true, value_parser = ["read", "write"])]
+        /// What it may do: read (the API), write (ingest, uploads of executables), symbols
+        /// (uploads of separate debug files, which name frames in place of their executables).
+        #[arg(long = "scope", value_delimiter = ',', required = true, value_parser = ["read", "write", "symbols"])]
         scopes: Vec<String>,
         /// For agents: the node names it may write as (a regular expression, anchored).
         #[arg(long)]
@@ -231,7 +242,8 @@ enum DebuginfoCommand {
         /// The server's gRPC address.
         #[arg(long, env = "BIMODAL_SERVER_URL", default_value = "http://127.0.0.1:7070")]
         server_url: String,
-        /// A token with the `write` scope, when the server has tokens.
+        /// A token with the `write` scope (and `symbols` for a debug file), when the server has
+        /// tokens.
         #[arg(long, env = "BIMODAL_TOKEN", hide_env_values = true)]
         token: Option<String>,
         /// PEM certificates of the CA that signed the server's certificate (https:// URLs).
@@ -261,6 +273,7 @@ async fn main() -> std::process::ExitCode {
             .iter()
             .map(|s| match s.as_str() {
                 "read" => bimodal_server::auth::Scope::Read,
+                "symbols" => bimodal_server::auth::Scope::Symbols,
                 _ => bimodal_server::auth::Scope::Write,
             })
             .collect();
@@ -393,12 +406,22 @@ async fn main() -> std::process::ExitCode {
         stream_idle: cli.stream_idle_timeout.into(),
         // The soft limit up to the hard one whatever the bound: ClickHouse connections and
         // uploads need descriptors too.
-        max_connections: cli
-            .max_connections
-            .inspect(|_| {
-                bimodal_server::serve::raise_open_file_limit();
-            })
-            .map_or_else(bimodal_server::serve::default_max_connections, |n| n as usize),
+        connections: {
+            let max = cli
+                .max_connections
+                .inspect(|_| {
+                    bimodal_server::serve::raise_open_file_limit();
+                })
+                .map_or_else(bimodal_server::serve::default_max_connections, |n| n as usize);
+            bimodal_server::serve::Limits {
+                max,
+                per_address: cli.max_connections_per_address.map_or_else(
+                    || bimodal_server::serve::Limits::per_address_default(max),
+                    |n| n as usize,
+                ),
+                idle: cli.connection_idle_timeout.into(),
+            }
+        },
         max_in_flight_bytes: cli.max_in_flight_bytes,
         node_batches: bimodal_server::rate::Rate {
             per_second: cli.node_batch_rate,

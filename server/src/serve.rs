@@ -4,25 +4,31 @@
 //!
 //! Deadlines: a client has [`FIRST_BYTES_TIMEOUT`] to send the start of its first request (the
 //! HTTP/2 preface, or an HTTP/1.1 request line), an HTTP/1.1 request head must be complete within
-//! [`HEADER_READ_TIMEOUT`], and an HTTP/2 connection that stops answering pings is closed.
-//! Connections cut off before a request, failed TLS handshakes and connections beyond the bound
-//! on open connections are counted in `bimodal_connections_refused_total{reason}`.
+//! [`HEADER_READ_TIMEOUT`], an HTTP/2 connection that stops answering pings is closed, and one
+//! with no request open for [`Limits::idle`] is closed too (answering pings is not using it).
+//!
+//! Bounds: open connections, overall and per client address ([`Places`]), so that one address
+//! cannot take every place and lock other agents and readers out.
+//!
+//! Connections cut off before a request, failed TLS handshakes and connections beyond a bound
+//! are counted in `bimodal_connections_refused_total{reason}`.
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use rustls_pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Sleep;
 
 use tokio::net::TcpStream;
@@ -90,9 +96,199 @@ pub fn raise_open_file_limit() -> u64 {
     limit.rlim_cur
 }
 
+/// How long a connection told to close (idle, or the server stopping) may take to finish what it
+/// is doing before it is cut off.
+const CLOSE_GRACE: Duration = SHUTDOWN_GRACE;
+
 /// How long a shutdown waits for open connections to finish (an agent's ingest stream or an
 /// upload may never end by itself); then they are closed.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// How long a connection may stay open with no request under way, by default: an HTTP/2 client
+/// that answers pings and asks nothing (0 of 100 such connections were closed in 75 s, issue
+/// 49) would otherwise hold its place for good. Agents always have their ingest stream open;
+/// a gRPC client whose connection was closed while idle opens another for its next call.
+pub const DEFAULT_CONNECTION_IDLE: Duration = Duration::from_secs(60);
+
+/// The bounds of the port's connections.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Open connections at most.
+    pub max: usize,
+    /// Open connections from one client address at most ([`Limits::per_address_default`]).
+    pub per_address: usize,
+    /// A connection with no request under way for this long is closed.
+    pub idle: Duration,
+}
+
+impl Limits {
+    /// A quarter of `max`: a client that fills its share from one address leaves three
+    /// quarters to everyone else. (An agent holds one or two connections; a load balancer or a
+    /// NAT in front of the server, where every agent has its address, needs more.)
+    pub fn per_address_default(max: usize) -> usize {
+        (max / 4).max(1)
+    }
+
+    /// `max` connections, a quarter from one address, [`DEFAULT_CONNECTION_IDLE`].
+    pub fn new(max: usize) -> Limits {
+        Limits {
+            max,
+            per_address: Limits::per_address_default(max),
+            idle: DEFAULT_CONNECTION_IDLE,
+        }
+    }
+}
+
+/// The places of open connections: a bound on all of them and one per client address.
+#[derive(Debug)]
+pub(crate) struct Places {
+    all: Arc<Semaphore>,
+    max: usize,
+    per_address: usize,
+    by_address: std::sync::Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// The place one connection holds until it closes.
+#[derive(Debug)]
+pub(crate) struct Place {
+    _all: OwnedSemaphorePermit,
+    places: Arc<Places>,
+    ip: IpAddr,
+}
+
+impl Places {
+    pub(crate) fn new(limits: &Limits) -> Arc<Places> {
+        let max = limits.max.clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
+        Arc::new(Places {
+            all: Arc::new(Semaphore::new(max)),
+            max,
+            per_address: limits.per_address.max(1),
+            by_address: Default::default(),
+        })
+    }
+
+    /// A place for a connection from `addr`, or none: the connection is to be closed, and is
+    /// counted as `too_many_connections` (every place is taken) or `too_many_from_address`
+    /// (its address holds its share).
+    pub(crate) fn take(self: &Arc<Self>, addr: SocketAddr) -> Option<Place> {
+        let ip = addr.ip().to_canonical();
+        let Ok(all) = self.all.clone().try_acquire_owned() else {
+            count_refused_connection("too_many_connections");
+            tracing::debug!(%addr, "closed a connection beyond the bound on open connections");
+            return None;
+        };
+        let mut by_address = self.by_address.lock().unwrap_or_else(|e| e.into_inner());
+        let held = by_address.entry(ip).or_insert(0);
+        if *held >= self.per_address {
+            drop(by_address);
+            count_refused_connection("too_many_from_address");
+            tracing::debug!(%addr, per_address = self.per_address, "closed a connection beyond its address's share");
+            return None;
+        }
+        *held += 1;
+        Some(Place {
+            _all: all,
+            places: self.clone(),
+            ip,
+        })
+    }
+
+    fn release(&self, ip: IpAddr) {
+        let mut by_address = self.by_address.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(held) = by_address.get_mut(&ip) {
+            *held -= 1;
+            if *held == 0 {
+                by_address.remove(&ip);
+            }
+        }
+    }
+
+    /// Waits until every place is free: every connection closed.
+    async fn all_free(&self) {
+        let _ = self.all.acquire_many(self.max as u32).await;
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.places.release(self.ip);
+    }
+}
+
+/// Whether a connection has requests under way, and since when it has had none.
+#[derive(Debug)]
+struct Activity {
+    open: AtomicUsize,
+    /// When the last request ended (or the connection opened).
+    quiet_since: std::sync::Mutex<Instant>,
+}
+
+impl Activity {
+    fn new() -> Arc<Activity> {
+        Arc::new(Activity {
+            open: AtomicUsize::new(0),
+            quiet_since: std::sync::Mutex::new(Instant::now()),
+        })
+    }
+
+    /// Counts a request under way until the guard is dropped.
+    fn start(self: &Arc<Self>) -> Underway {
+        self.open.fetch_add(1, Ordering::AcqRel);
+        Underway(self.clone())
+    }
+
+    /// Returns once no request has been under way for `idle`.
+    async fn idle_for(&self, idle: Duration) {
+        loop {
+            let quiet_since = *self.quiet_since.lock().unwrap_or_else(|e| e.into_inner());
+            let wait = match self.open.load(Ordering::Acquire) {
+                0 => idle.saturating_sub(quiet_since.elapsed()),
+                _ => idle,
+            };
+            if wait.is_zero() {
+                return;
+            }
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
+/// A request under way, until its response's body is done.
+struct Underway(Arc<Activity>);
+
+impl Drop for Underway {
+    fn drop(&mut self) {
+        *self.0.quiet_since.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A response body that holds its request's [`Underway`] until it is done or dropped: a gRPC
+/// stream's response is its whole life.
+struct UnderwayBody {
+    body: axum::body::Body,
+    _underway: Underway,
+}
+
+impl http_body::Body for UnderwayBody {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        http_body::Body::is_end_stream(&self.body)
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::Body::size_hint(&self.body)
+    }
+}
 
 /// Who sent a request: the connection's address and, over TLS, the client certificate it
 /// presented (verified against `--tls-client-ca` during the handshake).
@@ -134,12 +330,12 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Io for T {}
 impl Incoming {
     /// The next connection, its peer, and the place it holds in `places`; connections that find
     /// no place are closed at once (over TLS, before their handshake).
-    async fn accept(&mut self, places: &Arc<Semaphore>) -> (Box<dyn Io>, Peer, OwnedSemaphorePermit) {
+    async fn accept(&mut self, places: &Arc<Places>) -> (Box<dyn Io>, Peer, Place) {
         match self {
             Incoming::Plain(listener) => loop {
                 match listener.accept().await {
                     Ok((stream, addr)) => {
-                        let Some(place) = take_place(places, addr) else {
+                        let Some(place) = places.take(addr) else {
                             continue;
                         };
                         let _ = stream.set_nodelay(true);
@@ -179,27 +375,11 @@ impl Incoming {
     }
 }
 
-/// A place for a connection from `addr` under the bound on open connections, or none: the
-/// connection is to be closed, and is counted as `too_many_connections`.
-pub(crate) fn take_place(places: &Arc<Semaphore>, addr: SocketAddr) -> Option<OwnedSemaphorePermit> {
-    let place = places.clone().try_acquire_owned().ok();
-    if place.is_none() {
-        count_refused_connection("too_many_connections");
-        tracing::debug!(%addr, "closed a connection beyond the bound on open connections");
-    }
-    place
-}
-
-/// Serves `app` on every connection of `incoming`, `max_connections` at once (one more is closed
-/// at once and counted as `too_many_connections`), until `shutdown` completes; then stops
-/// accepting, lets open connections finish what they are doing (HTTP/2 streams are told to go
-/// away), and returns.
-pub async fn serve(
-    mut incoming: Incoming,
-    app: Router,
-    max_connections: usize,
-    shutdown: impl Future<Output = ()> + Send,
-) {
+/// Serves `app` on every connection of `incoming` within `limits` (a connection beyond them is
+/// closed at once and counted), closing connections idle for `limits.idle`, until `shutdown`
+/// completes; then stops accepting, lets open connections finish what they are doing (HTTP/2
+/// streams are told to go away) for [`SHUTDOWN_GRACE`], and returns.
+pub async fn serve(mut incoming: Incoming, app: Router, limits: Limits, shutdown: impl Future<Output = ()> + Send) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -212,8 +392,9 @@ pub async fn serve(
         .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
         .initial_stream_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW);
-    let graceful = GracefulShutdown::new();
-    let places = Arc::new(Semaphore::new(max_connections.max(1)));
+    let builder = Arc::new(builder);
+    let places = Places::new(&limits);
+    let (stop, stopping) = watch::channel(false);
     tokio::pin!(shutdown);
     loop {
         let (io, peer, place) = tokio::select! {
@@ -224,26 +405,64 @@ pub async fn serve(
         // Whether the connection got as far as a request: a timeout after one is an idle
         // keep-alive connection closing (hyper arms the header timeout again while it waits for
         // the next request), not a slow client.
-        let served = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let served = Arc::new(AtomicBool::new(false));
+        let activity = Activity::new();
         let service = hyper::service::service_fn({
             let app = app.clone();
             let served = served.clone();
+            let activity = activity.clone();
             move |mut request: hyper::Request<hyper::body::Incoming>| {
-                served.store(true, std::sync::atomic::Ordering::Relaxed);
+                served.store(true, Ordering::Relaxed);
+                let underway = activity.start();
                 request.extensions_mut().insert(peer.clone());
-                tower::ServiceExt::oneshot(app.clone(), request)
+                let response = tower::ServiceExt::oneshot(app.clone(), request);
+                async move {
+                    let response = response.await?;
+                    Ok::<_, std::convert::Infallible>(response.map(|body| {
+                        axum::body::Body::new(UnderwayBody {
+                            body,
+                            _underway: underway,
+                        })
+                    }))
+                }
             }
         });
-        let io = TokioIo::new(FirstBytes::new(io, FIRST_BYTES_TIMEOUT));
-        let connection = graceful.watch(builder.serve_connection_with_upgrades(io, service).into_owned());
+        let builder = builder.clone();
+        let mut stopping = stopping.clone();
         tokio::spawn(async move {
             let _place = place;
-            if let Err(e) = connection.await {
+            let io = TokioIo::new(FirstBytes::new(io, FIRST_BYTES_TIMEOUT));
+            let connection = builder.serve_connection_with_upgrades(io, service);
+            tokio::pin!(connection);
+            // Once told to go away, the client has CLOSE_GRACE to finish; then it is cut off
+            // (an HTTP/2 client that does not answer the server's GOAWAY ping would otherwise
+            // keep its place until the keep-alive gives up on it).
+            let mut closing: Option<tokio::time::Instant> = None;
+            let ended = loop {
+                let cut_off = closing.unwrap_or_else(|| tokio::time::Instant::now() + CLOSE_GRACE);
+                tokio::select! {
+                    ended = connection.as_mut() => break Some(ended),
+                    () = activity.idle_for(limits.idle), if closing.is_none() => {
+                        if !served.load(Ordering::Relaxed) {
+                            count_refused_connection("idle");
+                        }
+                        tracing::debug!(%addr, idle = ?limits.idle, "closing a connection with no request under way");
+                        connection.as_mut().graceful_shutdown();
+                        closing = Some(cut_off);
+                    }
+                    _ = stopping.wait_for(|&stop| stop), if closing.is_none() => {
+                        connection.as_mut().graceful_shutdown();
+                        closing = Some(cut_off);
+                    }
+                    () = tokio::time::sleep_until(cut_off), if closing.is_some() => break None,
+                }
+            };
+            if let Some(Err(e)) = ended {
                 // A timeout before any request: an HTTP/1.1 request head that did not arrive in
                 // time (or an HTTP/2 connection that never asked anything and stopped answering
                 // pings).
                 let timed_out = e.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_timeout);
-                if timed_out && !served.load(std::sync::atomic::Ordering::Relaxed) {
+                if timed_out && !served.load(Ordering::Relaxed) {
                     count_refused_connection("slow_headers");
                 }
                 tracing::debug!(%addr, error = %e, "connection ended");
@@ -251,14 +470,15 @@ pub async fn serve(
         });
     }
     drop(incoming);
-    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await.is_err() {
+    let _ = stop.send(true);
+    if tokio::time::timeout(SHUTDOWN_GRACE, places.all_free()).await.is_err() {
         tracing::info!(grace = ?SHUTDOWN_GRACE, "connections still open at shutdown are closed");
     }
 }
 
 /// Counts a connection closed before any request was served, under `reason`
-/// (`bimodal_connections_refused_total`): tls_handshake, tls_timeout, silent, slow_headers,
-/// too_many_connections.
+/// (`bimodal_connections_refused_total`): tls_handshake, tls_timeout, silent, slow_headers, idle,
+/// too_many_connections, too_many_from_address.
 pub(crate) fn count_refused_connection(reason: &'static str) {
     crate::metrics::metrics()
         .connections_refused
@@ -367,7 +587,7 @@ pub struct TlsListener {
 }
 
 /// A connection whose handshake is done, its client's address, and its place.
-type Handshaken = (TlsStream<TcpStream>, SocketAddr, OwnedSemaphorePermit);
+type Handshaken = (TlsStream<TcpStream>, SocketAddr, Place);
 
 impl TlsListener {
     pub fn new(tcp: TcpListener, acceptor: crate::tls::Acceptor) -> TlsListener {
@@ -384,10 +604,7 @@ impl TlsListener {
     /// in `places`. A connection that finds no place is closed before its handshake and counted
     /// as `too_many_connections`. Cancel-safe: a handshake under way goes on and is handed out
     /// by a later call.
-    pub async fn accept(
-        &mut self,
-        places: &Arc<Semaphore>,
-    ) -> (TlsStream<TcpStream>, SocketAddr, OwnedSemaphorePermit) {
+    pub(crate) async fn accept(&mut self, places: &Arc<Places>) -> Handshaken {
         loop {
             tokio::select! {
                 Some(handshaken) = self.ready.recv() => return handshaken,
@@ -401,7 +618,7 @@ impl TlsListener {
                             continue;
                         }
                     };
-                    let Some(place) = take_place(places, peer) else { continue };
+                    let Some(place) = places.take(peer) else { continue };
                     let (done, acceptor) = (self.done.clone(), self.acceptor.clone());
                     tokio::spawn(async move {
                         match acceptor.handshake(stream).await {
@@ -482,6 +699,78 @@ mod tests {
         true
     }
 
+    /// A connection is closed once no request has been under way on it for the idle bound, not
+    /// while one is: a request (or a gRPC stream) longer than the bound is served whole.
+    #[tokio::test]
+    async fn only_connections_with_nothing_under_way_are_closed_as_idle() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = Router::new().route(
+            "/",
+            axum::routing::get(|| async {
+                tokio::time::sleep(Duration::from_millis(800)).await;
+                "ok"
+            }),
+        );
+        let limits = Limits {
+            idle: Duration::from_millis(200),
+            ..Limits::new(8)
+        };
+        tokio::spawn(serve(Incoming::Plain(listener), app, limits, std::future::pending()));
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        assert!(
+            answered(&mut stream).await,
+            "a request longer than the idle bound was cut off"
+        );
+        // Then nothing is under way: the connection is closed (well before hyper's own 10 s
+        // keep-alive bound).
+        let mut rest = Vec::new();
+        let closed = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut rest)).await;
+        assert!(closed.is_ok(), "an idle connection stayed open");
+    }
+
+    /// One address gets its share of the places; another address still finds one.
+    #[tokio::test]
+    async fn an_address_holds_its_share_of_the_places_and_no_more() {
+        let listener = TcpListener::bind("0.0.0.0:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let app = Router::new().route("/", axum::routing::get(|| async { "ok" }));
+        let limits = Limits {
+            per_address: 2,
+            ..Limits::new(4)
+        };
+        tokio::spawn(serve(Incoming::Plain(listener), app, limits, std::future::pending()));
+        let from = |ip: &str| {
+            let ip: IpAddr = ip.parse().unwrap();
+            async move {
+                let socket = tokio::net::TcpSocket::new_v4().unwrap();
+                socket.bind(SocketAddr::new(ip, 0)).unwrap();
+                socket.connect(SocketAddr::new(ip, port)).await.unwrap()
+            }
+        };
+        let mut first = from("127.0.0.2").await;
+        let mut second = from("127.0.0.2").await;
+        assert!(answered(&mut first).await && answered(&mut second).await);
+        let mut third = from("127.0.0.2").await;
+        assert!(!answered(&mut third).await, "an address took more than its share");
+        let mut other = from("127.0.0.3").await;
+        assert!(answered(&mut other).await, "another address found no place");
+        // A place given back is the address's again.
+        drop(first);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut next = from("127.0.0.2").await;
+            if answered(&mut next).await {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the address's place was not freed"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     #[tokio::test]
     async fn connections_beyond_the_bound_are_closed_and_counted() {
         let refused = || {
@@ -493,7 +782,15 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let app = Router::new().route("/", axum::routing::get(|| async { "ok" }));
-        tokio::spawn(serve(Incoming::Plain(listener), app, 2, std::future::pending()));
+        tokio::spawn(serve(
+            Incoming::Plain(listener),
+            app,
+            Limits {
+                per_address: 2,
+                ..Limits::new(2)
+            },
+            std::future::pending(),
+        ));
 
         let mut first = tokio::net::TcpStream::connect(addr).await.unwrap();
         let mut second = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -574,7 +871,15 @@ mod tls_tests {
         let addr = listener.local_addr().unwrap();
         let incoming = Incoming::Tls(TlsListener::new(listener, crate::tls::acceptor(&files).unwrap()));
         let app = Router::new().route("/", axum::routing::get(|| async { "ok" }));
-        tokio::spawn(serve(incoming, app, 2, std::future::pending()));
+        tokio::spawn(serve(
+            incoming,
+            app,
+            Limits {
+                per_address: 2,
+                ..Limits::new(2)
+            },
+            std::future::pending(),
+        ));
 
         let first = tokio::net::TcpStream::connect(addr).await.unwrap();
         let mut second = tokio::net::TcpStream::connect(addr).await.unwrap();

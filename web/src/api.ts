@@ -93,7 +93,13 @@ export interface ApiFlamegraph {
   selector: string;
   from: string;
   to: string;
+  /** The source's value over the range, the stacks left out included. */
   total: number;
+  /** The smallest stacks left out beyond `max_stacks`, exactly, with their samples and value
+   * (`root` holds `total - truncated_value`). Absent in profiles not from the server. */
+  truncated_stacks?: number;
+  truncated_samples?: number;
+  truncated_value?: number;
   root: ApiFrame;
 }
 

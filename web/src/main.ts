@@ -399,7 +399,11 @@ function renderToolbar(zoom: Frame | null, count?: number): void {
   const p = profile;
   const where = p.selector === '{}' ? 'all nodes' : p.selector;
   const source = p.source ? ` (${p.source})` : '';
-  ui.summary.textContent = `${p.event}${source} · total ${formatValue(p.total || p.root.value, p.unit)} · ${formatCount(frameCount)} frames · ${where} · ${formatTime(p.from)} – ${formatTime(p.to)}`;
+  const total = p.total || p.root.value;
+  const left = p.truncated_stacks
+    ? ` · ${formatCount(p.truncated_stacks)} smallest stacks left out (${formatValue(p.truncated_value ?? 0, p.unit)}, ${formatPercent(p.truncated_value ?? 0, total)})`
+    : '';
+  ui.summary.textContent = `${p.event}${source} · total ${formatValue(total, p.unit)}${left} · ${formatCount(frameCount)} frames · ${where} · ${formatTime(p.from)} – ${formatTime(p.to)}`;
 }
 
 function currentMatcher(): ((name: string) => boolean) | null {

@@ -450,6 +450,8 @@ function flamegraph(params) {
       to: rfc3339(to),
       total: root.value,
       truncated_stacks: 0,
+      truncated_samples: 0,
+      truncated_value: 0,
       // How the server summed the nodes: per node for a selector, else from its fleet rollups.
       reach: nodes.length > 0 ? 'matching' : 'fleet',
       root,

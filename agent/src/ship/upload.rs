@@ -1,11 +1,14 @@
 //! Uploads the images behind unnamed frames to the server's debug-info store, once per build id:
 //! frames go out as (build id, file offset), and the server names them from these files.
 //!
-//! A distribution's debug file for the image, where the standard location has one
-//! (`/usr/lib/debug/.build-id/xx/yyyy.debug`, as `-dbg`/`-dbgsym` packages install them), is
-//! sent first: it names local functions the image's exported symbols do not. Otherwise only
-//! images that carry symbols are worth sending; a stripped image is reported once, and its debug
-//! file is uploaded by its owner with `bimodal-server debuginfo upload`.
+//! Images that carry symbols are sent first. A distribution's debug file for the image, where the
+//! standard location has one (`/usr/lib/debug/.build-id/xx/yyyy.debug`, as `-dbg`/`-dbgsym`
+//! packages install them), is sent after it: it names local functions the image's exported
+//! symbols do not. The server takes a debug file only from a token with the `symbols` scope, and
+//! only for an image it knows (its executable, or frames of it); a stripped image's debug file is
+//! accepted once the agent's first frames of it are stored, and is tried again 30 s later. A
+//! stripped image without one is reported once, and its debug file is uploaded by its owner with
+//! `bimodal-server debuginfo upload`.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -159,6 +162,9 @@ pub fn open_debug_file(image: &ImageRef, max_bytes: u64, dirs: &[PathBuf]) -> Op
 
 /// A build id that failed for a passing reason is tried again after this long.
 const RETRY_AFTER: Duration = Duration::from_secs(300);
+/// A debug file refused because the server does not know its image yet (the agent's first frames
+/// of it were on their way) is tried again after this long.
+const UNKNOWN_IMAGE_RETRY: Duration = Duration::from_secs(30);
 
 /// The images of one batch, and who waits for them to be offered to the server.
 #[derive(Debug)]
@@ -178,12 +184,12 @@ pub async fn run(
 ) {
     let debug_dirs: std::sync::Arc<[PathBuf]> = debug_dirs.into();
     let mut done: HashSet<Vec<u8>> = HashSet::new();
+    // When each build id that failed is tried again.
     let mut failed: HashMap<Vec<u8>, Instant> = HashMap::new();
     let mut client: Option<bimodal_proto::client::Debuginfo> = None;
     while let Some(Offer { images, offered }) = offers.recv().await {
         for image in images {
-            if done.contains(&image.build_id) || failed.get(&image.build_id).is_some_and(|t| t.elapsed() < RETRY_AFTER)
-            {
+            if done.contains(&image.build_id) || failed.get(&image.build_id).is_some_and(|&at| Instant::now() < at) {
                 continue;
             }
             if client.is_none() {
@@ -213,7 +219,7 @@ pub async fn run(
                     }
                     if let Outcome::Unreadable(why) = outcome {
                         tracing::debug!(path = %image.path, %why, "not uploaded");
-                        failed.insert(image.build_id.clone(), Instant::now());
+                        failed.insert(image.build_id.clone(), Instant::now() + RETRY_AFTER);
                     } else {
                         done.insert(image.build_id.clone());
                     }
@@ -232,14 +238,14 @@ pub async fn run(
                     ) =>
                 {
                     tracing::warn!(path = %image.path, error = %status.message(), "debug-info upload refused; connecting again later");
-                    failed.insert(image.build_id.clone(), Instant::now());
+                    failed.insert(image.build_id.clone(), Instant::now() + RETRY_AFTER);
                     client = None;
                     break;
                 }
                 // The server receives a few uploads at once: this one goes again later.
                 Err(status) if status.code() == tonic::Code::ResourceExhausted => {
                     tracing::debug!(path = %image.path, error = %status.message(), "the server is busy with other uploads");
-                    failed.insert(image.build_id.clone(), Instant::now());
+                    failed.insert(image.build_id.clone(), Instant::now() + RETRY_AFTER);
                 }
                 // Refused for this file's content (not an ELF file, no symbols, a debug file
                 // that contradicts the stored executable, another file stored for the build id):
@@ -248,9 +254,13 @@ pub async fn run(
                     tracing::warn!(path = %image.path, error = %status.message(), "the server refused this file; it is not sent again");
                     done.insert(image.build_id.clone());
                 }
+                Err(status) if status.code() == tonic::Code::FailedPrecondition => {
+                    tracing::debug!(path = %image.path, error = %status.message(), "the server does not know the image yet");
+                    failed.insert(image.build_id.clone(), Instant::now() + UNKNOWN_IMAGE_RETRY);
+                }
                 Err(status) => {
                     tracing::warn!(path = %image.path, error = %status.message(), "debug-info upload failed");
-                    failed.insert(image.build_id.clone(), Instant::now());
+                    failed.insert(image.build_id.clone(), Instant::now() + RETRY_AFTER);
                 }
             }
         }
@@ -274,32 +284,45 @@ async fn upload(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    if !status.stored.contains(&(DebuginfoKind::Debuginfo as i32)) {
+    // The executable first: the server accepts a debug file only for an image it knows.
+    let mut outcome = Outcome::Present;
+    if status.wanted {
         let for_read = image.clone();
-        let dirs = debug_dirs.clone();
-        if let Ok(Some(opened)) =
-            tokio::task::spawn_blocking(move || open_debug_file(&for_read, max_bytes, &dirs)).await
-        {
-            let name = format!("{name}.debug");
-            client
-                .upload(chunks(opened, &image.build_id, DebuginfoKind::Debuginfo, &name))
-                .await?;
-            return Ok(Outcome::Uploaded);
-        }
+        outcome = match tokio::task::spawn_blocking(move || open_image(&for_read, max_bytes)).await {
+            Ok(Ok(opened)) => {
+                client
+                    .upload(chunks(opened, &image.build_id, DebuginfoKind::Executable, &name))
+                    .await?;
+                Outcome::Uploaded
+            }
+            Ok(Err(outcome)) => outcome,
+            Err(e) => Outcome::Unreadable(e.to_string()),
+        };
     }
-    if !status.wanted {
-        return Ok(Outcome::Present);
+    // Then a distribution's debug file, which names local functions the executable's symbols
+    // do not.
+    if status.stored.contains(&(DebuginfoKind::Debuginfo as i32)) {
+        return Ok(outcome);
     }
     let for_read = image.clone();
-    let opened = match tokio::task::spawn_blocking(move || open_image(&for_read, max_bytes)).await {
-        Ok(Ok(opened)) => opened,
-        Ok(Err(outcome)) => return Ok(outcome),
-        Err(e) => return Ok(Outcome::Unreadable(e.to_string())),
+    let dirs = debug_dirs.clone();
+    let Ok(Some(opened)) = tokio::task::spawn_blocking(move || open_debug_file(&for_read, max_bytes, &dirs)).await
+    else {
+        return Ok(outcome);
     };
-    client
-        .upload(chunks(opened, &image.build_id, DebuginfoKind::Executable, &name))
-        .await?;
-    Ok(Outcome::Uploaded)
+    let name = format!("{name}.debug");
+    match client
+        .upload(chunks(opened, &image.build_id, DebuginfoKind::Debuginfo, &name))
+        .await
+    {
+        Ok(_) => Ok(Outcome::Uploaded),
+        // A token without the `symbols` scope: the executable's symbols name the frames.
+        Err(status) if status.code() == tonic::Code::PermissionDenied => {
+            tracing::info!(path = %image.path, error = %status.message(), "the debug file is not uploaded: the agent's token may not upload debug files");
+            Ok(outcome)
+        }
+        Err(status) => Err(status),
+    }
 }
 
 #[cfg(test)]

@@ -339,8 +339,9 @@ fn side_json(g: &Group) -> serde_json::Value {
         "nodes": g.nodes,
         "nodes_left_out": g.left_out,
         "nodes_short_chains": g.short_chains,
-        "total": g.graph.profile.total() as f64 / SCALE,
+        "total": g.graph.total_value as f64 / SCALE,
         "truncated_stacks": g.graph.truncated_stacks,
+        "truncated_value": g.graph.truncated_value as f64 / SCALE,
     })
 }
 

@@ -46,8 +46,10 @@ pub(super) async fn flamegraph(
             selector: scope.selector.to_string(),
             from: rfc3339(scope.from),
             to: rfc3339(scope.to),
-            total: profile.total(),
+            total: graph.total_value,
             truncated_stacks: graph.truncated_stacks,
+            truncated_samples: graph.truncated_samples,
+            truncated_value: graph.truncated_value,
             reach: graph.reach,
             root: profile.to_tree(),
         })
@@ -78,8 +80,14 @@ struct FlameAnswer<'a> {
     selector: String,
     from: String,
     to: String,
+    /// The source's value over the range, the stacks left out included: `root` holds `total -
+    /// truncated_value`.
     total: u64,
+    /// The stacks left out beyond `max_stacks` (the smallest), exactly, and their samples and
+    /// value.
     truncated_stacks: u64,
+    truncated_samples: u64,
+    truncated_value: u64,
     /// How the nodes were summed: `fleet` (the rollups), `fleet-minus` (the rollups minus the
     /// nodes left out), `matching` or `every-node` (per-node rows), `nothing`.
     reach: &'static str,

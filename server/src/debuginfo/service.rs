@@ -5,7 +5,10 @@
 //! stored file is never replaced by different content: the same file again is accepted, another
 //! one is refused, also when both arrive at once at two servers (the decision is taken under the
 //! build id's [lease](crate::storage::lease)). A separate debug file names frames in place of
-//! its executable's table, so it must name every function the stored executable names alike.
+//! its executable's table, so it must name every function the stored executable names alike; it
+//! needs a token with the `symbols` scope, and is accepted only for an image the store knows (its
+//! executable stored, or frames of it sent by an agent): nobody can name a build id's frames
+//! before they exist (issue 49).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -59,6 +62,8 @@ pub enum UploadError {
     Storage(#[from] StorageError),
     #[error("another upload of build id {0} is being stored, and was for over {LEASE_WAIT:?}; retry later")]
     Busy(String),
+    #[error("build id {0} is not known here: no executable is stored for it and no agent has sent frames of it; upload the executable first (a debug file is accepted only for an image the store knows)")]
+    UnknownImage(String),
 }
 
 impl UploadError {
@@ -79,6 +84,7 @@ impl UploadError {
             UploadError::Conflict { .. } => "conflict",
             UploadError::Disagrees { .. } => "disagrees_with_executable",
             UploadError::Symbols(_) => "unreadable_symbols",
+            UploadError::UnknownImage(_) => "unknown_image",
         })
     }
 }
@@ -97,6 +103,8 @@ impl From<UploadError> for Status {
         let status = match e {
             UploadError::Conflict { .. } => Status::already_exists(e.to_string()),
             UploadError::Storage(_) | UploadError::Busy(_) => Status::unavailable(e.to_string()),
+            // Accepted later, once an agent sent frames of the image or its executable came.
+            UploadError::UnknownImage(_) => Status::failed_precondition(e.to_string()),
             UploadError::Io(_) => Status::internal(e.to_string()),
             _ => Status::invalid_argument(e.to_string()),
         };
@@ -253,6 +261,7 @@ impl DebuginfoService {
                 return Ok(false);
             }
             if kind == DebuginfoKind::Debuginfo {
+                self.check_known(&id, &stored).await?;
                 self.check_against_executable(&id, &stored, path).await?;
             }
             self.store.clear_orphan_symbols(&id, kind_code).await?;
@@ -295,6 +304,16 @@ impl DebuginfoService {
                 kind: kind_name(kind),
             }),
         }
+    }
+
+    /// A debug file is accepted for an image the store knows: its executable is stored, or an
+    /// agent sent frames of it. (`stored`: the files stored for `id`.)
+    async fn check_known(&self, id: &str, stored: &[StoredFile]) -> Result<(), UploadError> {
+        let executable = DebuginfoKind::Executable as u8;
+        if stored.iter().any(|f| f.kind == executable) || self.store.frames_seen_of(id).await? {
+            return Ok(());
+        }
+        Err(UploadError::UnknownImage(id.to_owned()))
     }
 
     /// A debug file takes over naming from the executable stored for its build id (if any), so
@@ -384,6 +403,8 @@ impl Debuginfo for DebuginfoService {
         request: Request<Streaming<v1::DebuginfoChunk>>,
     ) -> Result<Response<v1::DebuginfoStatus>, Status> {
         self.allow_write(&request)?;
+        let metadata = request.metadata().clone();
+        let peer = request.extensions().get::<Peer>().cloned();
         let mut chunks = request.into_inner();
         let first = chunks.next().await.ok_or_else(|| {
             refused(
@@ -397,6 +418,10 @@ impl Debuginfo for DebuginfoService {
                 "no_kind",
                 Status::invalid_argument("the first message must give the kind"),
             ));
+        }
+        if kind == DebuginfoKind::Debuginfo {
+            self.auth
+                .allow_grpc(&metadata, peer.as_ref(), crate::auth::Scope::Symbols, None)?;
         }
         if first.size > self.max_bytes {
             return Err(UploadError::TooLarge(self.max_bytes).into());

@@ -155,6 +155,20 @@ impl Store {
         Ok(out)
     }
 
+    /// Whether an agent has sent frames that point into the image of `build_id` (hex).
+    pub async fn frames_seen_of(&self, build_id: &str) -> Result<bool, StorageError> {
+        #[derive(clickhouse::Row, serde::Deserialize)]
+        struct N {
+            n: u64,
+        }
+        let row = queries::frames_of_build_id(build_id)
+            .query(&self.client)
+            .fetch_one::<N>()
+            .await
+            .map_err(StorageError::query("look for frames of a build id"))?;
+        Ok(row.n > 0)
+    }
+
     /// The function table of one stored file.
     pub async fn debuginfo_table(&self, build_id: &str, kind: u8) -> Result<SymbolTable, StorageError> {
         let segments = queries::debuginfo_segments(build_id, kind)

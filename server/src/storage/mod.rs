@@ -138,8 +138,13 @@ pub struct FlameGraph {
     pub source: String,
     /// Every source the range had for this event.
     pub sources: Vec<SourceShare>,
-    /// Stacks left out beyond the limit (the smallest), and their value.
+    /// Stacks of the source left out beyond the limit (the smallest), exactly.
     pub truncated_stacks: u64,
+    /// The samples and the value of those stacks.
+    pub truncated_samples: u64,
+    pub truncated_value: u64,
+    /// The source's value over the range, the stacks left out included.
+    pub total_value: u64,
     /// How the nodes were read ([`Reach::name`]).
     pub reach: &'static str,
 }
@@ -763,7 +768,11 @@ impl Store {
             .fetch_all::<FlameRow>()
             .await
             .map_err(StorageError::query("aggregate samples"))?;
-        self.flame_graph_of(scope, rows, max_stacks, reach.name()).await
+        let totals = match rows.len() > max_stacks as usize {
+            true => Some(self.flame_totals(queries::flame_totals(scope, &reach)).await?),
+            false => None,
+        };
+        self.flame_graph_of(scope, rows, totals, max_stacks, reach.name()).await
     }
 
     /// The profile of `scope`'s event on the nodes of `weights`, each node's values multiplied
@@ -775,39 +784,74 @@ impl Store {
         weights: &[(String, f64)],
         max_stacks: u32,
     ) -> Result<FlameGraph, StorageError> {
-        let rows = if weights.is_empty() {
-            Vec::new()
+        let (rows, totals) = if weights.is_empty() {
+            (Vec::new(), None)
         } else {
             let mut scope = scope.clone();
             scope
                 .selector
                 .matchers
                 .retain(|m| m.scope() != crate::selector::LabelScope::Node);
-            queries::weighted_flame(&scope, weights, max_stacks.saturating_add(1).max(1))
+            let rows = queries::weighted_flame(&scope, weights, max_stacks.saturating_add(1).max(1))
                 .query(&self.client)
                 .fetch_all::<FlameRow>()
                 .await
-                .map_err(StorageError::query("aggregate weighted samples"))?
+                .map_err(StorageError::query("aggregate weighted samples"))?;
+            let totals = match rows.len() > max_stacks as usize {
+                true => Some(
+                    self.flame_totals(queries::weighted_flame_totals(&scope, weights))
+                        .await?,
+                ),
+                false => None,
+            };
+            (rows, totals)
         };
-        self.flame_graph_of(scope, rows, max_stacks, Reach::Matching(Vec::new()).name())
+        self.flame_graph_of(scope, rows, totals, max_stacks, Reach::Matching(Vec::new()).name())
             .await
     }
 
-    /// A flame graph from rows per (source, stack, process), largest first.
+    /// Per source: its stacks (per process), samples and value, of a flame graph's whole read.
+    async fn flame_totals(&self, sql: sql::Sql) -> Result<BTreeMap<String, (u64, u64, u64)>, StorageError> {
+        #[derive(clickhouse::Row, serde::Deserialize)]
+        struct Row {
+            source: String,
+            stacks: u64,
+            count: u64,
+            value: u64,
+        }
+        Ok(sql
+            .query(&self.client)
+            .fetch_all::<Row>()
+            .await
+            .map_err(StorageError::query("sum what a flame graph left out"))?
+            .into_iter()
+            .map(|r| (r.source, (r.stacks, r.count, r.value)))
+            .collect())
+    }
+
+    /// A flame graph from rows per (source, stack, process), largest first, and, when the rows
+    /// are more than `max_stacks`, every source's totals over all of them (stacks, samples,
+    /// value): the answer states exactly what it left out.
     async fn flame_graph_of(
         &self,
         scope: &Scope,
         rows: Vec<FlameRow>,
+        totals: Option<BTreeMap<String, (u64, u64, u64)>>,
         max_stacks: u32,
         reach: &'static str,
     ) -> Result<FlameGraph, StorageError> {
         // One source per flame graph: samples of different sources are not comparable.
-        let mut shares: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
-        for r in &rows {
-            let s = shares.entry(&r.source).or_default();
-            s.0 += r.count;
-            s.1 += r.value;
-        }
+        let totals = totals.unwrap_or_else(|| {
+            let mut totals: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
+            for r in &rows {
+                let t = totals.entry(r.source.clone()).or_default();
+                t.0 += 1;
+                t.1 += r.count;
+                t.2 += r.value;
+            }
+            totals
+        });
+        let shares: BTreeMap<&str, (u64, u64)> = totals.iter().map(|(s, t)| (s.as_str(), (t.1, t.2))).collect();
         let source = scope
             .source
             .clone()
@@ -827,8 +871,12 @@ impl Store {
             })
             .collect();
         let mut rows: Vec<FlameRow> = rows.into_iter().filter(|r| r.source == source).collect();
-        let truncated_stacks = rows.len().saturating_sub(max_stacks as usize) as u64;
         rows.truncate(max_stacks as usize);
+        let (stacks, samples, total_value) = totals.get(&source).copied().unwrap_or_default();
+        let kept = |f: fn(&FlameRow) -> u64| rows.iter().map(f).sum::<u64>();
+        let truncated_stacks = stacks.saturating_sub(rows.len() as u64);
+        let truncated_samples = samples.saturating_sub(kept(|r| r.count));
+        let truncated_value = total_value.saturating_sub(kept(|r| r.value));
 
         let mut stack_ids: Vec<u64> = rows.iter().map(|r| r.stack_id).collect();
         stack_ids.sort_unstable();
@@ -894,6 +942,9 @@ impl Store {
             source,
             sources,
             truncated_stacks,
+            truncated_samples,
+            truncated_value,
+            total_value,
             reach,
         })
     }

@@ -186,17 +186,35 @@ fn summed(table: &str, keys: &str, sums: &[(&str, &str)], scope: &Scope, reach: 
     }
 }
 
-/// Samples per (source, stack, process) of a flame graph, largest first, at most `limit`.
-pub(super) fn flame(scope: &Scope, reach: &Reach, limit: u32) -> Sql {
-    let mut sql = summed(
+/// Samples per (source, stack, process) of a flame graph.
+fn flame_rows(scope: &Scope, reach: &Reach) -> Sql {
+    summed(
         "samples",
         "source, stack_id, process_id",
         &[("count", "count"), ("value", "value")],
         scope,
         reach,
         &Sql::default(),
-    );
+    )
+}
+
+/// Samples per (source, stack, process) of a flame graph, largest first, at most `limit`.
+pub(super) fn flame(scope: &Scope, reach: &Reach, limit: u32) -> Sql {
+    let mut sql = flame_rows(scope, reach);
     sql.push(" ORDER BY value DESC LIMIT ").bind(Value::U32(limit));
+    sql
+}
+
+/// Per source, how many rows [`flame`] has without its limit, and their samples and value: what
+/// an answer cut at its limit states it left out.
+pub(super) fn flame_totals(scope: &Scope, reach: &Reach) -> Sql {
+    per_source_totals(flame_rows(scope, reach))
+}
+
+/// Rows of (source, stack, process, count, value) summed per source, with how many there are.
+fn per_source_totals(rows: Sql) -> Sql {
+    let mut sql = Sql::new("SELECT source, count() AS stacks, sum(count) AS count, sum(value) AS value FROM (");
+    sql.append(rows).push(") GROUP BY source");
     sql
 }
 
@@ -204,6 +222,18 @@ pub(super) fn flame(scope: &Scope, reach: &Reach, limit: u32) -> Sql {
 /// its weight and summed (rounded to whole units), largest first, at most `limit`. Weights are
 /// numbers the server computed, written as literals.
 pub(super) fn weighted_flame(scope: &Scope, weights: &[(String, f64)], limit: u32) -> Sql {
+    let mut sql = weighted_flame_rows(scope, weights);
+    sql.push(" ORDER BY value DESC LIMIT ").bind(Value::U32(limit));
+    sql
+}
+
+/// [`flame_totals`] of [`weighted_flame`].
+pub(super) fn weighted_flame_totals(scope: &Scope, weights: &[(String, f64)]) -> Sql {
+    per_source_totals(weighted_flame_rows(scope, weights))
+}
+
+/// Samples per (source, stack, process) of the listed nodes, weighted ([`weighted_flame`]).
+fn weighted_flame_rows(scope: &Scope, weights: &[(String, f64)]) -> Sql {
     let nodes: Vec<String> = weights.iter().map(|w| w.0.clone()).collect();
     let mut sql = Sql::new(
         "SELECT source, stack_id, process_id, sum(count) AS count, toUInt64(round(sum(value * transform(node, [",
@@ -221,8 +251,7 @@ pub(super) fn weighted_flame(scope: &Scope, weights: &[(String, f64)], limit: u3
         Nodes::In(&nodes),
         &Sql::default(),
     ))
-    .push(") GROUP BY source, stack_id, process_id HAVING value > 0 ORDER BY value DESC LIMIT ")
-    .bind(Value::U32(limit));
+    .push(") GROUP BY source, stack_id, process_id HAVING value > 0");
     sql
 }
 
@@ -593,6 +622,14 @@ pub(super) fn debuginfo_files(build_ids: &[String]) -> Sql {
     sql
 }
 
+/// How many stored frames (at most one) point into the image of a build id: whether an agent
+/// has sent any.
+pub(super) fn frames_of_build_id(build_id: &str) -> Sql {
+    let mut sql = Sql::new("SELECT count() AS n FROM (SELECT 1 FROM frames WHERE build_id = ");
+    sql.bind(Value::Str(build_id.to_owned())).push(" LIMIT 1)");
+    sql
+}
+
 /// How many symbol rows `debuginfo_symbols` holds for a build id's file of `kind`.
 pub(super) fn debuginfo_symbol_rows(build_id: &str, kind: u8) -> Sql {
     let mut sql = Sql::new("SELECT count() AS n FROM debuginfo_symbols WHERE build_id = ");
@@ -685,6 +722,7 @@ pub fn examples(client: &Client) -> Vec<String> {
         flame(&scope, &minus, 100_000),
         flame(&short, &Reach::Fleet, 100_000),
         flame(&short, &Reach::EveryNode, 100_000),
+        flame_totals(&scope, &minus),
         node_totals(&scope, &matching, false),
         node_totals(&nodes_only, &minus, true),
         node_totals(&short, &Reach::Fleet, true),
@@ -737,6 +775,7 @@ pub fn examples(client: &Client) -> Vec<String> {
         ledger_states(&[[7; 16], [9; 16]]),
         progress(&[[7; 16]]),
         debuginfo_files(&["0a1b".into(), "ff00".into()]),
+        frames_of_build_id("0a1b"),
         debuginfo_segments("0a1b", 2),
         debuginfo_functions("0a1b", 2),
         placements(&["web-1".into()], 1_795_000_000, 1_795_000_900),

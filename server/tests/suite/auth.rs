@@ -65,6 +65,38 @@ async fn tokens_decide_who_writes_as_which_node_and_who_reads() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
+    // A separate debug file names frames in place of its executable: it needs the `symbols`
+    // scope (issue 49: any write token could name any build id's frames).
+    let build = crate::fixture::stripped_workload();
+    let upload = |token: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_bimodal-server"))
+            .args(["debuginfo", "upload"])
+            .arg(&build.debug_file)
+            .args(["--server-url", &url, "--token", token])
+            .output()
+            .expect("run bimodal-server debuginfo upload")
+    };
+    let refused = upload(&agent);
+    assert!(!refused.status.success(), "a write token uploaded a debug file");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("no `symbols` scope"), "{stderr}");
+    let (symbols, symbols_entry) = new_token("symbol-uploads", &[Scope::Symbols, Scope::Write], None);
+    // A distinct modification time on file systems that keep whole seconds.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    std::fs::write(&tokens, format!("tokens:\n{agent_entry}{reader_entry}{symbols_entry}")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        // Past the token check: refused only because no agent sent frames of the image yet.
+        let stderr = String::from_utf8_lossy(&upload(&symbols).stderr).into_owned();
+        if stderr.contains("is not known here") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the symbols token was never honoured: {stderr}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 
     // Reads.
     let (status, body, challenge) = get_as(&server, "/api/v1/nodes", None).await;
@@ -590,5 +622,76 @@ async fn silent_and_slow_clients_are_cut_off() {
     connections_refused_rises("slow_headers", before[1]).await;
     // The server still serves others.
     assert_eq!(server.get("/healthz").await.0, 200);
+    server.stop().await;
+}
+
+/// An HTTP/2 connection to `server` from address `from` that sends the client preface and its
+/// SETTINGS, then asks nothing (as many as one client cared to open, issue 49).
+async fn idle_http2_connection(server: std::net::SocketAddr, from: std::net::IpAddr) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(std::net::SocketAddr::new(from, 0)).unwrap();
+    let mut stream = socket.connect(server).await.unwrap();
+    // The preface, and an empty SETTINGS frame (length 0, type 4, no flags, stream 0).
+    stream
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .await
+        .unwrap();
+    stream
+}
+
+/// A flood of idle HTTP/2 connections from one address takes that address's share of the
+/// connection bound and no more: an agent from another address still streams its batch, and
+/// `/healthz` answers. (Before issue 49 the flood took every place and kept it: agents were
+/// refused and readers reset.) The flood's connections, which never ask anything, are closed
+/// once idle for the bound, and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_connection_flood_from_one_address_locks_nobody_out() {
+    use tokio::io::AsyncReadExt;
+    let idle = Duration::from_secs(3);
+    let server = TestServer::start_changed(|c| Config {
+        connections: bimodal_server::serve::Limits {
+            max: 16,
+            per_address: 4,
+            idle,
+        },
+        ..c
+    })
+    .await;
+    let before = [
+        connections_refused("too_many_from_address"),
+        connections_refused("idle"),
+    ];
+    // Every place the server has, asked for from 127.0.0.2 (loopback too, another address).
+    let flooder: std::net::IpAddr = "127.0.0.2".parse().unwrap();
+    let mut flood = Vec::new();
+    for _ in 0..16 {
+        flood.push(idle_http2_connection(server.addr, flooder).await);
+    }
+    connections_refused_rises("too_many_from_address", before[0]).await;
+
+    // From 127.0.0.1: an agent's stream is served, and so is a reader.
+    let acks = exchange_as(
+        server.url(),
+        None,
+        vec![hello("another-address"), req(batch([49; 16], false, "leaf", 1))],
+    )
+    .await
+    .expect("an agent from another address is served");
+    assert_eq!(
+        acks[0].status,
+        bimodal_proto::v1::ack::Status::Stored as i32,
+        "{acks:?}"
+    );
+    assert_eq!(server.get("/healthz").await.0, 200);
+
+    // The flood's connections are all closed: those beyond its share at once, the rest once
+    // idle (a hung connection fails here).
+    for mut stream in flood {
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(idle * 10, stream.read_to_end(&mut rest)).await;
+        assert!(read.is_ok(), "an idle connection is still open after {:?}", idle * 10);
+    }
+    connections_refused_rises("idle", before[1]).await;
     server.stop().await;
 }

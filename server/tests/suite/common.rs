@@ -194,7 +194,7 @@ pub fn test_config(listen: SocketAddr, dir: &std::path::Path) -> Config {
         tls: None,
         max_streams: 20_000,
         stream_idle: Duration::from_secs(300),
-        max_connections: bimodal_server::serve::default_max_connections(),
+        connections: bimodal_server::serve::Limits::new(bimodal_server::serve::default_max_connections()),
         max_in_flight_bytes: bimodal_server::ingest::DEFAULT_MAX_IN_FLIGHT_BYTES,
         node_batches: bimodal_server::rate::Rate::NODE_BATCHES,
         node_streams: bimodal_server::rate::Rate::NODE_STREAMS,

@@ -209,10 +209,14 @@ async fn two_servers_on_one_clickhouse_store_each_batch_once_and_answer_alike() 
     assert_eq!(node_names(&a).await, ["b-only", "shared-node"]);
     assert_eq!(node_names(&a).await, node_names(&b).await);
 
-    // A debug file uploaded to a names, on b, a frame sent by build id and address only.
+    // A frame sent by build id and address only, and a debug file for its image uploaded after
+    // it to a, name it on b. (A debug file for an image nobody sent frames of, with no
+    // executable stored, is refused: nobody names frames before they exist.)
     let build = fixture::stripped_workload();
-    let upload = upload_file(&a, &build.debug_file);
-    assert!(upload.status.success(), "{}", String::from_utf8_lossy(&upload.stderr));
+    let early = upload_file(&a, &build.debug_file);
+    assert!(!early.status.success(), "a debug file for an unknown image is stored");
+    let stderr = String::from_utf8_lossy(&early.stderr);
+    assert!(stderr.contains("is not known here"), "{stderr}");
     let build_id = elf_build_id(&build.binary);
     let address = symbol_address(&build.unstripped, "touch_fresh_pages");
     let mut by_address = wire::batch([88; 16], false, "", 4);
@@ -224,10 +228,12 @@ async fn two_servers_on_one_clickhouse_store_each_batch_once_and_answer_alike() 
         file_offset: address + 4,
         ..Default::default()
     };
-    let acks = exchange(&b, vec![wire::hello("named-node"), req(by_address)])
+    let acks = exchange(&a, vec![wire::hello("named-node"), req(by_address)])
         .await
         .unwrap();
     assert_eq!(Status::try_from(acks[0].status).unwrap(), Status::Stored);
+    let upload = upload_file(&a, &build.debug_file);
+    assert!(upload.status.success(), "{}", String::from_utf8_lossy(&upload.stderr));
     let named = flame(&b, "named-node").await;
     assert!(
         named.contains(";touch_fresh_pages 400"),
@@ -702,6 +708,42 @@ async fn a_counter_that_counted_zero_stays_a_zero_after_merges() {
         "{intervals:?}"
     );
     ch.stop().await;
+}
+
+/// A flame graph cut at `max_stacks` states exactly what it left out: how many stacks, their
+/// samples and value, and the total with them (issue 49: over a million stacks the default
+/// answer said the kept stacks' total and "1 stack" left out, where 900,000 were).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_flame_graph_states_exactly_what_it_left_out() {
+    let server = TestServer::start().await;
+    let mut batch = super::hostile::wide_batch([61; 16], "cut_", 50);
+    // Stack i has i + 1 faults: the 20 kept are the largest, 31..=50.
+    for (i, s) in batch.samples.iter_mut().enumerate() {
+        s.count = i as u64 + 1;
+        s.value = 100 * s.count;
+    }
+    let acks = wire::exchange_with(server.url(), vec![wire::hello("cut-node"), wire::req(batch)])
+        .await
+        .unwrap();
+    assert_eq!(acks[0].status, v1::ack::Status::Stored as i32, "{acks:?}");
+    let path = format!(
+        "/api/v1/flamegraph?event=page_fault&{}&max_stacks=20&from={}&to={}",
+        selector(r#"{node="cut-node"}"#),
+        super::common::unix_now() - 600,
+        super::common::unix_now() + 60
+    );
+    let (status, body) = server.get(&path).await;
+    assert_eq!(status, 200, "{body}");
+    let graph: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let all: u64 = (1..=50).sum();
+    let left_out: u64 = (1..=30).sum();
+    assert_eq!(graph["total"], all * 100, "{body}");
+    assert_eq!(graph["truncated_stacks"], 30, "{body}");
+    assert_eq!(graph["truncated_samples"], left_out, "{body}");
+    assert_eq!(graph["truncated_value"], left_out * 100, "{body}");
+    assert_eq!(graph["root"]["value"], (all - left_out) * 100, "{body}");
+    assert_eq!(graph["sources"][0]["samples"], all, "{body}");
+    server.stop().await;
 }
 
 /// A message the server cannot decode (invalid UTF-8, or longer than the server reads) ends
