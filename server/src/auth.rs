@@ -342,6 +342,13 @@ impl Auth {
 }
 
 impl Auth {
+    /// The name of the known token a gRPC call presents with `scope`, if any (none without a
+    /// token file).
+    pub fn token_name(&self, metadata: &tonic::metadata::MetadataMap, scope: Scope) -> Option<String> {
+        let header = metadata.get("authorization").and_then(|v| v.to_str().ok());
+        self.allow(header, scope, None).ok().flatten()
+    }
+
     /// A client certificate for a write, naming `node` when given (nothing to check when
     /// certificates are not required).
     fn allow_certificate(&self, peer: Option<&Peer>, scope: Scope, node: Option<&str>) -> Result<(), Refused> {

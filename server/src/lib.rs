@@ -81,6 +81,9 @@ pub struct Config {
     pub node_batches: rate::Rate,
     /// How fast each node may open ingest streams.
     pub node_streams: rate::Rate,
+    /// How fast a token (or, without tokens, a client address) may introduce node names new to
+    /// the store.
+    pub new_nodes: rate::Rate,
     /// How fast each client address may check and upload debug info.
     pub debuginfo_calls: rate::Rate,
     /// How fast each reader (token, or address without tokens) may send API requests.
@@ -107,6 +110,7 @@ pub struct Server {
     max_in_flight_bytes: u64,
     node_batches: rate::Rate,
     node_streams: rate::Rate,
+    new_nodes: rate::Rate,
     api_requests: rate::Rate,
     max_building_stacks: u32,
 }
@@ -194,6 +198,7 @@ impl Server {
             max_in_flight_bytes: config.max_in_flight_bytes,
             node_batches: config.node_batches,
             node_streams: config.node_streams,
+            new_nodes: config.new_nodes,
             api_requests: config.api_requests,
             max_building_stacks: config.max_building_stacks,
         })
@@ -210,12 +215,14 @@ impl Server {
             ingest::IngestService::new(
                 self.writer.clone(),
                 self.names.clone(),
+                self.store.clone(),
                 self.auth.clone(),
                 ingest::StreamBounds {
                     max_streams: self.max_streams,
                     max_in_flight_bytes: self.max_in_flight_bytes,
                     node_batches: self.node_batches,
                     node_streams: self.node_streams,
+                    new_nodes: self.new_nodes,
                     idle: self.stream_idle,
                 },
             ),

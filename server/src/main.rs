@@ -139,6 +139,14 @@ struct Cli {
     /// Ingest streams a node may open at once before its rate applies.
     #[arg(long, env = "BIMODAL_NODE_STREAM_BURST", default_value_t = bimodal_server::rate::Rate::NODE_STREAMS.burst, value_parser = clap::value_parser!(u32).range(1..))]
     node_stream_burst: u32,
+    /// Node names new to the store a token (or, without tokens, a client address) may introduce a
+    /// minute on average; beyond it, and beyond --new-node-burst at once, a new node's stream is
+    /// refused with RESOURCE_EXHAUSTED and the wait (its agent spools and tries again).
+    #[arg(long, env = "BIMODAL_NEW_NODE_RATE", default_value_t = bimodal_server::rate::Rate::NEW_NODES.per_second * 60.0, value_parser = positive_rate)]
+    new_node_rate: f64,
+    /// New node names a token (or address) may introduce at once before its rate applies.
+    #[arg(long, env = "BIMODAL_NEW_NODE_BURST", default_value_t = bimodal_server::rate::Rate::NEW_NODES.burst, value_parser = clap::value_parser!(u32).range(1..))]
+    new_node_burst: u32,
     /// Debug-info checks and uploads a second each client address may send on average; beyond
     /// it, and beyond --debuginfo-call-burst at once, they are refused with RESOURCE_EXHAUSTED
     /// (agents try the build id again in minutes).
@@ -430,6 +438,10 @@ async fn main() -> std::process::ExitCode {
         node_streams: bimodal_server::rate::Rate {
             per_second: cli.node_stream_rate,
             burst: cli.node_stream_burst,
+        },
+        new_nodes: bimodal_server::rate::Rate {
+            per_second: cli.new_node_rate / 60.0,
+            burst: cli.new_node_burst,
         },
         debuginfo_calls: bimodal_server::rate::Rate {
             per_second: cli.debuginfo_call_rate,

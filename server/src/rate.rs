@@ -34,6 +34,16 @@ impl Rate {
         burst: 60,
     };
 
+    /// Node names new to the store a token (or, without tokens, a client address) may introduce:
+    /// 1,000 a minute, 20,000 at once. A fleet's agents share a token, so a rollout of 20,000
+    /// nodes starts at once and one of 100,000 within 80 minutes (agents told to retry spool
+    /// their batches meanwhile); a writer inventing names (each a row, a series per counter and
+    /// a column of every compare) is held to that pace (issue 49).
+    pub const NEW_NODES: Rate = Rate {
+        per_second: 1000.0 / 60.0,
+        burst: 20_000,
+    };
+
     /// Debug-info checks and uploads a client address may send: 50 a second, 2,000 at once. An
     /// agent checks each build id it meets once (a node starting hundreds of binaries checks
     /// hundreds at once) and uploads each at most every 5 minutes; a client asking in a loop

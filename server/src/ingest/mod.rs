@@ -53,9 +53,20 @@ pub struct StreamBounds {
     /// How fast each node may send batches, and open streams.
     pub node_batches: crate::rate::Rate,
     pub node_streams: crate::rate::Rate,
+    /// How fast a token (or a client address, without tokens) may introduce node names.
+    pub new_nodes: crate::rate::Rate,
     /// How long an open stream may go without a batch.
     pub idle: std::time::Duration,
 }
+
+/// Node names known to be stored that ingest remembers, so that a node's Hello is not looked up
+/// in the store at each stream it opens (about 100 bytes each).
+const KNOWN_NODES: usize = 1 << 18;
+/// Lookups of node names in the store at once, and how long a Hello waits for its lookup (a
+/// frozen ClickHouse must not hold Hellos; a storm of reconnecting agents must not send it
+/// thousands of queries at once).
+const NODE_LOOKUPS: usize = 16;
+const NODE_LOOKUP_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Serves `bimodal.v1.Ingest` into the write path (through [`encoded::EncodedIngestServer`]).
 #[derive(Debug, Clone)]
@@ -71,17 +82,30 @@ pub struct IngestService {
     rates: Arc<crate::rate::Buckets>,
     /// Streams each node opens.
     opens: Arc<crate::rate::Buckets>,
+    /// New node names each token (or address) introduces.
+    new_nodes: Arc<crate::rate::Buckets>,
+    /// Node names stored, or introduced here: they are not counted again.
+    known_nodes: Arc<quick_cache::sync::Cache<String, ()>>,
+    store: Arc<crate::storage::Store>,
+    lookups: Arc<tokio::sync::Semaphore>,
     /// How long an open stream may go without a batch.
     idle: std::time::Duration,
 }
 
 impl IngestService {
-    pub fn new(writer: Writer, names: Arc<Names>, auth: crate::auth::Auth, bounds: StreamBounds) -> Self {
+    pub fn new(
+        writer: Writer,
+        names: Arc<Names>,
+        store: Arc<crate::storage::Store>,
+        auth: crate::auth::Auth,
+        bounds: StreamBounds,
+    ) -> Self {
         let StreamBounds {
             max_streams,
             max_in_flight_bytes,
             node_batches,
             node_streams,
+            new_nodes,
             idle,
         } = bounds;
         let capacity_kib = usize::try_from(max_in_flight_bytes.div_ceil(1024))
@@ -95,6 +119,10 @@ impl IngestService {
             max_streams,
             rates: Arc::new(crate::rate::Buckets::new(node_batches)),
             opens: Arc::new(crate::rate::Buckets::new(node_streams)),
+            new_nodes: Arc::new(crate::rate::Buckets::new(new_nodes)),
+            known_nodes: Arc::new(quick_cache::sync::Cache::new(KNOWN_NODES)),
+            store,
+            lookups: Arc::new(tokio::sync::Semaphore::new(NODE_LOOKUPS)),
             in_flight: Arc::new(Admission {
                 room: Arc::new(tokio::sync::Semaphore::new(capacity_kib)),
                 capacity_kib,
@@ -235,6 +263,7 @@ impl IngestService {
                 wait.as_millis()
             )));
         }
+        self.admit_node(&metadata, peer.as_ref(), &hello.node).await?;
         let sender = Arc::new(Sender {
             node: hello.node.as_str().into(),
             labels,
@@ -430,6 +459,59 @@ fn held_back(batch_id: Vec<u8>, retry_after: u32) -> v1::IngestResponse {
 }
 
 /// Counts a batch or stream refused, under `reason` (`bimodal_ingest_rejected_batches_total`).
+impl IngestService {
+    /// A node name new to the store is introduced within the rate of its token (or, without
+    /// tokens, of its client address): `RESOURCE_EXHAUSTED` with the wait beyond it, counted as
+    /// `new_node_rate`. A name stored before, or introduced here, is not counted again. When
+    /// the store cannot say within [`NODE_LOOKUP_WAIT`], the name is counted as new: the bound
+    /// holds while ClickHouse is away, and Hellos do not wait for it.
+    #[allow(clippy::result_large_err)]
+    async fn admit_node(&self, metadata: &MetadataMap, peer: Option<&Peer>, node: &str) -> Result<(), Status> {
+        if self.known_nodes.get(node).is_some() {
+            return Ok(());
+        }
+        let lookup = async {
+            let _lookup = self.lookups.acquire().await;
+            self.store.node_stored(node).await
+        };
+        let stored = match tokio::time::timeout(NODE_LOOKUP_WAIT, lookup).await {
+            Ok(Ok(stored)) => stored,
+            Ok(Err(e)) => {
+                tracing::debug!(node, error = %e, "cannot tell whether a node is stored; counted as new");
+                false
+            }
+            Err(_) => {
+                tracing::debug!(
+                    node,
+                    "the store did not say in time whether a node is stored; counted as new"
+                );
+                false
+            }
+        };
+        if !stored {
+            let key = match self.auth.token_name(metadata, crate::auth::Scope::Write) {
+                Some(token) => format!("token `{token}`"),
+                None => peer.map_or_else(
+                    || "address:unknown".to_owned(),
+                    |p| crate::rate::address_key(p.addr.ip()),
+                ),
+            };
+            if let Err(wait) = self.new_nodes.take(&key, std::time::Instant::now()) {
+                count_refused("new_node_rate");
+                let rate = self.new_nodes.rate();
+                return Err(Status::resource_exhausted(format!(
+                    "{key} introduces more than {} new node names a minute ({} at once): node `{node}` is new; retry in {} ms",
+                    (rate.per_second * 6000.0).round() / 100.0,
+                    rate.burst,
+                    wait.as_millis().max(1)
+                )));
+            }
+        }
+        self.known_nodes.insert(node.to_owned(), ());
+        Ok(())
+    }
+}
+
 fn count_refused(reason: &'static str) {
     metrics().ingest_rejected.get_or_create(&label("reason", reason)).inc();
 }

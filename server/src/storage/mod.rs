@@ -532,6 +532,20 @@ impl Store {
             .collect())
     }
 
+    /// Whether the store has a row for node `node` (its agent wrote before).
+    pub async fn node_stored(&self, node: &str) -> Result<bool, StorageError> {
+        #[derive(clickhouse::Row, serde::Deserialize)]
+        struct N {
+            n: u64,
+        }
+        let row = queries::node_stored(node)
+            .query(&self.client)
+            .fetch_one::<N>()
+            .await
+            .map_err(StorageError::query("look a node up"))?;
+        Ok(row.n > 0)
+    }
+
     /// Sample time from which `rollup` is complete (`u32::MAX`: not known yet, as right after
     /// a cluster's migration, whose row reaches the shards shortly after).
     async fn rollup_from(&self, rollup: Rollup) -> Result<u32, StorageError> {

@@ -565,6 +565,13 @@ pub(super) fn node_counters(nodes: &[String], from: u32, to: u32, tables: Counte
     sql
 }
 
+/// Whether the store has a row for `node` (at most one counted).
+pub(super) fn node_stored(node: &str) -> Sql {
+    let mut sql = Sql::new("SELECT count() AS n FROM (SELECT 1 FROM nodes WHERE node = ");
+    sql.bind(Value::Str(node.to_owned())).push(" LIMIT 1)");
+    sql
+}
+
 #[derive(clickhouse::Row, serde::Deserialize)]
 struct FirstSeen {
     node: String,
@@ -764,6 +771,7 @@ pub fn examples(client: &Client) -> Vec<String> {
         node_data_objects(&scope, &minus, None, 100, false, false),
         node_data_objects(&nodes_only, &Reach::Fleet, Some(&["web-1".into()]), 100, true, true),
         nodes(&selector, 1_795_000_000, 1_795_003_600),
+        node_stored("web-1"),
         by_ids("stacks", "stack_id", "stack_id, frame_ids", &[1, 2]),
         by_ids(
             "frames",

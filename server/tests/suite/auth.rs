@@ -695,3 +695,53 @@ async fn an_idle_connection_flood_from_one_address_locks_nobody_out() {
     connections_refused_rises("idle", before[1]).await;
     server.stop().await;
 }
+
+/// A token introduces node names new to the store at its rate and no faster (issue 49: a writer
+/// could invent 100,000 names, each a row and a column of every compare): beyond its burst a new
+/// node's stream is refused with RESOURCE_EXHAUSTED, the wait and the reason, and counted as
+/// `new_node_rate`. Nodes it introduced before come back, and another token's new nodes are not
+/// held back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_introduces_new_node_names_at_its_rate() {
+    use bimodal_proto::v1::ack::Status;
+    let dir = tempfile::tempdir().unwrap();
+    let (a, a_entry) = new_token("fleet-a", &[Scope::Write], None);
+    let (b, b_entry) = new_token("fleet-b", &[Scope::Write], None);
+    let (_tokens, config) = with_tokens(dir.path(), &[&a_entry, &b_entry]);
+    let server = TestServer::with_config(
+        Config {
+            new_nodes: bimodal_server::rate::Rate {
+                per_second: 1.0 / 3600.0,
+                burst: 3,
+            },
+            ..config
+        },
+        None,
+    )
+    .await;
+    let one = |node: &str, id: u8| vec![hello(node), req(batch([id; 16], false, "leaf", 1))];
+    let stored = |acks: Vec<bimodal_proto::v1::Ack>| acks.len() == 1 && acks[0].status == Status::Stored as i32;
+    for (i, node) in ["new-1", "new-2", "new-3"].into_iter().enumerate() {
+        let acks = exchange_as(server.url(), Some(&a), one(node, i as u8 + 1))
+            .await
+            .unwrap();
+        assert!(stored(acks), "{node}");
+    }
+    let e = exchange_as(server.url(), Some(&a), one("new-4", 4)).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+    assert!(
+        e.message()
+            .contains("token `fleet-a` introduces more than 0.02 new node names a minute (3 at once)")
+            && e.message().contains("node `new-4` is new; retry in"),
+        "{e:?}"
+    );
+    let acks = exchange_as(server.url(), Some(&a), one("new-2", 5)).await.unwrap();
+    assert!(stored(acks), "a node the token introduced before");
+    let acks = exchange_as(server.url(), Some(&b), one("other-1", 6)).await.unwrap();
+    assert!(stored(acks), "another token's new node");
+    let refused = bimodal_server::metrics::text()
+        .lines()
+        .any(|l| l.starts_with(r#"bimodal_ingest_rejected_batches_total{reason="new_node_rate"}"#));
+    assert!(refused, "the refusal is not counted");
+    server.stop().await;
+}

@@ -198,6 +198,7 @@ pub fn test_config(listen: SocketAddr, dir: &std::path::Path) -> Config {
         max_in_flight_bytes: bimodal_server::ingest::DEFAULT_MAX_IN_FLIGHT_BYTES,
         node_batches: bimodal_server::rate::Rate::NODE_BATCHES,
         node_streams: bimodal_server::rate::Rate::NODE_STREAMS,
+        new_nodes: bimodal_server::rate::Rate::NEW_NODES,
         debuginfo_calls: bimodal_server::rate::Rate::DEBUGINFO_CALLS,
         api_requests: bimodal_server::rate::Rate::API_REQUESTS,
         max_building_stacks: bimodal_server::api::StackBudget::DEFAULT_STACKS,
