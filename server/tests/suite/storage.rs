@@ -76,19 +76,22 @@ impl SharedClickHouse {
     }
 
     async fn count(&self, sql: &str) -> u64 {
+        self.try_count(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    async fn try_count(&self, sql: &str) -> Result<u64, clickhouse::error::Error> {
         #[derive(clickhouse::Row, serde::Deserialize)]
         struct N {
             n: u64,
         }
-        clickhouse::Client::default()
+        Ok(clickhouse::Client::default()
             .with_url(self.url())
             .with_database("bimodal")
             .with_validation(false)
             .query(sql)
             .fetch_one::<N>()
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"))
-            .n
+            .await?
+            .n)
     }
 
     /// The pid of the clickhouse-server this test started.
@@ -1002,11 +1005,19 @@ async fn schema_v1_rows_are_carried_over() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let deadline = Instant::now() + Duration::from_secs(30);
-    while ch
-        .count("SELECT count() AS n FROM system.tables WHERE database = 'bimodal' AND name LIKE 'v1_%'")
-        .await
-        > 0
-    {
+    loop {
+        // ClickHouse 18.16 fails a read of system.tables that meets a table as it is dropped
+        // ("Table bimodal.v1_samples doesn't exist": a clean-clone CI run of 32a7470): such a
+        // read is asked again.
+        let left = ch
+            .try_count("SELECT count() AS n FROM system.tables WHERE database = 'bimodal' AND name LIKE 'v1_%'")
+            .await;
+        match left {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.to_string().contains("doesn't exist") => {}
+            Err(e) => panic!("reading which v1 tables are left: {e}"),
+        }
         assert!(Instant::now() < deadline, "v1 tables were not dropped");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
