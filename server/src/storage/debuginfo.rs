@@ -157,16 +157,8 @@ impl Store {
 
     /// Whether an agent has sent frames that point into the image of `build_id` (hex).
     pub async fn frames_seen_of(&self, build_id: &str) -> Result<bool, StorageError> {
-        #[derive(clickhouse::Row, serde::Deserialize)]
-        struct N {
-            n: u64,
-        }
-        let row = queries::frames_of_build_id(build_id)
-            .query(&self.client)
-            .fetch_one::<N>()
+        self.any_row("frames", "build_id", build_id, "look for frames of a build id")
             .await
-            .map_err(StorageError::query("look for frames of a build id"))?;
-        Ok(row.n > 0)
     }
 
     /// The function table of one stored file.

@@ -534,15 +534,21 @@ impl Store {
 
     /// Whether the store has a row for node `node` (its agent wrote before).
     pub async fn node_stored(&self, node: &str) -> Result<bool, StorageError> {
+        self.any_row("nodes", "node", node, "look a node up").await
+    }
+
+    /// Whether a row of `table` has `value` in `column` ([`queries::any_row`]); `what` names the
+    /// read in its error.
+    async fn any_row(&self, table: &str, column: &str, value: &str, what: &'static str) -> Result<bool, StorageError> {
         #[derive(clickhouse::Row, serde::Deserialize)]
         struct N {
             n: u64,
         }
-        let row = queries::node_stored(node)
+        let row = queries::any_row(table, column, value)
             .query(&self.client)
             .fetch_one::<N>()
             .await
-            .map_err(StorageError::query("look a node up"))?;
+            .map_err(StorageError::query(what))?;
         Ok(row.n > 0)
     }
 
@@ -782,10 +788,7 @@ impl Store {
             .fetch_all::<FlameRow>()
             .await
             .map_err(StorageError::query("aggregate samples"))?;
-        let totals = match rows.len() > max_stacks as usize {
-            true => Some(self.flame_totals(queries::flame_totals(scope, &reach)).await?),
-            false => None,
-        };
+        let totals = queries::flame_totals(scope, &reach);
         self.flame_graph_of(scope, rows, totals, max_stacks, reach.name()).await
     }
 
@@ -798,28 +801,22 @@ impl Store {
         weights: &[(String, f64)],
         max_stacks: u32,
     ) -> Result<FlameGraph, StorageError> {
-        let (rows, totals) = if weights.is_empty() {
-            (Vec::new(), None)
+        // The nodes are the weights': the selector's node labels are not applied.
+        let mut nodes_given = scope.clone();
+        nodes_given
+            .selector
+            .matchers
+            .retain(|m| m.scope() != crate::selector::LabelScope::Node);
+        let rows = if weights.is_empty() {
+            Vec::new()
         } else {
-            let mut scope = scope.clone();
-            scope
-                .selector
-                .matchers
-                .retain(|m| m.scope() != crate::selector::LabelScope::Node);
-            let rows = queries::weighted_flame(&scope, weights, max_stacks.saturating_add(1).max(1))
+            queries::weighted_flame(&nodes_given, weights, max_stacks.saturating_add(1).max(1))
                 .query(&self.client)
                 .fetch_all::<FlameRow>()
                 .await
-                .map_err(StorageError::query("aggregate weighted samples"))?;
-            let totals = match rows.len() > max_stacks as usize {
-                true => Some(
-                    self.flame_totals(queries::weighted_flame_totals(&scope, weights))
-                        .await?,
-                ),
-                false => None,
-            };
-            (rows, totals)
+                .map_err(StorageError::query("aggregate weighted samples"))?
         };
+        let totals = queries::weighted_flame_totals(&nodes_given, weights);
         self.flame_graph_of(scope, rows, totals, max_stacks, Reach::Matching(Vec::new()).name())
             .await
     }
@@ -843,28 +840,32 @@ impl Store {
             .collect())
     }
 
-    /// A flame graph from rows per (source, stack, process), largest first, and, when the rows
-    /// are more than `max_stacks`, every source's totals over all of them (stacks, samples,
-    /// value): the answer states exactly what it left out.
+    /// A flame graph from rows per (source, stack, process), largest first. When the rows are
+    /// more than `max_stacks` (the read was cut), `totals` (the read's [`queries::flame_totals`])
+    /// is read for every source's totals over all of them: the answer states exactly what it
+    /// left out.
     async fn flame_graph_of(
         &self,
         scope: &Scope,
         rows: Vec<FlameRow>,
-        totals: Option<BTreeMap<String, (u64, u64, u64)>>,
+        totals: sql::Sql,
         max_stacks: u32,
         reach: &'static str,
     ) -> Result<FlameGraph, StorageError> {
         // One source per flame graph: samples of different sources are not comparable.
-        let totals = totals.unwrap_or_else(|| {
-            let mut totals: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
-            for r in &rows {
-                let t = totals.entry(r.source.clone()).or_default();
-                t.0 += 1;
-                t.1 += r.count;
-                t.2 += r.value;
+        let totals = match rows.len() > max_stacks as usize {
+            true => self.flame_totals(totals).await?,
+            false => {
+                let mut totals: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
+                for r in &rows {
+                    let t = totals.entry(r.source.clone()).or_default();
+                    t.0 += 1;
+                    t.1 += r.count;
+                    t.2 += r.value;
+                }
+                totals
             }
-            totals
-        });
+        };
         let shares: BTreeMap<&str, (u64, u64)> = totals.iter().map(|(s, t)| (s.as_str(), (t.1, t.2))).collect();
         let source = scope
             .source

@@ -565,10 +565,13 @@ pub(super) fn node_counters(nodes: &[String], from: u32, to: u32, tables: Counte
     sql
 }
 
-/// Whether the store has a row for `node` (at most one counted).
-pub(super) fn node_stored(node: &str) -> Sql {
-    let mut sql = Sql::new("SELECT count() AS n FROM (SELECT 1 FROM nodes WHERE node = ");
-    sql.bind(Value::Str(node.to_owned())).push(" LIMIT 1)");
+/// How many rows of `table` (at most one) have `value` in `column`: whether there is one. Table
+/// and column are the server's own names, never a client's.
+pub(super) fn any_row(table: &str, column: &str, value: &str) -> Sql {
+    let mut sql = Sql::new(&format!(
+        "SELECT count() AS n FROM (SELECT 1 FROM {table} WHERE {column} = "
+    ));
+    sql.bind(Value::Str(value.to_owned())).push(" LIMIT 1)");
     sql
 }
 
@@ -626,14 +629,6 @@ pub(super) fn debuginfo_files(build_ids: &[String]) -> Sql {
         "SELECT build_id, kind, any(sha256) AS sha256, max(functions) AS functions FROM debuginfo WHERE build_id IN (",
     );
     sql.bind_strs(build_ids).push(") GROUP BY build_id, kind");
-    sql
-}
-
-/// How many stored frames (at most one) point into the image of a build id: whether an agent
-/// has sent any.
-pub(super) fn frames_of_build_id(build_id: &str) -> Sql {
-    let mut sql = Sql::new("SELECT count() AS n FROM (SELECT 1 FROM frames WHERE build_id = ");
-    sql.bind(Value::Str(build_id.to_owned())).push(" LIMIT 1)");
     sql
 }
 
@@ -771,7 +766,7 @@ pub fn examples(client: &Client) -> Vec<String> {
         node_data_objects(&scope, &minus, None, 100, false, false),
         node_data_objects(&nodes_only, &Reach::Fleet, Some(&["web-1".into()]), 100, true, true),
         nodes(&selector, 1_795_000_000, 1_795_003_600),
-        node_stored("web-1"),
+        any_row("nodes", "node", "web-1"),
         by_ids("stacks", "stack_id", "stack_id, frame_ids", &[1, 2]),
         by_ids(
             "frames",
@@ -783,7 +778,7 @@ pub fn examples(client: &Client) -> Vec<String> {
         ledger_states(&[[7; 16], [9; 16]]),
         progress(&[[7; 16]]),
         debuginfo_files(&["0a1b".into(), "ff00".into()]),
-        frames_of_build_id("0a1b"),
+        any_row("frames", "build_id", "0a1b"),
         debuginfo_segments("0a1b", 2),
         debuginfo_functions("0a1b", 2),
         placements(&["web-1".into()], 1_795_000_000, 1_795_000_900),
