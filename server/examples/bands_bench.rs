@@ -21,8 +21,17 @@
 //! A fifth table: what compare's band search costs (`find_bands` over ten metrics, alpha divided
 //! among them), with and without a band in one metric.
 //!
+//! A sixth table: fleets of two hardware classes (`find_bands_by_class`), whose metric differs
+//! by class: with no band within a class the answer must say the bands are the classes (no slow
+//! band); with a slow tenth or 1% of one class, exactly those nodes, found within their class.
+//!
+//! A seventh table: compare's explanation (`code_differences`, `node_wide`) over per-node
+//! function values of one event, the slow nodes known: every stack ×4 on them (a node-wide
+//! cause: named as such, no function blamed) or one function's own samples shifted (that
+//! function listed first).
+//!
 //! usage: cargo run --release -p bimodal-server --example bands_bench [TRIALS [TABLE...]]
-//!   TABLE: bands, sparse, heavy, shapes or compare (default: all five)
+//!   TABLE: bands, sparse, heavy, shapes, compare, classes or explain (default: all seven)
 
 use std::time::Instant;
 
@@ -51,6 +60,210 @@ fn main() {
     }
     if wanted("compare") {
         compare(trials, &config);
+    }
+    if wanted("classes") {
+        classes(trials, &config);
+    }
+    if wanted("explain") {
+        explain(trials);
+    }
+}
+
+/// Two hardware classes, 60% of class A at 1.0 and 40% of class B at `b` (cycles per
+/// instruction, σ 0.05 node to node), and a share of class B 2× higher or none: how often the
+/// answer is right. With no band within a class: no slow band claimed (the bands, if any, said
+/// to be the classes). With one: the slow nodes exactly, found within class B.
+fn classes(trials: usize, config: &BandConfig) {
+    use std::collections::BTreeMap;
+
+    use bimodal_server::analysis::compare::{find_bands_by_class, ClassSplit, Direction, Metric, MetricKind};
+    const SIZES: [usize; 3] = [100, 1000, 10_000];
+    table_head(&["two hardware classes (60% A, 40% B), σ 0.05", "measure"], &SIZES);
+    let cases: [(&str, f64, f64, &str); 5] = [
+        ("B 1.3× A, no band within", 1.3, 0.0, "no slow band claimed"),
+        ("B 2× A, no band within", 2.0, 0.0, "no slow band claimed"),
+        (
+            "B 1.3× A, a tenth of B 2× slower",
+            1.3,
+            0.1,
+            "slow nodes exact, within B",
+        ),
+        ("B 2× A, a tenth of B 2× slower", 2.0, 0.1, "slow nodes exact, within B"),
+        ("B 1.3× A, 1% of B 2× slower", 1.3, 0.01, "slow nodes exact, within B"),
+    ];
+    for (k, (name, b, share, measure)) in cases.into_iter().enumerate() {
+        print!("| {name} | {measure} |");
+        for n in SIZES {
+            let trials = if n >= 10_000 {
+                trials.div_ceil(20)
+            } else {
+                trials.div_ceil(2)
+            };
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0xc1a5_0000 + k as u64 * 100_000 + n as u64);
+            let in_b = n * 4 / 10;
+            // Class B is the first `in_b` nodes; its slow nodes the first of those.
+            let slow_in_b = ((in_b as f64 * share).round() as usize).max(usize::from(share > 0.0) * 2);
+            let labels: Vec<BTreeMap<String, String>> = (0..n)
+                .map(|i| BTreeMap::from([("cpu_model".to_owned(), if i < in_b { "B" } else { "A" }.to_owned())]))
+                .collect();
+            let mut null = NullCache::default();
+            let mut right = 0;
+            for _ in 0..trials {
+                let values: Vec<Option<f64>> = (0..n)
+                    .map(|i| {
+                        let level = match i {
+                            i if i < slow_in_b => 2.0 * b,
+                            i if i < in_b => b,
+                            _ => 1.0,
+                        };
+                        Some(level * noise_of(&mut rng, 0.05))
+                    })
+                    .collect();
+                let metric = Metric {
+                    kind: MetricKind::Ratio {
+                        numerator: "cycles".into(),
+                        denominator: "instructions".into(),
+                    },
+                    name: "cpi".into(),
+                    unit: "cycles per instruction".into(),
+                    direction: Direction::HigherIsSlower,
+                    values,
+                    evidence: None,
+                };
+                let choice = find_bands_by_class(&[metric], &labels, config, &mut null);
+                right += usize::from(match slow_in_b {
+                    0 => choice.groups.is_none() || (choice.classes == ClassSplit::Classes && choice.within.is_none()),
+                    _ => {
+                        let within_b = choice
+                            .within
+                            .as_ref()
+                            .is_some_and(|c| c.labels.get("cpu_model").map(String::as_str) == Some("B"));
+                        let slow: Vec<usize> = (0..slow_in_b).collect();
+                        within_b && choice.groups.as_ref().is_some_and(|g| g.high == slow)
+                    }
+                });
+            }
+            print!(" {:.1}% |", 100.0 * right as f64 / trials as f64);
+        }
+        println!();
+    }
+}
+
+/// Per-node values of 50 functions of one event (page faults per CPU-second): function k's own
+/// value is 1,000 / (k + 1) (a Zipf-shaped profile), times each node's level (σ 0.1) and each
+/// function's own noise on each node (σ 0.2); `main` holds them all. A tenth of the nodes (at
+/// least 3) are slow, by `cause`. The explanation is given the true groups (100 nodes of each
+/// at most, as the server reads them) and judged on what it says first.
+fn explain(trials: usize) {
+    use bimodal_server::analysis::compare::{
+        code_differences, node_wide, FunctionTable, FunctionValues, Groups, EXPLAINED_PER_GROUP,
+    };
+    const SIZES: [usize; 4] = [10, 30, 100, 1000];
+    const FUNCTIONS: usize = 50;
+    /// What makes the slow nodes slow: every stack ×4, or one function's own samples × a factor.
+    #[derive(Clone, Copy)]
+    enum Cause {
+        NodeWide(f64),
+        Function { rank: usize, factor: f64 },
+    }
+    table_head(&["explanation, a tenth of the nodes slow", "measure"], &SIZES);
+    let cases = [
+        (
+            "every stack ×4 (a node-wide cause)",
+            Cause::NodeWide(4.0),
+            "named node-wide, no function blamed",
+        ),
+        (
+            "every stack ×1.5 (a node-wide cause)",
+            Cause::NodeWide(1.5),
+            "named node-wide, no function blamed",
+        ),
+        (
+            "the 3rd largest function ×4",
+            Cause::Function { rank: 2, factor: 4.0 },
+            "that function first",
+        ),
+        (
+            "the 10th largest function ×4",
+            Cause::Function { rank: 9, factor: 4.0 },
+            "that function first",
+        ),
+        (
+            "the 10th largest function ×2",
+            Cause::Function { rank: 9, factor: 2.0 },
+            "that function first",
+        ),
+        (
+            "the 40th largest function ×4",
+            Cause::Function { rank: 39, factor: 4.0 },
+            "that function first",
+        ),
+    ];
+    for (k, (name, cause, measure)) in cases.into_iter().enumerate() {
+        print!("| {name} | {measure} |");
+        for n in SIZES {
+            let trials = if n >= 1000 { trials.div_ceil(4) } else { trials };
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0xe4_0000 + k as u64 * 100_000 + n as u64);
+            let slow = (n / 10).max(3);
+            let names: Vec<String> = (0..n).map(|i| format!("node-{i}")).collect();
+            let groups = Groups {
+                low: (slow..n).collect(),
+                high: (0..slow).collect(),
+                slow: Some("high"),
+            }
+            .sampled(|i| names[i].as_str(), EXPLAINED_PER_GROUP);
+            let mut right = 0;
+            for _ in 0..trials {
+                let levels: Vec<f64> = (0..n).map(|_| noise_of(&mut rng, 0.1)).collect();
+                let own: Vec<Vec<Option<f64>>> = (0..FUNCTIONS)
+                    .map(|f| {
+                        (0..n)
+                            .map(|i| {
+                                let factor = match cause {
+                                    _ if i >= slow => 1.0,
+                                    Cause::NodeWide(x) => x,
+                                    Cause::Function { rank, factor } if rank == f => factor,
+                                    Cause::Function { .. } => 1.0,
+                                };
+                                Some(1000.0 / (f + 1) as f64 * levels[i] * factor * noise_of(&mut rng, 0.2))
+                            })
+                            .collect()
+                    })
+                    .collect();
+                let main: Vec<Option<f64>> = (0..n)
+                    .map(|i| Some(own.iter().map(|f| f[i].unwrap_or(0.0)).sum()))
+                    .collect();
+                let mut functions = vec![FunctionValues {
+                    function: "main".into(),
+                    module: "app".into(),
+                    self_values: vec![Some(0.0); n],
+                    total_values: main,
+                }];
+                functions.extend(own.into_iter().enumerate().map(|(f, values)| FunctionValues {
+                    function: format!("f{f}"),
+                    module: "app".into(),
+                    self_values: values.clone(),
+                    total_values: values,
+                }));
+                let tables = [FunctionTable {
+                    event: "page_fault".into(),
+                    source: "page-faults".into(),
+                    unit: "faults per CPU-second".into(),
+                    functions,
+                }];
+                let listed = code_differences(&tables, &groups, 50);
+                right += usize::from(match cause {
+                    Cause::NodeWide(_) => {
+                        node_wide(&tables, &groups, &listed).len() == 1 && listed.iter().all(|d| d.with_whole)
+                    }
+                    Cause::Function { rank, .. } => listed
+                        .first()
+                        .is_some_and(|d| d.function == format!("f{rank}") && !d.with_whole),
+                });
+            }
+            print!(" {:.1}% |", 100.0 * right as f64 / trials as f64);
+        }
+        println!();
     }
 }
 

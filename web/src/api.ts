@@ -359,6 +359,21 @@ export interface ApiCompare {
       to: string;
       changed: { node: string; now: string; before: string | null }[];
     };
+    /** The band metric in each half of the window: nodes that ran clearly in one band in the
+     * first half and in the other in the second (`halves` null when the window is one bucket). */
+    within_window: {
+      halves: [[string, string], [string, string]] | null;
+      reason: string | null;
+      moved: {
+        node: string;
+        first: number;
+        second: number;
+        first_band: 'high' | 'low';
+        second_band: 'high' | 'low';
+        /** Where the metric counts events: p of "one rate throughout" from the halves' counts. */
+        p_value: number | null;
+      }[];
+    };
   } | null;
   explanation: {
     labels: (ApiAssociation & { label: string; value: string })[];

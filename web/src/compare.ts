@@ -206,6 +206,22 @@ function renderVerdict(a: ApiCompare): void {
   for (const c of prev.changed) {
     items.push(el('li', undefined, `${c.node} moved to the ${c.now} band (was ${c.before ?? 'in none'}).`));
   }
+  const within = b.within_window;
+  for (const m of within.moved) {
+    items.push(
+      el(
+        'li',
+        'moved-within',
+        `${m.node} changed band half-way through the window: ${m.first_band} in the first half (${figure(m.first)}), ` +
+          `${m.second_band} in the second (${figure(m.second)} ${b.unit}).`,
+      ),
+    );
+  }
+  if (within.halves && within.moved.length === 0) {
+    items.push(el('li', 'muted', 'No node changed band between the halves of this window.'));
+  } else if (within.reason) {
+    items.push(el('li', 'muted', `Within the window: ${within.reason}.`));
+  }
   ui.changed.replaceChildren(...items);
 }
 

@@ -61,7 +61,8 @@ fn metrics_json(w: &Window, metrics: &[Metric], tested: &[MetricBands]) -> Vec<V
 }
 
 /// The answer's verdict and `bands` when `metric` split the nodes into `groups` by `split`,
-/// with the nodes that changed band since the window before (`previous_window`). With more than
+/// with the nodes that changed band since the window before (`previous_window`) and within this
+/// one (`within_window`, named in the verdict too). With more than
 /// two levels, the groups are the slowest level and every other, and `levels` lists them all.
 fn two_bands(
     w: &Window,
@@ -70,6 +71,7 @@ fn two_bands(
     split: &Split,
     groups: &Groups,
     previous_window: Value,
+    within_window: Value,
 ) -> (Value, Value) {
     let (low_median, high_median) = (metric.median_of(&groups.low), metric.median_of(&groups.high));
     let figure = crate::analysis::figure;
@@ -103,6 +105,19 @@ fn two_bands(
             metric.unit,
         ),
     };
+    // Nodes that ran in one band, then in the other, are part of the answer, not a footnote.
+    let moved: Vec<&str> = within_window["moved"]
+        .as_array()
+        .map(|m| m.iter().filter_map(|m| m["node"].as_str()).collect())
+        .unwrap_or_default();
+    let verdict = match moved.len() {
+        0 => verdict,
+        n => format!(
+            "{verdict}; {n} {} changed band half-way through the window: {}",
+            if n == 1 { "node" } else { "nodes" },
+            moved.join(", ")
+        ),
+    };
     let names = |idx: &[usize]| -> Vec<&str> { idx.iter().map(|&i| w.nodes[measured[i]].node.as_str()).collect() };
     let levels: Vec<Value> = split
         .levels
@@ -128,6 +143,7 @@ fn two_bands(
         "levels": levels,
         "outliers": names(&split.outliers),
         "previous_window": previous_window,
+        "within_window": within_window,
     });
     (json!(verdict), bands)
 }
@@ -199,10 +215,14 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
     };
     // The previous window and the explanation's reads, at once.
     let sample = Sample::of(&window, groups, per_group);
-    let (changed, tables, data) = tokio::try_join!(
+    let (changed, halves, tables, data) = tokio::try_join!(
         timed(
             "previous window",
             changes(&state, &selector, p.one("metric"), from, to, &window, metric, groups)
+        ),
+        timed(
+            "halves",
+            within_window(&state, &selector, from, to, &window, metric, groups)
         ),
         async {
             let tables = function_tables(&state.store, &selector, from, to, &window, sample.read());
@@ -214,7 +234,7 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
         },
     )?;
     let explained = sample.groups;
-    (answer["verdict"], answer["bands"]) = two_bands(&window, metric, measured, split, groups, changed);
+    (answer["verdict"], answer["bands"]) = two_bands(&window, metric, measured, split, groups, changed, halves);
     answer["verdict"] = json!(classes_verdict(
         &window,
         metric,
@@ -271,9 +291,8 @@ fn classes_verdict(w: &Window, metric: &Metric, choice: &BandChoice, verdict: &s
         (None, ClassSplit::Classes) => {
             let classes = compare::hardware_classes(&w.labels());
             let side = |nodes: &[usize]| -> Vec<String> {
-                classes
-                    .iter()
-                    .filter(|c| c.nodes.iter().any(|i| nodes.contains(i)))
+                ClassSplit::mostly_in(&classes, nodes)
+                    .into_iter()
                     .map(|c| class(&c.labels))
                     .collect()
             };
@@ -555,6 +574,55 @@ async fn changes(
     }))
 }
 
+/// The chosen metric in each half of the window ([`plan::half_way`]): the nodes of the bands
+/// that ran clearly in one band in the first half and in the other in the second
+/// ([`compare::moved_within`]).
+async fn within_window(
+    state: &AppState,
+    selector: &Selector,
+    from: u32,
+    to: u32,
+    window: &Window,
+    metric: &Metric,
+    groups: &Groups,
+) -> Result<Value, AppError> {
+    let Some(mid) = crate::storage::plan::half_way(from, to) else {
+        return Ok(json!({
+            "halves": Value::Null,
+            "reason": "the window is one bucket: it has no halves to compare",
+            "moved": [],
+        }));
+    };
+    let read_at = crate::clock::now_secs();
+    let (first, second) = tokio::try_join!(
+        Window::read(&state.store, selector, from, mid, read_at),
+        Window::read(&state.store, selector, mid, to, read_at),
+    )?;
+    let names = window.names(&(0..window.nodes.len()).collect::<Vec<_>>());
+    // A half in which no node measured the metric: every node's half is unknown.
+    let half = |w: &Window| -> Metric {
+        let own: Vec<&str> = w.nodes.iter().map(|n| n.node.as_str()).collect();
+        match w.metrics.iter().find(|m| m.kind == metric.kind) {
+            Some(m) => m.aligned(&own, &names),
+            None => metric.only(&[]),
+        }
+    };
+    let moved = compare::moved_within(metric, groups, &half(&first), &half(&second));
+    let moved: Vec<Value> = moved
+        .iter()
+        .map(|m| {
+            let mut v = json!(m);
+            v["node"] = json!(names[m.node]);
+            v
+        })
+        .collect();
+    Ok(json!({
+        "halves": [[rfc3339(from), rfc3339(mid)], [rfc3339(mid), rfc3339(to)]],
+        "reason": Value::Null,
+        "moved": moved,
+    }))
+}
+
 /// The bands of `selector` over [from, to) as node names (what `/api/v1/diff?groups=bands`
 /// compares), or `None` with the verdict when there are none.
 pub(super) struct BandNodes {
@@ -716,18 +784,28 @@ mod tests {
             &measured,
             &split(vec![0, 1, 3], vec![2, 4]),
             &groups,
-            json!({"moved": []}),
+            json!({"changed": []}),
+            json!({"moved": [{"node": "e"}]}),
         );
         assert_eq!(
             verdict,
-            "two bands in page_fault per CPU-second: 2 nodes at a median of 400 and 3 at 100 faults per CPU-second; the high band is slow"
+            "two bands in page_fault per CPU-second: 2 nodes at a median of 400 and 3 at 100 faults per CPU-second; the high band is slow; 1 node changed band half-way through the window: e"
         );
         assert_eq!(bands["low"], json!(["a", "b", "d"]));
         assert_eq!(bands["high"], json!(["c", "e"]));
         assert_eq!(bands["slow"], "high");
-        assert_eq!(bands["previous_window"], json!({"moved": []}));
+        assert_eq!(bands["previous_window"], json!({"changed": []}));
+        assert_eq!(bands["within_window"]["moved"][0]["node"], "e");
         let neither = Groups { slow: None, ..groups };
-        let (verdict, _) = two_bands(&w, &metric, &measured, &split(vec![], vec![]), &neither, Value::Null);
+        let (verdict, _) = two_bands(
+            &w,
+            &metric,
+            &measured,
+            &split(vec![], vec![]),
+            &neither,
+            Value::Null,
+            Value::Null,
+        );
         assert!(!verdict.as_str().unwrap().contains("slow"), "{verdict}");
     }
 
@@ -744,7 +822,15 @@ mod tests {
             high: vec![3, 5],
             slow: Some("high"),
         };
-        let (verdict, bands) = two_bands(&w, &metric, &[0, 1, 2, 3, 4, 5], &three, &groups, Value::Null);
+        let (verdict, bands) = two_bands(
+            &w,
+            &metric,
+            &[0, 1, 2, 3, 4, 5],
+            &three,
+            &groups,
+            Value::Null,
+            Value::Null,
+        );
         assert_eq!(
             verdict,
             "3 levels in page_fault per CPU-second: the slowest, 2 nodes at a median of 400 faults per CPU-second, against the 4 others at 150"

@@ -497,6 +497,20 @@ fn compare_text(a: &Value) -> String {
                 previous["reason"].as_str().unwrap_or("no data")
             ));
         }
+        let within = &bands["within_window"];
+        for m in within["moved"].as_array().cloned().unwrap_or_default() {
+            line(format!(
+                "  {} changed band half-way through: {} band in the first half ({}), {} band in the second ({})",
+                m["node"].as_str().unwrap_or(""),
+                m["first_band"].as_str().unwrap_or(""),
+                number(m["first"].as_f64().unwrap_or(0.0)),
+                m["second_band"].as_str().unwrap_or(""),
+                number(m["second"].as_f64().unwrap_or(0.0)),
+            ));
+        }
+        if let Some(reason) = within["reason"].as_str() {
+            line(format!("  within the window: {reason}"));
+        }
     }
     if !a["explanation"].is_null() {
         // Band names, or the given groups' (the API's `low` is `a`, `high` is `b`).

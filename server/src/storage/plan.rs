@@ -102,6 +102,20 @@ pub fn whole_buckets(from: u32, to: u32) -> (u32, u32) {
     (from / step * step, to.div_ceil(step).saturating_mul(step))
 }
 
+/// Where a window of whole buckets ([`whole_buckets`]) divides into two halves of whole
+/// buckets each: the last bucket boundary at or before its middle, each half read as whole buckets of its
+/// own length (a half of [`COARSE_FROM_SECS`] or more in 10-minute buckets). `None` when the
+/// window is one bucket.
+pub fn half_way(from: u32, to: u32) -> Option<u32> {
+    let half = to.saturating_sub(from) / 2;
+    let step = match half >= COARSE_FROM_SECS {
+        true => TEN_MINUTES,
+        false => MINUTE,
+    };
+    let mid = (from + half) / step * step;
+    (mid > from && mid < to).then_some(mid)
+}
+
 /// Whether per-node totals over [from, to) are best read from `node_totals_by_hour` (keyed by
 /// the hour, then the node) rather than `node_totals` (keyed by the node): every node's minutes
 /// of an hour lie together in the first, a node's minutes of a day in the second. A few nodes
@@ -208,6 +222,22 @@ mod tests {
         assert_eq!(Reach::choose(fleet(9), false), Reach::Matching(names(0..9)));
         assert_eq!(Reach::choose(fleet(5), true), Reach::Matching(names(0..5)));
         assert_eq!(Reach::choose(fleet(1), true), Reach::Matching(names(0..1)));
+    }
+
+    /// A window splits at the last bucket boundary before its middle, each half of whole buckets of
+    /// its own length; one bucket does not split.
+    #[test]
+    fn a_window_splits_into_halves_of_whole_buckets() {
+        assert_eq!(half_way(600, 720), Some(660));
+        assert_eq!(
+            half_way(600, 780),
+            Some(660),
+            "three minutes: the last minute before the middle"
+        );
+        assert_eq!(half_way(600, 660), None);
+        // An hour: two halves of 30 minutes, in 10-minute buckets.
+        assert_eq!(half_way(3600, 7200), Some(5400));
+        assert_eq!(half_way(5400 / 600 * 600, 5400 / 600 * 600 + 2 * 3600), Some(9000));
     }
 
     /// An hour or more widens to whole 10-minute buckets and then reads no per-minute table;

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use bimodal_agent::sample::events::EventKind;
 use bimodal_agent::ship::{self, RunOptions};
 use bimodal_proto::v1;
+use bimodal_server::clock::rfc3339;
 use serde_json::Value;
 
 use super::common::{agent_options, TestServer};
@@ -782,6 +783,92 @@ async fn remote_bss_on_the_slow_nodes_is_the_placement_that_splits_them() {
         "remote_access per CPU-second (",
     ] {
         assert!(text.contains(expected), "no `{expected}` in:\n{text}");
+    }
+    server.stop().await;
+}
+
+/// A node that turns slow half-way through the window (simulated NUMA nodes as above, over two
+/// whole minutes ten minutes ago: three nodes at five times the others' remote accesses
+/// throughout, numa-7 at the others' rate in the first minute and the slow nodes' in the
+/// second). Its average puts it in a band with nothing to say why; the answer must name it as
+/// having changed band within the window, in the verdict too, and flag no node that kept its
+/// rate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_turns_slow_half_way_through_the_window_is_flagged() {
+    let server = TestServer::start().await;
+    let start = (super::common::unix_now() - 600) / 60 * 60;
+    let slow = [1usize, 4, 6];
+    for node in 0..8 {
+        let batches = (0..12u8).map(|k| {
+            let end = start as i64 + 5 + 10 * i64::from(k);
+            let slow_now = slow.contains(&node) || (node == 7 && k >= 6);
+            let remote = if slow_now { 5_000 } else { 1_000 } + 20 * node as u64;
+            let id = vec![node as u8, k, 0x4a, 0x1f, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12];
+            numa_batch_ending(id, end * 1_000_000_000, remote, false)
+        });
+        send_node(&server, &format!("numa-{node}"), batches).await;
+    }
+    let (status, body) = server
+        .get(&format!("/api/v1/compare?from={start}&to={}", start + 120))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    let bands = &answer["bands"];
+    assert_eq!(bands["metric"], "remote_access per CPU-second", "{answer:#}");
+    let within = &bands["within_window"];
+    assert_eq!(
+        within["halves"],
+        serde_json::json!([
+            [rfc3339(start as u32), rfc3339(start as u32 + 60)],
+            [rfc3339(start as u32 + 60), rfc3339(start as u32 + 120)]
+        ]),
+        "{within:#}"
+    );
+    let moved = within["moved"].as_array().unwrap();
+    assert_eq!(moved.len(), 1, "only numa-7 changed: {within:#}");
+    assert_eq!(moved[0]["node"], "numa-7");
+    assert_eq!(
+        (&moved[0]["first_band"], &moved[0]["second_band"]),
+        (&"low".into(), &"high".into())
+    );
+    // 1,140 and 5,140 remote accesses per CPU-second, on 6,840 and 30,840 of them.
+    assert_eq!(
+        (&moved[0]["first"], &moved[0]["second"]),
+        (&1140.0.into(), &5140.0.into()),
+        "{within:#}"
+    );
+    assert!(moved[0]["p_value"].as_f64().unwrap() < 1e-12, "{within:#}");
+    let verdict = answer["verdict"].as_str().unwrap();
+    assert!(
+        verdict.ends_with("; 1 node changed band half-way through the window: numa-7"),
+        "{verdict}"
+    );
+    // The CLI says it in words.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bimodal"))
+        .args(["--server-url", &server.url(), "compare"])
+        .args(["--from", &start.to_string(), "--to", &(start + 120).to_string()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains(
+            "numa-7 changed band half-way through: low band in the first half (1,140), high band in the second (5,140)"
+        ),
+        "{text}"
+    );
+    // One minute has no halves: said so, nobody flagged.
+    let (status, body) = server
+        .get(&format!("/api/v1/compare?from={start}&to={}", start + 60))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    if !answer["bands"].is_null() {
+        let within = &answer["bands"]["within_window"];
+        assert!(
+            within["halves"].is_null() && within["moved"] == serde_json::json!([]),
+            "{within:#}"
+        );
     }
     server.stop().await;
 }
