@@ -27,7 +27,7 @@ use crate::analysis::compare::{
 use crate::selector::Selector;
 use crate::storage::placement::ProcessPlacement;
 use crate::storage::queries::Measures;
-use crate::storage::{NodeInfo, NodeTotal, NodesRead, Scope, StorageError, Store};
+use crate::storage::{NodeInfo, NodeSet, NodeTotal, NodesRead, Scope, StorageError, Store};
 
 /// Functions read per event and source for the explanation (the largest over the fleet).
 const FUNCTIONS_READ: u32 = 200;
@@ -137,9 +137,10 @@ impl WindowRows {
         let any_event = scope_of(EventKind::Cpu);
         let (mut nodes, reach) = tokio::try_join!(store.nodes(selector, from, to), store.reach(&any_event))?;
         nodes.sort_by(|a, b| a.node.cmp(&b.node));
-        let names: Vec<String> = nodes.iter().map(|n| n.node.clone()).collect();
         // Every read below needs only the nodes: they run at once (one after another, their
-        // round trips and ClickHouse times added up).
+        // round trips and ClickHouse times added up). The per-node reads take the selector's
+        // nodes as a subquery, not their names: a fleet of 100,000 names inlined is a query
+        // ClickHouse refuses.
         let totals_of = |event: EventKind| {
             let (scope, reach) = (scope_of(event), &reach);
             async move { store.node_totals_over(&scope, reach).await.map(|t| (event, t)) }
@@ -147,9 +148,9 @@ impl WindowRows {
         let (sources, totals, counters, sampled_with, placements) = tokio::try_join!(
             store.sources(),
             futures_util::future::try_join_all(EventKind::ALL.into_iter().map(totals_of)),
-            store.node_counters(&names, from, to),
-            store.node_sources(&names, from, to),
-            store.placements_of(&names, from, to),
+            store.node_counters(NodeSet::Selected(selector), from, to),
+            store.node_sources(NodeSet::Selected(selector), from, to),
+            store.placements_of(NodeSet::Selected(selector), from, to),
         )?;
         let units = sources.into_iter().map(|s| ((s.event, s.source), s.unit)).collect();
         let node_cpu = if selector.process_matchers().next().is_none() {

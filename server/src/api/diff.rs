@@ -373,7 +373,7 @@ async fn cpu_seconds(
     let sampled = source.and_then(|s| by_source.remove(&s)).unwrap_or_default();
     let exact: HashMap<String, f64> = state
         .store
-        .node_counters(nodes, from, to)
+        .node_counters(crate::storage::NodeSet::Named(nodes), from, to)
         .await?
         .into_iter()
         .filter(|(_, name, _)| name == bimodal_proto::PROCESS_CPU_COUNTER)
@@ -394,7 +394,7 @@ async fn cpu_seconds(
 async fn work_units(state: &AppState, from: u32, to: u32, nodes: &[String]) -> Result<HashMap<String, f64>, AppError> {
     Ok(state
         .store
-        .node_counters(nodes, from, to)
+        .node_counters(crate::storage::NodeSet::Named(nodes), from, to)
         .await?
         .into_iter()
         .filter(|(_, name, _)| name == bimodal_proto::WORK_COUNTER)

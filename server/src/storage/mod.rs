@@ -158,6 +158,16 @@ pub struct NodeTotal {
     pub value: u64,
 }
 
+/// Which nodes a per-node read of counters, sources or placements covers.
+#[derive(Clone, Copy, Debug)]
+pub enum NodeSet<'a> {
+    /// These, by name: a few (a node, a group of a diff), each bound into the query.
+    Named(&'a [String]),
+    /// Those the selector's node matchers match, read as a subquery of `nodes`: the query's
+    /// text is the same at any fleet size (a window's every node).
+    Selected(&'a Selector),
+}
+
 /// Whose values a per-node read returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NodesRead<'a> {

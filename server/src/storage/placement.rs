@@ -6,7 +6,8 @@ use bimodal_proto::placement as rule;
 use serde::Serialize;
 
 use super::rows::CounterPointRow;
-use super::{plan, queries, StorageError, Store};
+use super::select::{self, Nodes};
+use super::{plan, queries, NodeSet, StorageError, Store};
 
 /// One mapping of a process and its resident pages per NUMA node.
 #[derive(Clone, Debug, Serialize)]
@@ -116,19 +117,19 @@ struct NodePlacementRow {
 impl Store {
     /// The newest placement snapshot of every process of `node` within [from, to).
     pub async fn placements(&self, node: &str, from: u32, to: u32) -> Result<Vec<ProcessPlacement>, StorageError> {
-        let mut of = self.placements_of(&[node.to_owned()], from, to).await?;
+        let mut of = self.placements_of(NodeSet::Named(&[node.to_owned()]), from, to).await?;
         Ok(of.remove(node).unwrap_or_default())
     }
 
     /// [`Store::placements`] of every listed node that has some, in one read per 1,000 nodes.
     pub async fn placements_of(
         &self,
-        nodes: &[String],
+        nodes: NodeSet<'_>,
         from: u32,
         to: u32,
     ) -> Result<BTreeMap<String, Vec<ProcessPlacement>>, StorageError> {
         let mut out = BTreeMap::new();
-        for chunk in nodes.chunks(1000) {
+        for chunk in chunks(nodes) {
             let rows = queries::placements(chunk, from, to)
                 .query(&self.client)
                 .fetch_all::<NodePlacementRow>()
@@ -205,7 +206,7 @@ impl Store {
     /// a node without a source for an event has no value for it, not zero.
     pub async fn node_sources(
         &self,
-        nodes: &[String],
+        nodes: NodeSet<'_>,
         from: u32,
         to: u32,
     ) -> Result<Vec<(String, String, String)>, StorageError> {
@@ -219,7 +220,7 @@ impl Store {
         // before, from the ledger, keyed by batch id (every row of each day it touches).
         let rolled_up = plan::sources_from(from, true) >= self.rollup_from(super::Rollup::NodeSources).await?;
         let mut out = Vec::new();
-        for chunk in nodes.chunks(1000) {
+        for chunk in chunks(nodes) {
             let rows = queries::node_sources(chunk, from, to, rolled_up)
                 .query(&self.client)
                 .fetch_all::<Row>()
@@ -234,7 +235,7 @@ impl Store {
     /// rollups are complete, see [`plan::counter_pieces`]): (node, counter, increase).
     pub async fn node_counters(
         &self,
-        nodes: &[String],
+        nodes: NodeSet<'_>,
         from: u32,
         to: u32,
     ) -> Result<Vec<(String, String, u64)>, StorageError> {
@@ -247,11 +248,26 @@ impl Store {
         // Whole minutes and 10-minute buckets from the tables ordered by time once they hold
         // every counter; before, the intervals from `counters`, ordered by node.
         let tables = self.counter_tables(from).await?;
-        let rows = queries::node_counters(nodes, from, to, tables)
-            .query(&self.client)
-            .fetch_all::<Row>()
-            .await
-            .map_err(StorageError::query("sum counters per node"))?;
+        // One read per chunk of names, or one for a selector's nodes.
+        let mut rows = Vec::new();
+        for chunk in chunks(nodes) {
+            rows.extend(
+                queries::node_counters(chunk, from, to, tables)
+                    .query(&self.client)
+                    .fetch_all::<Row>()
+                    .await
+                    .map_err(StorageError::query("sum counters per node"))?,
+            );
+        }
         Ok(rows.into_iter().map(|r| (r.node, r.name, r.value)).collect())
+    }
+}
+
+/// The node filters of a read of `nodes`: a list of names in chunks of at most
+/// [`select::INLINE_NODES`], or the selector once.
+fn chunks(nodes: NodeSet<'_>) -> Vec<Nodes<'_>> {
+    match nodes {
+        NodeSet::Named(names) => names.chunks(select::INLINE_NODES).map(Nodes::In).collect(),
+        NodeSet::Selected(_) => vec![Nodes::set(nodes)],
     }
 }

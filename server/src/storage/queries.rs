@@ -138,7 +138,7 @@ fn by_id_filter(event: &str, source: &str, nodes: Nodes, from: u32, to: u32) -> 
         .bind(Value::Str(source.to_owned()))
         .push(") AND ")
         .append(time_filter(from, to));
-    sql.append(nodes.filter("node_id", "SELECT cityHash64(arrayJoin([", "]))"));
+    sql.append(nodes.filter("node_id", "cityHash64(node)", "SELECT cityHash64(arrayJoin([", "]))"));
     sql
 }
 
@@ -168,7 +168,9 @@ fn summed(table: &str, keys: &str, sums: &[(&str, &str)], scope: &Scope, reach: 
     };
     match reach {
         Reach::Fleet => outer(plain(&format!("fleet_{table}"), Nodes::Any), false),
-        Reach::EveryNode | Reach::Matching(_) | Reach::Nothing => outer(plain(table, Nodes::of(reach)), false),
+        Reach::EveryNode | Reach::Matching(_) | Reach::Nothing => {
+            outer(plain(table, Nodes::of(reach, &scope.selector)), false)
+        }
         Reach::FleetMinus(left_out) => {
             let signed = |sign: &str| -> String {
                 let columns: Vec<String> = sums
@@ -178,9 +180,13 @@ fn summed(table: &str, keys: &str, sums: &[(&str, &str)], scope: &Scope, reach: 
                 format!("{keys}, {}", columns.join(", "))
             };
             let mut inner = union(&format!("fleet_{table}"), &signed(""), scope, Nodes::Any, extra);
-            inner
-                .push(" UNION ALL ")
-                .append(union(table, &signed("-"), scope, Nodes::In(left_out), extra));
+            inner.push(" UNION ALL ").append(union(
+                table,
+                &signed("-"),
+                scope,
+                Nodes::left_out(left_out, &scope.selector),
+                extra,
+            ));
             outer(inner, true)
         }
     }
@@ -265,7 +271,7 @@ pub(super) fn node_totals(scope: &Scope, reach: &Reach, by_hour: bool) -> Sql {
             "samples",
             "node, source, count, value",
             scope,
-            Nodes::of(reach),
+            Nodes::of(reach, &scope.selector),
             &Sql::default(),
         )
     } else {
@@ -276,7 +282,7 @@ pub(super) fn node_totals(scope: &Scope, reach: &Reach, by_hour: bool) -> Sql {
         let mut sql = Sql::new(&format!("SELECT node, source, count, value FROM {table} WHERE "));
         let from = scope.from / MINUTE * MINUTE;
         sql.append(range_filter(scope.event, scope.source.as_deref(), from, scope.to))
-            .append(selector_filter(&scope.selector, Nodes::of(reach)));
+            .append(selector_filter(&scope.selector, Nodes::of(reach, &scope.selector)));
         sql
     };
     let mut sql = Sql::new("SELECT node, source, sum(count) AS count, sum(value) AS value FROM (");
@@ -360,7 +366,7 @@ pub(super) fn node_functions(
     let mut sql = Sql::new(&format!("SELECT node, function_id, {outer} FROM ("));
     let nodes = match sample {
         Some(nodes) => Nodes::In(nodes),
-        None => Nodes::of(reach),
+        None => Nodes::of(reach, &scope.selector),
     };
     let rows = match (by_function, scope.source.as_deref()) {
         (true, Some(source)) => union_pieces(scope, |is_coarse, from, to| match is_coarse {
@@ -412,10 +418,14 @@ pub(super) fn node_data_objects(
         union_prewhere("data_samples", coarse, columns, scope, prewhere, nodes, extra)
     };
     let mut top = Sql::new(&format!(" AND ({key}) GLOBAL IN (SELECT {key} FROM ("));
-    top.append(rows(&format!("{key}, value"), Nodes::of(reach), &extra))
-        .push(&format!(") GROUP BY {key} ORDER BY sum(value) DESC LIMIT "))
-        .bind(Value::U32(limit))
-        .push(")");
+    top.append(rows(
+        &format!("{key}, value"),
+        Nodes::of(reach, &scope.selector),
+        &extra,
+    ))
+    .push(&format!(") GROUP BY {key} ORDER BY sum(value) DESC LIMIT "))
+    .bind(Value::U32(limit))
+    .push(")");
     let mut chosen = extra.clone();
     chosen.append(top);
     let mut sql = Sql::new(&format!(
@@ -423,7 +433,7 @@ pub(super) fn node_data_objects(
     ));
     sql.append(rows(
         "node, mapping_kind, mapping_path, symbol, cache_line, value",
-        sample.map_or(Nodes::of(reach), Nodes::In),
+        sample.map_or(Nodes::of(reach, &scope.selector), Nodes::In),
         &chosen,
     ))
     .push(&format!(") GROUP BY node, {key}"));
@@ -488,7 +498,7 @@ pub(super) fn sources() -> Sql {
 }
 
 /// Placement rows of a node in a time range, oldest first.
-pub(super) fn placements(nodes: &[String], from: u32, to: u32) -> Sql {
+pub(super) fn placements(nodes: Nodes, from: u32, to: u32) -> Sql {
     let mut sql = Sql::new(
         "SELECT node, toUInt32(time) AS time, pid, comm, executable, thread_nodes, thread_counts, kind, \
          path, start, end, permissions, page_nodes, page_counts, page_size FROM placements WHERE time >= toDateTime(",
@@ -497,7 +507,7 @@ pub(super) fn placements(nodes: &[String], from: u32, to: u32) -> Sql {
         .push(") AND time < toDateTime(")
         .bind(Value::U32(to))
         .push(")")
-        .append(selector_filter(&Selector::all(), Nodes::In(nodes)))
+        .append(selector_filter(&Selector::all(), nodes))
         .push(" ORDER BY node, pid, time, start");
     sql
 }
@@ -527,7 +537,7 @@ pub(super) fn counters(node: &str, names: &[String], from: u32, to: u32, tables:
 /// `rolled_up`, else from the ledger, a row per batch. The buckets are whole at both ends: a
 /// range whose `to` is not on a 10-minute boundary also counts batches that started up to 10
 /// minutes after it (compare's ranges of 30 minutes and more are on boundaries).
-pub(super) fn node_sources(nodes: &[String], from: u32, to: u32, rolled_up: bool) -> Sql {
+pub(super) fn node_sources(nodes: Nodes, from: u32, to: u32, rolled_up: bool) -> Sql {
     let mut sql = match rolled_up {
         true => Sql::new("SELECT DISTINCT node, event, source FROM node_sources WHERE time >= toDateTime("),
         false => Sql::new(
@@ -540,13 +550,13 @@ pub(super) fn node_sources(nodes: &[String], from: u32, to: u32, rolled_up: bool
         .push(&format!(") AND {time} < toDateTime("))
         .bind(Value::U32(to))
         .push(")")
-        .append(selector_filter(&Selector::all(), Nodes::In(nodes)));
+        .append(selector_filter(&Selector::all(), nodes));
     sql
 }
 
 /// Each node's counters summed over [from, to), for the nodes listed, from the tables
 /// [`counter_pieces`] picks.
-pub(super) fn node_counters(nodes: &[String], from: u32, to: u32, tables: CounterTables) -> Sql {
+pub(super) fn node_counters(nodes: Nodes, from: u32, to: u32, tables: CounterTables) -> Sql {
     let mut sql = Sql::new("SELECT node, name, sum(value) AS value FROM (");
     for (i, (table, from, to)) in counter_pieces(from, to, tables).into_iter().enumerate() {
         if i > 0 {
@@ -559,7 +569,7 @@ pub(super) fn node_counters(nodes: &[String], from: u32, to: u32, tables: Counte
         .push(") AND time < toDateTime(")
         .bind(Value::U32(to))
         .push(")")
-        .append(selector_filter(&Selector::all(), Nodes::In(nodes)));
+        .append(selector_filter(&Selector::all(), nodes));
     }
     sql.push(") GROUP BY node, name ORDER BY node, name");
     sql
@@ -781,7 +791,15 @@ pub fn examples(client: &Client) -> Vec<String> {
         any_row("frames", "build_id", "0a1b"),
         debuginfo_segments("0a1b", 2),
         debuginfo_functions("0a1b", 2),
-        placements(&["web-1".into()], 1_795_000_000, 1_795_000_900),
+        placements(Nodes::In(&["web-1".into()]), 1_795_000_000, 1_795_000_900),
+        placements(
+            Nodes::Matching {
+                selector: &selector,
+                negate: false,
+            },
+            1_795_000_000,
+            1_795_000_900,
+        ),
         counters(
             "web-1",
             &["pgfault".into()],
@@ -791,20 +809,41 @@ pub fn examples(client: &Client) -> Vec<String> {
         ),
         counters("web-1", &[], 1_795_000_000, 1_795_000_900, CounterTables::Intervals),
         node_counters(
-            &["web-1".into(), "web-2".into()],
+            Nodes::In(&["web-1".into(), "web-2".into()]),
             1_795_000_030,
             1_795_003_630,
             CounterTables::Rollups,
         ),
         node_counters(
-            &["web-1".into()],
+            Nodes::Matching {
+                selector: &selector,
+                negate: false,
+            },
             1_795_000_030,
             1_795_003_630,
             CounterTables::Intervals,
         ),
-        node_counters(&["web-1".into()], 1_795_000_030, 1_795_003_630, CounterTables::Reports),
-        node_sources(&["web-1".into(), "web-2".into()], 1_795_000_030, 1_795_003_630, true),
-        node_sources(&["web-1".into()], 1_795_000_030, 1_795_003_630, false),
+        node_counters(
+            Nodes::In(&["web-1".into()]),
+            1_795_000_030,
+            1_795_003_630,
+            CounterTables::Reports,
+        ),
+        node_sources(
+            Nodes::In(&["web-1".into(), "web-2".into()]),
+            1_795_000_030,
+            1_795_003_630,
+            true,
+        ),
+        node_sources(
+            Nodes::Matching {
+                selector: &selector,
+                negate: true,
+            },
+            1_795_000_030,
+            1_795_003_630,
+            false,
+        ),
     ]
     .iter()
     .map(|q| q.query(client).sql_display().to_string())

@@ -1,5 +1,6 @@
 //! Selectors as SQL conditions: a selector's node matchers on the nodes' newest labels (in
-//! `nodes`), its process matchers through `processes`, and node lists as bound `IN` lists.
+//! `nodes`), its process matchers through `processes`, and node lists as bound `IN` lists (up
+//! to [`INLINE_NODES`]; longer ones as the selector that chose them).
 
 use super::plan::Reach;
 use super::sql::{Sql, Value};
@@ -75,33 +76,91 @@ pub(super) fn matching_nodes(selector: &Selector) -> Sql {
     sql
 }
 
+/// Lists of nodes longer than this are read as the selector that chose them (a subquery of
+/// `nodes`) rather than bound name by name: a query's text then stays the same size at any fleet
+/// size. 100,000 names inlined made ClickHouse refuse compare's reads ("AST is too big").
+pub(super) const INLINE_NODES: usize = 1000;
+
 /// A node filter on a per-node table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) enum Nodes<'a> {
     /// No filter.
     Any,
     In(&'a [String]),
     NotIn(&'a [String]),
+    /// The nodes whose newest labels the selector's node matchers match (`negate`: those they
+    /// do not), by a subquery of `nodes`.
+    Matching {
+        selector: &'a Selector,
+        negate: bool,
+    },
 }
 
 impl<'a> Nodes<'a> {
-    /// How a per-node table is filtered for `reach`.
-    pub(super) fn of(reach: &'a Reach) -> Nodes<'a> {
+    /// How a per-node table is filtered for `reach`, the nodes `selector` matches: a list of
+    /// more than [`INLINE_NODES`] as the selector itself.
+    pub(super) fn of(reach: &'a Reach, selector: &'a Selector) -> Nodes<'a> {
         match reach {
             Reach::Fleet | Reach::EveryNode => Nodes::Any,
+            Reach::Matching(nodes) if nodes.len() > INLINE_NODES => Nodes::Matching {
+                selector,
+                negate: false,
+            },
             Reach::Matching(nodes) => Nodes::In(nodes),
+            // Every node but those left out: the ones the selector matches.
+            Reach::FleetMinus(left_out) if left_out.len() > INLINE_NODES => Nodes::Matching {
+                selector,
+                negate: false,
+            },
             Reach::FleetMinus(left_out) => Nodes::NotIn(left_out),
             Reach::Nothing => Nodes::In(&[]),
         }
     }
 
+    /// The nodes `selector` does not match, as [`Reach::FleetMinus`] leaves them out: its list, or
+    /// the selector's negation when the list is longer than [`INLINE_NODES`].
+    pub(super) fn left_out(left_out: &'a [String], selector: &'a Selector) -> Nodes<'a> {
+        match left_out.len() > INLINE_NODES {
+            true => Nodes::Matching { selector, negate: true },
+            false => Nodes::In(left_out),
+        }
+    }
+
+    /// These nodes: [`Nodes::In`] for a short list of names, the selector's matching for the
+    /// rest.
+    pub(super) fn set(set: super::NodeSet<'a>) -> Nodes<'a> {
+        match set {
+            super::NodeSet::Named(names) => Nodes::In(names),
+            super::NodeSet::Selected(selector) => Nodes::Matching {
+                selector,
+                negate: false,
+            },
+        }
+    }
+
     /// ` AND column [NOT] IN (open names close)`, the names bound ('' for none: an empty list
-    /// is not SQL), or nothing for [`Nodes::Any`].
-    pub(super) fn filter(self, column: &str, open: &str, close: &str) -> Sql {
+    /// is not SQL), or nothing for [`Nodes::Any`]. For [`Nodes::Matching`], ` AND column GLOBAL
+    /// IN (SELECT key FROM newest labels WHERE …)`, `key` the node name as `column` holds it.
+    pub(super) fn filter(self, column: &str, key: &str, open: &str, close: &str) -> Sql {
         let (op, names) = match self {
             Nodes::Any => return Sql::default(),
             Nodes::In(n) => ("IN", n),
             Nodes::NotIn(n) => ("NOT IN", n),
+            Nodes::Matching { selector, negate } => {
+                let Some(condition) = node_condition(selector) else {
+                    // No node matchers: every node matches.
+                    return match negate {
+                        true => Sql::new(" AND 0"),
+                        false => Sql::default(),
+                    };
+                };
+                let mut sql = Sql::new(&format!(
+                    " AND {column} GLOBAL IN (SELECT {key} FROM {NEWEST_LABELS} WHERE {}(",
+                    if negate { "NOT " } else { "" }
+                ));
+                sql.append(condition).push("))");
+                return sql;
+            }
         };
         let mut sql = Sql::new(&format!(" AND {column} {op} ({open}"));
         if names.is_empty() {
@@ -122,7 +181,7 @@ impl<'a> Nodes<'a> {
 /// Process matchers go through `processes`; `GLOBAL IN` evaluates the set once, also over a
 /// cluster's Distributed tables.
 pub(super) fn selector_filter(selector: &Selector, nodes: Nodes) -> Sql {
-    let mut sql = nodes.filter("node", "", "");
+    let mut sql = nodes.filter("node", "node", "", "");
     let process: Vec<&Matcher> = selector.process_matchers().collect();
     if !process.is_empty() {
         sql.push(" AND process_id GLOBAL IN (SELECT process_id FROM processes WHERE 1");
@@ -167,5 +226,65 @@ mod tests {
         let rendered = sql.query(&client).sql_display().to_string();
         assert!(rendered.contains(r"'a\'b'"), "{rendered}");
         assert!(rendered.contains("'^(?:web-.*)$'"), "{rendered}");
+    }
+
+    /// A list of nodes longer than [`INLINE_NODES`] is read as the selector that chose it: the
+    /// filter's text and bound values are the same size for 1,001 nodes as for 100,000; a short
+    /// list stays bound name by name; the nodes a fleet-minus read subtracts are the selector's
+    /// negation.
+    #[test]
+    fn long_node_lists_are_read_as_their_selector() {
+        let s = Selector::parse(r#"{zone="b"}"#).unwrap();
+        let many = |n: usize| -> Vec<String> { (0..n).map(|i| format!("node-{i}")).collect() };
+        for n in [1_001, 100_000] {
+            let names = many(n);
+            let matching = Reach::Matching(names.clone());
+            let sql = Nodes::of(&matching, &s).filter("node", "node", "", "");
+            assert!(
+                sql.text
+                    .starts_with(" AND node GLOBAL IN (SELECT node FROM (SELECT node, argMax"),
+                "{}",
+                sql.text
+            );
+            assert!(
+                sql.text.len() < 300 && sql.values.len() == 2,
+                "{} {:?}",
+                sql.text,
+                sql.values
+            );
+            let minus = Reach::FleetMinus(names.clone());
+            assert_eq!(
+                Nodes::of(&minus, &s),
+                Nodes::Matching {
+                    selector: &s,
+                    negate: false
+                }
+            );
+            let subtracted = Nodes::left_out(&names, &s).filter("node_id", "cityHash64(node)", "", "");
+            assert!(
+                subtracted
+                    .text
+                    .starts_with(" AND node_id GLOBAL IN (SELECT cityHash64(node) FROM")
+                    && subtracted.text.contains("WHERE NOT ("),
+                "{}",
+                subtracted.text
+            );
+        }
+        let few = many(3);
+        let short = Reach::Matching(few.clone());
+        let sql = Nodes::of(&short, &s).filter("node", "node", "", "");
+        assert_eq!((sql.text.as_str(), sql.values.len()), (" AND node IN (?,?,?)", 3));
+        // A selector without node matchers matches every node: no filter, or none left.
+        let all = Selector::all();
+        let every = Nodes::Matching {
+            selector: &all,
+            negate: false,
+        };
+        assert_eq!(every.filter("node", "node", "", "").text, "");
+        let none = Nodes::Matching {
+            selector: &all,
+            negate: true,
+        };
+        assert_eq!(none.filter("node", "node", "", "").text, " AND 0");
     }
 }

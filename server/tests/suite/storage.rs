@@ -7,9 +7,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bimodal_proto::v1::{self, ack::Status};
+use bimodal_server::selector::Selector;
 use bimodal_server::storage::managed::ManagedClickHouse;
 use bimodal_server::storage::writer::WriterConfig;
-use bimodal_server::storage::{Dialect, Store, StoreConfig};
+use bimodal_server::storage::{Dialect, NodeSet, Store, StoreConfig};
 use bimodal_server::Config;
 
 use super::clickhouse_cluster::ClickHouseCluster;
@@ -692,14 +693,31 @@ async fn a_counter_that_counted_zero_stays_a_zero_after_merges() {
     };
     // Seconds: whole minutes from the per-minute rollup.
     assert_eq!(
-        faults(store.node_counters(&nodes, from, to).await.unwrap()),
+        faults(store.node_counters(NodeSet::Named(&nodes), from, to).await.unwrap()),
         [some.clone(), zero.clone()]
     );
-    // Whole 10-minute buckets from the 10-minute rollup.
+    // Whole 10-minute buckets from the 10-minute rollup; the nodes as a selector matches them,
+    // read as a subquery of `nodes` (what a window of any size reads).
     let (hour_from, hour_to) = (from / 600 * 600 - 1800, to.div_ceil(600) * 600);
+    let both = Selector::parse(r#"{node=~"(some|zero)-node"}"#).unwrap();
     assert_eq!(
-        faults(store.node_counters(&nodes, hour_from, hour_to).await.unwrap()),
+        faults(
+            store
+                .node_counters(NodeSet::Selected(&both), hour_from, hour_to)
+                .await
+                .unwrap()
+        ),
         [some, zero]
+    );
+    let neither = Selector::parse(r#"{node="another-node"}"#).unwrap();
+    assert_eq!(
+        faults(
+            store
+                .node_counters(NodeSet::Selected(&neither), hour_from, hour_to)
+                .await
+                .unwrap()
+        ),
+        []
     );
     // Per interval.
     let intervals = store
