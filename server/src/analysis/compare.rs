@@ -129,6 +129,25 @@ impl Metric {
     }
 }
 
+#[cfg(test)]
+impl Metric {
+    /// Page faults per CPU-second per node, resting on `evidence` where given: the metric the
+    /// tests of compare and of its API answer are written with.
+    pub(crate) fn page_faults(values: Vec<Option<f64>>, evidence: Option<Vec<Option<Evidence>>>) -> Metric {
+        Metric {
+            kind: MetricKind::EventRate {
+                event: "page_fault".into(),
+                source: "page-faults".into(),
+            },
+            name: "page_fault per CPU-second".into(),
+            unit: "faults per CPU-second".into(),
+            direction: Direction::HigherIsSlower,
+            values,
+            evidence,
+        }
+    }
+}
+
 /// One metric's test.
 #[derive(Clone, Debug)]
 pub struct MetricBands {
@@ -1896,23 +1915,16 @@ mod tests {
         );
     }
 
-    /// A rate per node, with the (events, exposure) it rests on where given.
+    /// Page faults per CPU-second, with the (events, exposure) each rests on where given.
     fn rate(values: &[f64], evidence: Option<&[(f64, f64)]>) -> Metric {
-        Metric {
-            kind: MetricKind::EventRate {
-                event: "page_fault".into(),
-                source: "page-faults".into(),
-            },
-            name: "page_fault per CPU-second".into(),
-            unit: "faults per CPU-second".into(),
-            direction: Direction::HigherIsSlower,
-            values: values.iter().map(|&v| Some(v)).collect(),
-            evidence: evidence.map(|e| {
+        Metric::page_faults(
+            values.iter().map(|&v| Some(v)).collect(),
+            evidence.map(|e| {
                 e.iter()
                     .map(|&(events, exposure)| Some(bands::Evidence { events, exposure }))
                     .collect()
             }),
-        }
+        )
     }
 
     /// Bands of 100–120 and 200 faults per CPU-second over a window; node 2 ran at 100 in the

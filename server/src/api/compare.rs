@@ -664,7 +664,6 @@ mod tests {
 
     use super::*;
     use crate::analysis::bands::{NoBands, Null};
-    use crate::analysis::compare::{Direction, MetricKind};
     use crate::storage::NodeInfo;
 
     fn window(names: &[&str]) -> Window {
@@ -705,17 +704,7 @@ mod tests {
     }
 
     fn faults(values: Vec<Option<f64>>) -> Metric {
-        Metric {
-            kind: MetricKind::EventRate {
-                event: "page_fault".into(),
-                source: "page-faults".into(),
-            },
-            name: "page_fault per CPU-second".into(),
-            unit: "faults per CPU-second".into(),
-            direction: Direction::HigherIsSlower,
-            values,
-            evidence: None,
-        }
+        Metric::page_faults(values, None)
     }
 
     /// A split indexes the nodes measured, not the window's: a node without a value is in

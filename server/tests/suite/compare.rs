@@ -545,6 +545,18 @@ pub(super) fn numa_batch_ending(batch_id: Vec<u8>, end: i64, remote: u64, bss_fa
     }
 }
 
+/// `bimodal compare ARGS` against `server`: its output, stdout then stderr, once it succeeded.
+fn compare_cli(server: &TestServer, args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bimodal"))
+        .args(["--server-url", &server.url(), "compare"])
+        .args(args)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    text
+}
+
 /// Sends one node's `batches` on its own stream, as its agent would, and checks that every one
 /// is acknowledged.
 async fn send_node(server: &TestServer, node: &str, batches: impl IntoIterator<Item = v1::Batch>) {
@@ -844,13 +856,10 @@ async fn a_node_that_turns_slow_half_way_through_the_window_is_flagged() {
         "{verdict}"
     );
     // The CLI says it in words.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bimodal"))
-        .args(["--server-url", &server.url(), "compare"])
-        .args(["--from", &start.to_string(), "--to", &(start + 120).to_string()])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{text}");
+    let text = compare_cli(
+        &server,
+        &["--from", &start.to_string(), "--to", &(start + 120).to_string()],
+    );
     assert!(
         text.contains(
             "numa-7 changed band half-way through: low band in the first half (1,140), high band in the second (5,140)"
@@ -1033,13 +1042,7 @@ async fn a_large_fleet_is_explained_from_the_same_sample_of_each_band() {
     assert_eq!(value_of(&long, &long_scan), value_of(&answer, &scan));
 
     // The CLI says which nodes the differences were read over.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bimodal"))
-        .args(["--server-url", &server.url(), "compare", "--from", &start.to_string()])
-        .args(["--explained-nodes", "5"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{text}");
+    let text = compare_cli(&server, &["--from", &start.to_string(), "--explained-nodes", "5"]);
     assert!(
         text.contains(
             "functions and data objects are compared over 5 of the 18 low-band nodes and 5 of the 6 \
