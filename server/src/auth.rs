@@ -342,13 +342,6 @@ impl Auth {
 }
 
 impl Auth {
-    /// The name of the known token a gRPC call presents with `scope`, if any (none without a
-    /// token file).
-    pub fn token_name(&self, metadata: &tonic::metadata::MetadataMap, scope: Scope) -> Option<String> {
-        let header = metadata.get("authorization").and_then(|v| v.to_str().ok());
-        self.allow(header, scope, None).ok().flatten()
-    }
-
     /// A client certificate for a write, naming `node` when given (nothing to check when
     /// certificates are not required).
     fn allow_certificate(&self, peer: Option<&Peer>, scope: Scope, node: Option<&str>) -> Result<(), Refused> {
@@ -371,6 +364,7 @@ impl Auth {
     /// [`Auth::allow`] for a gRPC call from `peer`, and its client certificate when writes need
     /// one: `UNAUTHENTICATED` without a known token or a certificate, `PERMISSION_DENIED` for a
     /// token without the scope or node, or a certificate of another node; refusals are counted.
+    /// Allowed: the token's name (none without a token file).
     #[allow(clippy::result_large_err)]
     pub fn allow_grpc(
         &self,
@@ -378,10 +372,10 @@ impl Auth {
         peer: Option<&Peer>,
         scope: Scope,
         node: Option<&str>,
-    ) -> Result<(), tonic::Status> {
+    ) -> Result<Option<String>, tonic::Status> {
         let header = metadata.get("authorization").and_then(|v| v.to_str().ok());
         self.allow_certificate(peer, scope, node)
-            .and_then(|()| self.allow(header, scope, node).map(|_| ()))
+            .and_then(|()| self.allow(header, scope, node))
             .map_err(|refused| {
                 count_refusal(&refused);
                 match refused {

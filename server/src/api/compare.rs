@@ -598,12 +598,14 @@ async fn within_window(
         Window::read(&state.store, selector, from, mid, read_at),
         Window::read(&state.store, selector, mid, to, read_at),
     )?;
-    let names = window.names(&(0..window.nodes.len()).collect::<Vec<_>>());
+    fn names_of(w: &Window) -> Vec<&str> {
+        w.nodes.iter().map(|n| n.node.as_str()).collect()
+    }
+    let names = names_of(window);
     // A half in which no node measured the metric: every node's half is unknown.
     let half = |w: &Window| -> Metric {
-        let own: Vec<&str> = w.nodes.iter().map(|n| n.node.as_str()).collect();
         match w.metrics.iter().find(|m| m.kind == metric.kind) {
-            Some(m) => m.aligned(&own, &names),
+            Some(m) => m.aligned(&names_of(w), &names),
             None => metric.only(&[]),
         }
     };

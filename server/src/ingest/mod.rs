@@ -249,7 +249,8 @@ impl IngestService {
         // The token (and certificate) may write as this node. (The tokens' version first: a
         // change after it is checked again at the next batch.)
         let mut allowed_by = self.auth.version();
-        self.auth
+        let token = self
+            .auth
             .allow_grpc(&metadata, peer.as_ref(), crate::auth::Scope::Write, Some(&hello.node))?;
         let labels = validate::hello(&hello).map_err(|e| invalid_hello(Status::invalid_argument(e.to_string())))?;
         if let Err(wait) = self.opens.take(&hello.node, std::time::Instant::now()) {
@@ -263,7 +264,7 @@ impl IngestService {
                 wait.as_millis()
             )));
         }
-        self.admit_node(&metadata, peer.as_ref(), &hello.node).await?;
+        self.admit_node(token.as_deref(), peer.as_ref(), &hello.node).await?;
         let sender = Arc::new(Sender {
             node: hello.node.as_str().into(),
             labels,
@@ -458,7 +459,6 @@ fn held_back(batch_id: Vec<u8>, retry_after: u32) -> v1::IngestResponse {
     )
 }
 
-/// Counts a batch or stream refused, under `reason` (`bimodal_ingest_rejected_batches_total`).
 impl IngestService {
     /// A node name new to the store is introduced within the rate of its token (or, without
     /// tokens, of its client address): `RESOURCE_EXHAUSTED` with the wait beyond it, counted as
@@ -466,7 +466,7 @@ impl IngestService {
     /// the store cannot say within [`NODE_LOOKUP_WAIT`], the name is counted as new: the bound
     /// holds while ClickHouse is away, and Hellos do not wait for it.
     #[allow(clippy::result_large_err)]
-    async fn admit_node(&self, metadata: &MetadataMap, peer: Option<&Peer>, node: &str) -> Result<(), Status> {
+    async fn admit_node(&self, token: Option<&str>, peer: Option<&Peer>, node: &str) -> Result<(), Status> {
         if self.known_nodes.get(node).is_some() {
             return Ok(());
         }
@@ -489,7 +489,7 @@ impl IngestService {
             }
         };
         if !stored {
-            let key = match self.auth.token_name(metadata, crate::auth::Scope::Write) {
+            let key = match token {
                 Some(token) => format!("token `{token}`"),
                 None => peer.map_or_else(
                     || "address:unknown".to_owned(),
@@ -512,6 +512,7 @@ impl IngestService {
     }
 }
 
+/// Counts a batch or stream refused, under `reason` (`bimodal_ingest_rejected_batches_total`).
 fn count_refused(reason: &'static str) {
     metrics().ingest_rejected.get_or_create(&label("reason", reason)).inc();
 }
