@@ -268,6 +268,9 @@ impl Store {
 fn chunks(nodes: NodeSet<'_>) -> Vec<Nodes<'_>> {
     match nodes {
         NodeSet::Named(names) => names.chunks(select::INLINE_NODES).map(Nodes::In).collect(),
-        NodeSet::Selected(_) => vec![Nodes::set(nodes)],
+        NodeSet::Selected(selector) => vec![Nodes::Matching {
+            selector,
+            negate: false,
+        }],
     }
 }

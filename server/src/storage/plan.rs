@@ -95,11 +95,17 @@ pub(super) fn pieces(from: u32, to: u32) -> Vec<(&'static str, u32, u32)> {
 /// [`COARSE_FROM_SECS`] or more, whole minutes below. A read over many nodes then never reads
 /// the per-minute tables at its edges, where every function of every node is a row.
 pub fn whole_buckets(from: u32, to: u32) -> (u32, u32) {
-    let step = match to.saturating_sub(from) >= COARSE_FROM_SECS {
+    let step = bucket_of(to.saturating_sub(from));
+    (from / step * step, to.div_ceil(step).saturating_mul(step))
+}
+
+/// The bucket a read of `span` seconds takes whole: 10 minutes from [`COARSE_FROM_SECS`], a
+/// minute below.
+fn bucket_of(span: u32) -> u32 {
+    match span >= COARSE_FROM_SECS {
         true => TEN_MINUTES,
         false => MINUTE,
-    };
-    (from / step * step, to.div_ceil(step).saturating_mul(step))
+    }
 }
 
 /// Where a window of whole buckets ([`whole_buckets`]) divides into two halves of whole
@@ -108,10 +114,7 @@ pub fn whole_buckets(from: u32, to: u32) -> (u32, u32) {
 /// window is one bucket.
 pub fn half_way(from: u32, to: u32) -> Option<u32> {
     let half = to.saturating_sub(from) / 2;
-    let step = match half >= COARSE_FROM_SECS {
-        true => TEN_MINUTES,
-        false => MINUTE,
-    };
+    let step = bucket_of(half);
     let mid = (from + half) / step * step;
     (mid > from && mid < to).then_some(mid)
 }

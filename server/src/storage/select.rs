@@ -126,18 +126,6 @@ impl<'a> Nodes<'a> {
         }
     }
 
-    /// These nodes: [`Nodes::In`] for a short list of names, the selector's matching for the
-    /// rest.
-    pub(super) fn set(set: super::NodeSet<'a>) -> Nodes<'a> {
-        match set {
-            super::NodeSet::Named(names) => Nodes::In(names),
-            super::NodeSet::Selected(selector) => Nodes::Matching {
-                selector,
-                negate: false,
-            },
-        }
-    }
-
     /// ` AND column [NOT] IN (open names close)`, the names bound ('' for none: an empty list
     /// is not SQL), or nothing for [`Nodes::Any`]. For [`Nodes::Matching`], ` AND column GLOBAL
     /// IN (SELECT key FROM newest labels WHERE …)`, `key` the node name as `column` holds it.
