@@ -227,16 +227,45 @@ async function getJson(path: string, params: URLSearchParams | null, signal?: Ab
   return body;
 }
 
-export async function fetchNodes(signal?: AbortSignal): Promise<ApiNode[]> {
-  const body = (await getJson('nodes', null, signal)) as { nodes?: ApiNode[] };
-  return Array.isArray(body.nodes) ? body.nodes : [];
+/** The first page of `/api/v1/nodes` (the server's page: 5,000 nodes by name) and how many
+ *  nodes match in all. */
+export interface ApiNodePage {
+  nodes: ApiNode[];
+  total: number;
+}
+
+function nodePage(body: unknown): ApiNodePage {
+  const b = body as { nodes?: ApiNode[]; total?: number };
+  const nodes = Array.isArray(b.nodes) ? b.nodes : [];
+  return { nodes, total: typeof b.total === 'number' ? b.total : nodes.length };
+}
+
+/** Nodes seen in the last day (`selector`: those it matches). */
+export async function fetchNodes(signal?: AbortSignal, selector?: string): Promise<ApiNodePage> {
+  const params = selector === undefined ? null : new URLSearchParams({ selector });
+  return nodePage(await getJson('nodes', params, signal));
+}
+
+/** `page` with `node` in it when it is not (a node named in a link, past the first page). */
+export async function withNode(page: Promise<ApiNodePage>, node: string, signal?: AbortSignal): Promise<ApiNodePage> {
+  const first = await page;
+  if (node === '' || first.nodes.some((n) => n.node === node)) return first;
+  const one = await fetchNodes(signal, nodeSelector([node]));
+  return { nodes: [...first.nodes, ...one.nodes], total: first.total };
+}
+
+/** A disabled option saying how many nodes a picker does not list (none when it lists all). */
+export function moreNodesOption(listed: number, total: number): HTMLOptionElement[] {
+  if (total <= listed) return [];
+  const o = new Option(`… ${total - listed} more nodes, not listed`, '');
+  o.disabled = true;
+  return [o];
 }
 
 /** Nodes matching `selector` that reported in [from, to), with their labels and facts. */
-export async function fetchNodesIn(selector: string, from: number, to: number, signal?: AbortSignal): Promise<ApiNode[]> {
+export async function fetchNodesIn(selector: string, from: number, to: number, signal?: AbortSignal): Promise<ApiNodePage> {
   const params = new URLSearchParams({ selector, from: String(from), to: String(to) });
-  const body = (await getJson('nodes', params, signal)) as { nodes?: ApiNode[] };
-  return Array.isArray(body.nodes) ? body.nodes : [];
+  return nodePage(await getJson('nodes', params, signal));
 }
 
 export async function fetchEvents(signal?: AbortSignal): Promise<ApiEvent[]> {

@@ -129,7 +129,7 @@ async function load(): Promise<void> {
   try {
     const [a, info] = await Promise.all([
       fetchCompare({ selector: state.selector, from, to, metric: state.metric }, signal),
-      fetchNodesIn(state.selector, from, to, signal).catch(() => [] as ApiNode[]),
+      fetchNodesIn(state.selector, from, to, signal).then((p) => p.nodes).catch(() => [] as ApiNode[]),
     ]);
     if (signal.aborted) return;
     answer = a;

@@ -102,12 +102,18 @@ async function load(): Promise<void> {
     ]);
     if (signal.aborted) return;
     answer = a;
-    nodeInfo = new Map(info.map((n) => [n.node, n]));
+    nodeInfo = new Map(info.nodes.map((n) => [n.node, n]));
     if (a.nodes.length === 0) {
       page.show(
         'info',
         'No node matches.',
         `No node matching ${a.selector} sent data in this range. Widen the range, or check the selector's labels (↓ in the Nodes field lists them).`,
+      );
+    } else if (info.total > info.nodes.length) {
+      page.show(
+        'info',
+        `Labels and facts of ${info.nodes.length} of ${info.total} nodes.`,
+        'The server lists nodes a page at a time; narrow the selector to see every node of the table with its labels and facts.',
       );
     } else {
       page.hideMessage();

@@ -6,7 +6,7 @@
 // close button or Back; kept in the URL as sandwich=NAME.
 
 import './style.css';
-import { fetchEvents, fetchFlamegraph, fetchNodes, type ApiEvent, type ApiFlamegraph, type ApiNode } from './api';
+import { fetchEvents, fetchFlamegraph, fetchNodes, moreNodesOption, withNode, type ApiEvent, type ApiFlamegraph, type ApiNode } from './api';
 import { FlameGraph, buildTree, compileMatcher, pathOf, resolvePath, type Frame, type FrameAction } from './flamegraph';
 import { DEFAULT_RANGE, RANGES, RANGE_LABELS, isRange, type RangeKey } from './range';
 import { renderNav } from './views';
@@ -124,6 +124,8 @@ const page = new Page({
 });
 let state = page.read();
 let nodes: ApiNode[] = [];
+/** How many nodes the server knows: more than `nodes` when its list came a page short. */
+let nodesTotal = 0;
 let events: ApiEvent[] = [];
 let profile: ApiFlamegraph | null = null;
 let loadSeq = 0;
@@ -215,7 +217,7 @@ function nodeLabels(n: ApiNode): string {
 }
 
 function renderNodeOptions(): void {
-  const opts: HTMLOptionElement[] = [new Option(nodes.length > 0 ? `All nodes (${nodes.length})` : 'All nodes', '')];
+  const opts: HTMLOptionElement[] = [new Option(nodesTotal > 0 ? `All nodes (${nodesTotal})` : 'All nodes', '')];
   for (const n of nodes) {
     const labels = nodeLabels(n);
     const text = [n.node, labels, `seen ${formatAgo(n.last_seen)}`].filter((s) => s !== '').join(' · ');
@@ -227,6 +229,7 @@ function renderNodeOptions(): void {
   if (state.node && !nodes.some((n) => n.node === state.node)) {
     opts.push(new Option(`${state.node} · not reporting`, state.node));
   }
+  opts.push(...moreNodesOption(nodes.length, nodesTotal));
   ui.node.replaceChildren(...opts);
   ui.node.value = state.node;
   renderNodeMeta();
@@ -269,9 +272,10 @@ async function loadAll(): Promise<void> {
   const signal = page.request();
   ui.loading.hidden = false;
   try {
-    const [n, e] = await Promise.all([fetchNodes(signal), fetchEvents(signal)]);
+    const [n, e] = await Promise.all([withNode(fetchNodes(signal), state.node, signal), fetchEvents(signal)]);
     if (seq !== loadSeq) return;
-    nodes = [...n].sort((a, b) => a.node.localeCompare(b.node));
+    nodes = [...n.nodes].sort((a, b) => a.node.localeCompare(b.node));
+    nodesTotal = n.total;
     events = e;
     if (!state.event) {
       state.event = events.some((x) => x.name === DEFAULT_EVENT) ? DEFAULT_EVENT : (events[0]?.name ?? DEFAULT_EVENT);

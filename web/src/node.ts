@@ -13,6 +13,8 @@ import {
   fetchCounters,
   fetchNodes,
   fetchPlacement,
+  moreNodesOption,
+  withNode,
   type ApiCounters,
   type ApiEventSource,
   type ApiFacts,
@@ -93,6 +95,8 @@ const SVG_NS = 'http://www.w3.org/2000/svg';
 const page = new Page({ read: readState, write: writeState, message: ui.message });
 let state = page.read();
 let nodes: ApiNode[] = [];
+/** How many nodes the server knows: more than `nodes` when its list came a page short. */
+let nodesTotal = 0;
 let placement: ApiPlacement | null = null;
 let counters: ApiCounters | null = null;
 let charts: { chart: uPlot; box: HTMLElement }[] = [];
@@ -170,6 +174,7 @@ function renderNodeOptions(): void {
   if (state.node && !nodes.some((n) => n.node === state.node)) {
     opts.push(new Option(`${state.node} · not reporting`, state.node));
   }
+  opts.push(...moreNodesOption(nodes.length, nodesTotal));
   ui.node.replaceChildren(...opts);
   ui.node.value = state.node;
   renderNodeMeta();
@@ -207,9 +212,10 @@ async function loadAll(): Promise<void> {
   const signal = page.request();
   page.show('info', 'Loading…', 'the node list');
   try {
-    const list = await fetchNodes(signal);
+    const list = await withNode(fetchNodes(signal), state.node, signal);
     if (mine !== seq) return;
-    nodes = [...list].sort((a, b) => a.node.localeCompare(b.node));
+    nodes = [...list.nodes].sort((a, b) => a.node.localeCompare(b.node));
+    nodesTotal = list.total;
   } catch (err) {
     if (mine !== seq || isCancelled(err)) return;
     showSections(false);

@@ -498,7 +498,7 @@ const server = createServer((req, res) => {
     case '/healthz':
       return send(res, 200, 'text/plain', 'ok\n');
     case '/api/v1/nodes':
-      return sendJson(res, 200, { selector: url.searchParams.get('selector') ?? '{}', nodes: nodesList() });
+      return sendJson(res, 200, { selector: url.searchParams.get('selector') ?? '{}', total: nodesList().length, next: null, nodes: nodesList() });
     case '/api/v1/events':
       return sendJson(res, 200, { events: EVENTS });
     case '/api/v1/flamegraph': {

@@ -1,5 +1,5 @@
-//! What the fleet looks like: `GET /api/v1/nodes?selector=&from=&to=` (nodes with labels and
-//! facts), `GET /api/v1/totals?event=&selector=&source=&from=&to=` (per node and source),
+//! What the fleet looks like: `GET /api/v1/nodes?selector=&from=&to=&limit=&after=` (nodes with
+//! labels and facts, a page at a time), `GET /api/v1/totals?event=&selector=&source=&from=&to=` (per node and source),
 //! `GET /api/v1/functions?event=&source=&selector=&from=&to=&limit=` (the largest functions,
 //! each with its values per node),
 //! `GET /api/v1/labels?selector=&from=&to=` (label names and values, for completion),
@@ -28,17 +28,25 @@ fn nodes_range(p: &Params) -> Result<(u32, u32), AppError> {
     }
 }
 
+/// Nodes listed per answer by default and at most: a page of a fleet's nodes with their facts
+/// is a few MiB (about 2 KB a node); `after` reads the next page.
+const NODES_PER_PAGE: u32 = 5000;
+
 pub(super) async fn nodes(
     State(state): State<AppState>,
     RawQuery(raw): RawQuery,
 ) -> Result<Json<serde_json::Value>, AppError> {
-    let p = Params::parse(raw.as_deref(), &["selector", "from", "to"])?;
+    let p = Params::parse(raw.as_deref(), &["selector", "from", "to", "limit", "after"])?;
     let selector = p.selector()?;
-    let (from, to) = nodes_range(&p)?;
-    let nodes: Vec<_> = state
-        .store
-        .nodes(&selector, from, to)
-        .await?
+    let range = nodes_range(&p)?;
+    let limit = p.bounded("limit", NODES_PER_PAGE, NODES_PER_PAGE)?;
+    let after = p.one("after").unwrap_or_default();
+    // One node more than the page: whether there is a next page.
+    let (mut page, total) = state.store.node_page(&selector, range, after, limit + 1).await?;
+    let more = page.len() > limit as usize;
+    page.truncate(limit as usize);
+    let next = more.then(|| page.last().map(|n| n.node.clone())).flatten();
+    let nodes: Vec<_> = page
         .into_iter()
         .map(|n| {
             serde_json::json!({
@@ -51,9 +59,12 @@ pub(super) async fn nodes(
             })
         })
         .collect();
-    Ok(Json(
-        serde_json::json!({ "selector": selector.to_string(), "nodes": nodes }),
-    ))
+    Ok(Json(serde_json::json!({
+        "selector": selector.to_string(),
+        "total": total,
+        "next": next,
+        "nodes": nodes,
+    })))
 }
 
 /// Values listed per label at most: completion needs the start of a list, not all of it.
@@ -69,21 +80,12 @@ pub(super) async fn labels(
     let p = Params::parse(raw.as_deref(), &["selector", "from", "to"])?;
     let selector = p.selector()?;
     let (from, to) = nodes_range(&p)?;
-    let (nodes, process_values) = tokio::try_join!(
-        state.store.nodes(&selector, from, to),
+    let (node_values, process_values) = tokio::try_join!(
+        state
+            .store
+            .node_label_values(&selector, (from, to), LABEL_VALUES_LIMIT as u32 + 1),
         state.store.process_label_values(from, LABEL_VALUES_LIMIT as u32 + 1),
     )?;
-    let mut node_values: BTreeMap<&str, BTreeMap<&str, u32>> = BTreeMap::new();
-    for n in &nodes {
-        *node_values
-            .entry("node")
-            .or_default()
-            .entry(n.node.as_str())
-            .or_default() += 1;
-        for (name, value) in &n.labels {
-            *node_values.entry(name).or_default().entry(value).or_default() += 1;
-        }
-    }
     let mut labels: Vec<serde_json::Value> = node_values
         .into_iter()
         .map(|(name, values)| {
@@ -170,6 +172,10 @@ pub(super) async fn totals(
 /// Functions listed per node at most by default and when asked.
 const DEFAULT_FUNCTIONS: u32 = 1000;
 const MAX_FUNCTIONS: u32 = 100_000;
+/// Values per answer at most, counted as (function, node) pairs, each four numbers: the
+/// functions listed are cut to fit (at least one), and the answer says so. 1,000 functions over
+/// 100,000 nodes were 800 MB of JSON and a 17 GB server; this bound keeps an answer near 10 MB.
+const MAX_FUNCTION_CELLS: u64 = 500_000;
 
 pub(super) async fn functions(
     State(state): State<AppState>,
@@ -182,7 +188,17 @@ pub(super) async fn functions(
     // 100 nodes' unaligned hour that read took 2.7 s, BENCHMARKS.md). The answer's `from` and
     // `to` are the range read.
     (scope.from, scope.to) = crate::storage::plan::whole_buckets(scope.from, scope.to);
-    let limit = p.bounded("limit", DEFAULT_FUNCTIONS, MAX_FUNCTIONS)?;
+    let asked = p.bounded("limit", DEFAULT_FUNCTIONS, MAX_FUNCTIONS)?;
+    // The nodes the answer has a column for: those with the event in the range.
+    let nodes = state
+        .store
+        .node_totals(&scope)
+        .await?
+        .into_iter()
+        .map(|t| t.node)
+        .collect::<std::collections::HashSet<_>>()
+        .len() as u64;
+    let limit = functions_allowed(asked, nodes);
     let found = state
         .store
         .node_functions(
@@ -213,7 +229,18 @@ pub(super) async fn functions(
         "to": rfc3339(scope.to),
         "nodes": found.nodes,
         "functions": functions,
+        // The functions asked for, those the bound on (function, node) pairs per answer
+        // allowed, and whether it cut them.
+        "limit": {"asked": asked, "applied": limit, "max_pairs": MAX_FUNCTION_CELLS},
+        "truncated": limit < asked,
     })))
+}
+
+/// The functions an answer over `nodes` nodes lists when `asked` for: as many as fit in
+/// [`MAX_FUNCTION_CELLS`], at least one.
+fn functions_allowed(asked: u32, nodes: u64) -> u32 {
+    let fit = (MAX_FUNCTION_CELLS / nodes.max(1)).max(1);
+    asked.min(u32::try_from(fit).unwrap_or(u32::MAX))
 }
 
 /// One function of `/api/v1/functions`: its values per node, aligned with the answer's `nodes`.
@@ -277,4 +304,19 @@ fn facts_json(f: &bimodal_proto::v1::NodeFacts) -> serde_json::Value {
             .map(|s| (EventKind::try_from(s.event).unwrap_or_default().name().to_owned(), serde_json::json!(s.unwinding_reduced)))
             .collect::<serde_json::Map<String, serde_json::Value>>(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn functions_are_cut_to_the_pairs_an_answer_holds() {
+        assert_eq!(functions_allowed(1000, 100), 1000);
+        assert_eq!(functions_allowed(1000, 1000), 500);
+        assert_eq!(functions_allowed(1000, 100_000), 5);
+        // Past the bound with one function: one is still listed.
+        assert_eq!(functions_allowed(1000, 2_000_000), 1);
+        assert_eq!(functions_allowed(7, 0), 7);
+    }
 }

@@ -112,6 +112,22 @@ pub struct NodeInfo {
     pub facts: Option<v1::NodeFacts>,
 }
 
+impl From<NodeRow> for NodeInfo {
+    fn from(r: NodeRow) -> NodeInfo {
+        use prost::Message;
+        NodeInfo {
+            labels: r.label_keys.into_iter().zip(r.label_values).collect(),
+            node: r.node,
+            first_seen: r.first_seen,
+            last_seen: r.last_seen,
+            agent_version: r.agent_version,
+            facts: (!r.facts.is_empty())
+                .then(|| v1::NodeFacts::decode(r.facts.as_slice()).ok())
+                .flatten(),
+        }
+    }
+}
+
 /// One event source as stored: what it measures and in which unit.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct SourceInfo {
@@ -426,7 +442,6 @@ impl Store {
 
     /// Nodes that reported in [from, to) and match the selector's node labels.
     pub async fn nodes(&self, selector: &Selector, from: u32, to: u32) -> Result<Vec<NodeInfo>, StorageError> {
-        use prost::Message;
         let rows = queries::nodes(selector, from, to)
             .query(&self.client)
             .fetch_all::<NodeRow>()
@@ -434,18 +449,64 @@ impl Store {
             .map_err(StorageError::query("list nodes"))?;
         Ok(rows
             .into_iter()
-            .map(|r| NodeInfo {
-                labels: r.label_keys.into_iter().zip(r.label_values).collect(),
-                node: r.node,
-                first_seen: r.first_seen,
-                last_seen: r.last_seen,
-                agent_version: r.agent_version,
-                facts: (!r.facts.is_empty())
-                    .then(|| v1::NodeFacts::decode(r.facts.as_slice()).ok())
-                    .flatten(),
-            })
+            .map(NodeInfo::from)
             .filter(|n| selector.matches_node(|l| n.labels.get(l).cloned()))
             .collect())
+    }
+
+    /// The first `limit` values by name of each label of the nodes [`Store::nodes`] lists,
+    /// `node` among them, with how many of those nodes have each value; labels by name.
+    pub async fn node_label_values(
+        &self,
+        selector: &Selector,
+        (from, to): (u32, u32),
+        limit: u32,
+    ) -> Result<Vec<(String, Vec<(String, u64)>)>, StorageError> {
+        #[derive(clickhouse::Row, serde::Deserialize)]
+        struct Row {
+            name: String,
+            value: String,
+            nodes: u64,
+        }
+        let rows = queries::node_label_values(selector, from, to, limit)
+            .query(&self.client)
+            .fetch_all::<Row>()
+            .await
+            .map_err(StorageError::query("list node labels"))?;
+        let mut labels: Vec<(String, Vec<(String, u64)>)> = Vec::new();
+        for r in rows {
+            match labels.last_mut() {
+                Some((name, values)) if *name == r.name => values.push((r.value, r.nodes)),
+                _ => labels.push((r.name, vec![(r.value, r.nodes)])),
+            }
+        }
+        Ok(labels)
+    }
+
+    /// Up to `limit` of the nodes [`Store::nodes`] lists, the first by name after `after` (""
+    /// for the first page), and how many it lists in all: a listing of any fleet is read, held
+    /// and answered a page at a time.
+    pub async fn node_page(
+        &self,
+        selector: &Selector,
+        (from, to): (u32, u32),
+        after: &str,
+        limit: u32,
+    ) -> Result<(Vec<NodeInfo>, u64), StorageError> {
+        #[derive(clickhouse::Row, serde::Deserialize)]
+        struct Count {
+            n: u64,
+        }
+        let (rows, count) = tokio::try_join!(
+            queries::node_page(selector, from, to, after, limit)
+                .query(&self.client)
+                .fetch_all::<NodeRow>(),
+            queries::node_count(selector, from, to)
+                .query(&self.client)
+                .fetch_one::<Count>(),
+        )
+        .map_err(StorageError::query("list nodes"))?;
+        Ok((rows.into_iter().map(NodeInfo::from).collect(), count.n))
     }
 
     /// Up to `limit` values of each process label ([`PROCESS_LABELS`](crate::selector::PROCESS_LABELS) order), from processes

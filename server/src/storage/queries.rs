@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use clickhouse::Client;
 
 use super::plan::{counter_pieces, pieces, sources_from, totals_by_hour, CounterTables, Reach, MINUTE};
-use super::select::{condition, matching_nodes, process_column, selector_filter, Nodes};
+use super::select::{condition, matching_nodes, node_condition, process_column, selector_filter, Nodes};
 use super::sql::{Sql, Value};
 use super::StorageError;
 use crate::selector::{LabelScope, Selector, PROCESS_LABELS};
@@ -458,6 +458,63 @@ pub(super) fn nodes(selector: &Selector, from: u32, to: u32) -> Sql {
     sql
 }
 
+/// `columns` (of `node`, its newest label keys `k` and values `v`) of the nodes that reported
+/// in [from, to), have a name past `after` and match the selector's node labels (all of them in
+/// SQL, on each node's newest labels).
+fn seen_nodes(columns: &str, selector: &Selector, from: u32, to: u32, after: &str) -> Sql {
+    let mut sql = Sql::new(&format!(
+        "SELECT {columns} FROM (SELECT node, min(first_seen) AS f, max(last_seen) AS l, \
+         argMax(label_keys, version) AS k, argMax(label_values, version) AS v FROM nodes WHERE node > "
+    ));
+    sql.bind(Value::Str(after.to_owned()));
+    for m in selector.node_matchers().filter(|m| m.name == "node") {
+        sql.push(" AND ").append(condition("node", m));
+    }
+    sql.push(" GROUP BY node HAVING l >= toDateTime(")
+        .bind(Value::U32(from))
+        .push(") AND f < toDateTime(")
+        .bind(Value::U32(to))
+        .push("))");
+    if let Some(labels) = node_condition(selector) {
+        sql.push(" WHERE ").append(labels);
+    }
+    sql
+}
+
+/// One page of [`nodes`]: the first `limit` by name after `after`. Only the page's nodes have
+/// their facts read.
+pub(super) fn node_page(selector: &Selector, from: u32, to: u32, after: &str, limit: u32) -> Sql {
+    let mut sql = Sql::new(
+        "SELECT node, min(first_seen) AS first_seen, max(last_seen) AS last_seen, \
+         argMax(label_keys, version) AS label_keys, argMax(label_values, version) AS label_values, \
+         argMax(agent_version, version) AS agent_version, argMax(facts, version) AS facts FROM nodes \
+         WHERE node IN (",
+    );
+    sql.append(seen_nodes("node", selector, from, to, after))
+        .push(" ORDER BY node LIMIT ")
+        .bind(Value::U32(limit))
+        .push(") GROUP BY node ORDER BY node");
+    sql
+}
+
+/// How many nodes [`nodes`] lists.
+pub(super) fn node_count(selector: &Selector, from: u32, to: u32) -> Sql {
+    let mut sql = Sql::new("SELECT count() AS n FROM (");
+    sql.append(seen_nodes("node", selector, from, to, "")).push(")");
+    sql
+}
+
+/// The first `limit` values by name of each label of the nodes [`nodes`] lists (`node` among
+/// them: ingest stores it as a label), with how many nodes have each: a row per label and value.
+pub(super) fn node_label_values(selector: &Selector, from: u32, to: u32, limit: u32) -> Sql {
+    let mut sql = Sql::new("SELECT key AS name, value, count() AS nodes FROM (");
+    sql.append(seen_nodes("k, v", selector, from, to, ""))
+        .push(") ARRAY JOIN k AS key, v AS value GROUP BY key, value ORDER BY key, value LIMIT ")
+        .bind(Value::U32(limit))
+        .push(" BY key");
+    sql
+}
+
 /// Up to `limit` distinct values of every process label, from processes seen since `from`'s day.
 pub(super) fn process_label_values(from: u32, limit: u32) -> Sql {
     let columns: Vec<String> = PROCESS_LABELS
@@ -730,6 +787,9 @@ pub fn examples(client: &Client) -> Vec<String> {
     };
     [
         matching_nodes(&selector),
+        node_page(&selector, scope.from, scope.to, "web-'1", 5001),
+        node_count(&selector, scope.from, scope.to),
+        node_label_values(&selector, scope.from, scope.to, 201),
         flame(&scope, &matching, 100_000),
         flame(&scope, &minus, 100_000),
         flame(&short, &Reach::Fleet, 100_000),

@@ -198,6 +198,8 @@ async fn a_fleet_of_agents_is_split_into_its_slow_band_and_explained() {
         names.len(),
         "{completion:#}"
     );
+    // A node has its name once (ingest stores it among the labels; it was counted twice).
+    assert_eq!(label("node")["values"][0]["nodes"], 1, "{completion:#}");
     assert_eq!(
         label("instance_type")["values"],
         serde_json::json!([{"value": "big", "nodes": 3}, {"value": "small", "nodes": 5}])

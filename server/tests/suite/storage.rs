@@ -1261,3 +1261,60 @@ async fn symbols_of_an_interrupted_store_do_not_mix_with_the_next_upload() {
     server.stop().await;
     ch.stop().await;
 }
+
+/// The node listing is read and answered a page at a time, whatever the fleet's size: the
+/// pages hold every matching node once, in name order, each says how many match in all, and a
+/// label matcher is applied before the page is cut (a page is never short of matches).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_are_listed_a_page_at_a_time() {
+    let server = TestServer::start().await;
+    for i in 0..7u8 {
+        let node = format!("page-{i}");
+        let mut hello = wire::hello(&node);
+        if let Some(v1::ingest_request::Message::Hello(h)) = hello.message.as_mut() {
+            h.labels
+                .insert("zone".into(), if i % 2 == 0 { "a" } else { "b" }.into());
+        }
+        let acks = wire::exchange_with(
+            server.url(),
+            vec![hello, req(wire::batch([i + 90; 16], false, "leaf", 1))],
+        )
+        .await
+        .unwrap();
+        assert_eq!(Status::try_from(acks[0].status).unwrap(), Status::Stored, "{acks:?}");
+    }
+    let page = |selector: &str, after: &str| {
+        let path = format!(
+            "/api/v1/nodes?{}&limit=2&after={after}",
+            super::common::selector(selector)
+        );
+        let server = &server;
+        async move {
+            let (status, body) = server.get(&path).await;
+            assert_eq!(status, 200, "{body}");
+            serde_json::from_str::<serde_json::Value>(&body).unwrap()
+        }
+    };
+    // Zone a: page-0, 2, 4, 6, two a page.
+    let (mut listed, mut after) = (Vec::new(), String::new());
+    loop {
+        let p = page(r#"{zone="a"}"#, &after).await;
+        assert_eq!(p["total"], 4, "{p}");
+        listed.extend(
+            p["nodes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|n| n["node"].as_str().unwrap().to_owned()),
+        );
+        match p["next"].as_str() {
+            Some(next) => after = next.to_owned(),
+            None => break,
+        }
+    }
+    assert_eq!(listed, ["page-0", "page-2", "page-4", "page-6"]);
+    // A page bigger than the server's is refused, not cut silently.
+    let (status, body) = server.get("/api/v1/nodes?limit=5001").await;
+    assert_eq!(status, 400, "{body}");
+    server.stop().await;
+}
