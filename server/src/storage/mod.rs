@@ -860,7 +860,8 @@ impl Store {
             .await
             .map_err(StorageError::query("aggregate samples"))?;
         let totals = queries::flame_totals(scope, &reach);
-        self.flame_graph_of(scope, rows, totals, max_stacks, reach.name()).await
+        self.flame_graph_of(&self.client, scope, rows, totals, max_stacks, reach.name())
+            .await
     }
 
     /// The profile of `scope`'s event on the nodes of `weights`, each node's values multiplied
@@ -878,22 +879,57 @@ impl Store {
             .selector
             .matchers
             .retain(|m| m.scope() != crate::selector::LabelScope::Node);
-        let rows = if weights.is_empty() {
-            Vec::new()
-        } else {
-            queries::weighted_flame(&nodes_given, weights, max_stacks.saturating_add(1).max(1))
-                .query(&self.client)
-                .fetch_all::<FlameRow>()
+        if weights.is_empty() {
+            let totals = queries::weighted_flame_totals(&nodes_given);
+            return self
+                .flame_graph_of(&self.client, scope, Vec::new(), totals, max_stacks, "matching")
+                .await;
+        }
+        // The weights go as rows of a temporary table of this read's own session: a group of
+        // 100,000 nodes inlined as text was a query ClickHouse refused ("AST is too big").
+        let session = self
+            .client
+            .clone()
+            .with_setting("session_id", uuid::Uuid::new_v4().to_string())
+            .with_setting("session_timeout", "120");
+        let failed = StorageError::query("aggregate weighted samples");
+        queries::create_node_weights()
+            .query(&session)
+            .execute()
+            .await
+            .map_err(failed)?;
+        #[derive(clickhouse::Row, serde::Serialize)]
+        struct Weight<'a> {
+            node: &'a str,
+            weight: f64,
+        }
+        let mut insert = session
+            .insert::<Weight<'_>>(queries::NODE_WEIGHTS)
+            .await
+            .map_err(StorageError::query("send the nodes' weights"))?;
+        for (node, weight) in weights {
+            insert
+                .write(&Weight { node, weight: *weight })
                 .await
-                .map_err(StorageError::query("aggregate weighted samples"))?
-        };
-        let totals = queries::weighted_flame_totals(&nodes_given, weights);
-        self.flame_graph_of(scope, rows, totals, max_stacks, Reach::Matching(Vec::new()).name())
+                .map_err(StorageError::query("send the nodes' weights"))?;
+        }
+        insert
+            .end()
+            .await
+            .map_err(StorageError::query("send the nodes' weights"))?;
+        // One query at a time in a session: the totals after the rows.
+        let rows = queries::weighted_flame(&nodes_given, max_stacks.saturating_add(1).max(1))
+            .query(&session)
+            .fetch_all::<FlameRow>()
+            .await
+            .map_err(StorageError::query("aggregate weighted samples"))?;
+        let totals = queries::weighted_flame_totals(&nodes_given);
+        self.flame_graph_of(&session, scope, rows, totals, max_stacks, "matching")
             .await
     }
 
     /// Per source: its stacks (per process), samples and value, of a flame graph's whole read.
-    async fn flame_totals(&self, sql: sql::Sql) -> Result<BTreeMap<String, (u64, u64, u64)>, StorageError> {
+    async fn flame_totals(client: &Client, sql: sql::Sql) -> Result<BTreeMap<String, (u64, u64, u64)>, StorageError> {
         #[derive(clickhouse::Row, serde::Deserialize)]
         struct Row {
             source: String,
@@ -902,7 +938,7 @@ impl Store {
             value: u64,
         }
         Ok(sql
-            .query(&self.client)
+            .query(client)
             .fetch_all::<Row>()
             .await
             .map_err(StorageError::query("sum what a flame graph left out"))?
@@ -917,6 +953,7 @@ impl Store {
     /// left out.
     async fn flame_graph_of(
         &self,
+        client: &Client,
         scope: &Scope,
         rows: Vec<FlameRow>,
         totals: sql::Sql,
@@ -925,7 +962,7 @@ impl Store {
     ) -> Result<FlameGraph, StorageError> {
         // One source per flame graph: samples of different sources are not comparable.
         let totals = match rows.len() > max_stacks as usize {
-            true => self.flame_totals(totals).await?,
+            true => Self::flame_totals(client, totals).await?,
             false => {
                 let mut totals: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
                 for r in &rows {

@@ -227,37 +227,44 @@ fn per_source_totals(rows: Sql) -> Sql {
 /// Samples per (source, stack, process) of the listed nodes, each node's values multiplied by
 /// its weight and summed (rounded to whole units), largest first, at most `limit`. Weights are
 /// numbers the server computed, written as literals.
-pub(super) fn weighted_flame(scope: &Scope, weights: &[(String, f64)], limit: u32) -> Sql {
-    let mut sql = weighted_flame_rows(scope, weights);
+pub(super) fn weighted_flame(scope: &Scope, limit: u32) -> Sql {
+    let mut sql = weighted_flame_rows(scope);
     sql.push(" ORDER BY value DESC LIMIT ").bind(Value::U32(limit));
     sql
 }
 
 /// [`flame_totals`] of [`weighted_flame`].
-pub(super) fn weighted_flame_totals(scope: &Scope, weights: &[(String, f64)]) -> Sql {
-    per_source_totals(weighted_flame_rows(scope, weights))
+pub(super) fn weighted_flame_totals(scope: &Scope) -> Sql {
+    per_source_totals(weighted_flame_rows(scope))
 }
 
-/// Samples per (source, stack, process) of the listed nodes, weighted ([`weighted_flame`]).
-fn weighted_flame_rows(scope: &Scope, weights: &[(String, f64)]) -> Sql {
-    let nodes: Vec<String> = weights.iter().map(|w| w.0.clone()).collect();
+/// The session's temporary table of each node's weight ([`weighted_flame`]): rows sent with
+/// the query's session, so that a group of any size is data, not text ClickHouse must parse.
+pub(super) const NODE_WEIGHTS: &str = "node_weights";
+
+/// [`NODE_WEIGHTS`], created in a session before its rows are sent.
+pub(super) fn create_node_weights() -> Sql {
+    Sql::new(&format!(
+        "CREATE TEMPORARY TABLE {NODE_WEIGHTS} (node String, weight Float64) ENGINE = Memory"
+    ))
+}
+
+/// Samples per (source, stack, process) of the nodes of [`NODE_WEIGHTS`], each node's values
+/// multiplied by its weight.
+fn weighted_flame_rows(scope: &Scope) -> Sql {
     let mut sql = Sql::new(
-        "SELECT source, stack_id, process_id, sum(count) AS count, toUInt64(round(sum(value * transform(node, [",
+        "SELECT source, stack_id, process_id, sum(count) AS count, toUInt64(round(sum(value * weight))) AS value FROM (",
     );
-    sql.bind_strs(weights.iter().map(|(node, _)| node));
-    let factors: Vec<String> = weights.iter().map(|w| format!("{:e}", w.1)).collect();
-    sql.push(&format!(
-        "], [{}], toFloat64(0))))) AS value FROM (",
-        factors.join(", ")
-    ));
     sql.append(union(
         "samples",
         "node, source, stack_id, process_id, count, value",
         scope,
-        Nodes::In(&nodes),
+        Nodes::Table(NODE_WEIGHTS),
         &Sql::default(),
     ))
-    .push(") GROUP BY source, stack_id, process_id HAVING value > 0");
+    .push(&format!(
+        ") AS rows ANY INNER JOIN {NODE_WEIGHTS} AS weights USING node GROUP BY source, stack_id, process_id HAVING value > 0"
+    ));
     sql
 }
 
@@ -790,6 +797,9 @@ pub fn examples(client: &Client) -> Vec<String> {
         node_page(&selector, scope.from, scope.to, "web-'1", 5001),
         node_count(&selector, scope.from, scope.to),
         node_label_values(&selector, scope.from, scope.to, 201),
+        create_node_weights(),
+        weighted_flame(&scope, 100_001),
+        weighted_flame_totals(&scope),
         flame(&scope, &matching, 100_000),
         flame(&scope, &minus, 100_000),
         flame(&short, &Reach::Fleet, 100_000),

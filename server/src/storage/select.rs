@@ -94,6 +94,9 @@ pub(super) enum Nodes<'a> {
         selector: &'a Selector,
         negate: bool,
     },
+    /// The nodes of a table the query's session holds (a temporary table of `node`s, sent as
+    /// rows: a list of any length).
+    Table(&'a str),
 }
 
 impl<'a> Nodes<'a> {
@@ -132,6 +135,7 @@ impl<'a> Nodes<'a> {
     pub(super) fn filter(self, column: &str, key: &str, open: &str, close: &str) -> Sql {
         let (op, names) = match self {
             Nodes::Any => return Sql::default(),
+            Nodes::Table(table) => return Sql::new(&format!(" AND {column} GLOBAL IN (SELECT node FROM {table})")),
             Nodes::In(n) => ("IN", n),
             Nodes::NotIn(n) => ("NOT IN", n),
             Nodes::Matching { selector, negate } => {
