@@ -106,7 +106,7 @@ def http(url, data=None, timeout=600):
 class Fleet:
     """A bimodal-server and its managed ClickHouse under `dir`."""
 
-    def __init__(self, dir):
+    def __init__(self, dir, extra=()):
         shutil.rmtree(dir, ignore_errors=True)
         os.makedirs(dir)
         self.dir = dir
@@ -116,7 +116,9 @@ class Fleet:
         self.proc = subprocess.Popen(
             # Unthrottled: the bench measures what the server stores, not the per-node rate limit.
             [SERVER, "--listen", f"127.0.0.1:{self.port}", "--data-dir", dir,
-             "--node-batch-rate", "1000000", "--node-batch-burst", "1000000"],
+             "--node-batch-rate", "1000000", "--node-batch-burst", "1000000",
+             # One load generator plays every node from one address.
+             "--max-streams-per-address", "20000", *extra],
             stdout=self.log, stderr=self.log)
         deadline = time.time() + 120
         while True:

@@ -66,8 +66,10 @@ pub struct Config {
     pub allow_unauthenticated: bool,
     /// Serve TLS with this certificate and key; `None`: plain text.
     pub tls: Option<tls::TlsFiles>,
-    /// Agent streams served at once at most; more are told to retry later.
+    /// Agent streams served at once at most, and from one client address at most; more are
+    /// told to retry later.
     pub max_streams: usize,
+    pub max_streams_per_address: usize,
     /// How long an agent stream may go without a batch before it is closed.
     pub stream_idle: std::time::Duration,
     /// Connections served at once, overall ([`serve::default_max_connections`] from the
@@ -105,6 +107,7 @@ pub struct Server {
     auth: auth::Auth,
     tls: Option<tls::Acceptor>,
     max_streams: usize,
+    max_streams_per_address: usize,
     stream_idle: std::time::Duration,
     connections: serve::Limits,
     max_in_flight_bytes: u64,
@@ -193,6 +196,7 @@ impl Server {
             auth,
             tls,
             max_streams: config.max_streams.max(1),
+            max_streams_per_address: config.max_streams_per_address.max(1),
             stream_idle: config.stream_idle,
             connections: config.connections,
             max_in_flight_bytes: config.max_in_flight_bytes,
@@ -219,6 +223,7 @@ impl Server {
                 self.auth.clone(),
                 ingest::StreamBounds {
                     max_streams: self.max_streams,
+                    max_streams_per_address: self.max_streams_per_address,
                     max_in_flight_bytes: self.max_in_flight_bytes,
                     node_batches: self.node_batches,
                     node_streams: self.node_streams,

@@ -101,6 +101,12 @@ struct Cli {
     /// Agent streams served at once at most (one per agent); more are told to retry later.
     #[arg(long, env = "BIMODAL_MAX_STREAMS", default_value_t = 20_000)]
     max_streams: usize,
+    /// Agent streams served at once from one client address at most; more are told to retry
+    /// later. Default: a quarter of --max-streams, so that one address cannot take every
+    /// agent's place. Behind a load balancer or a NAT, where many agents share an address,
+    /// raise it.
+    #[arg(long, env = "BIMODAL_MAX_STREAMS_PER_ADDRESS", value_parser = clap::value_parser!(u64).range(1..))]
+    max_streams_per_address: Option<u64>,
     /// An agent stream that sends no batch for this long is closed (agents send one every
     /// interval, 10 s by default, and open another): a client that sends a Hello and nothing
     /// more does not hold a place for good.
@@ -411,6 +417,10 @@ async fn main() -> std::process::ExitCode {
         alerts,
         token_file: cli.token_file,
         max_streams: cli.max_streams,
+        max_streams_per_address: cli.max_streams_per_address.map_or_else(
+            || bimodal_server::serve::Limits::per_address_default(cli.max_streams),
+            |n| usize::try_from(n).unwrap_or(usize::MAX),
+        ),
         stream_idle: cli.stream_idle_timeout.into(),
         // The soft limit up to the hard one whatever the bound: ClickHouse connections and
         // uploads need descriptors too.

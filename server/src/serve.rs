@@ -139,7 +139,8 @@ impl Limits {
     }
 }
 
-/// The places of open connections: a bound on all of them and one per client address.
+/// Places held at once (open connections, agent streams): a bound on all of them and one per
+/// client address.
 #[derive(Debug)]
 pub(crate) struct Places {
     all: Arc<Semaphore>,
@@ -148,7 +149,16 @@ pub(crate) struct Places {
     by_address: std::sync::Mutex<HashMap<IpAddr, usize>>,
 }
 
-/// The place one connection holds until it closes.
+/// Which bound refused a place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Full {
+    /// Every place is taken.
+    All,
+    /// The client's address holds its share.
+    Address,
+}
+
+/// The place one connection (or stream) holds until it closes.
 #[derive(Debug)]
 pub(crate) struct Place {
     _all: OwnedSemaphorePermit,
@@ -157,40 +167,58 @@ pub(crate) struct Place {
 }
 
 impl Places {
-    pub(crate) fn new(limits: &Limits) -> Arc<Places> {
-        let max = limits.max.clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
+    /// `max` places, `per_address` of them at most for one client address.
+    pub(crate) fn new(max: usize, per_address: usize) -> Arc<Places> {
+        let max = max.clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
         Arc::new(Places {
             all: Arc::new(Semaphore::new(max)),
             max,
-            per_address: limits.per_address.max(1),
+            per_address: per_address.max(1),
             by_address: Default::default(),
+        })
+    }
+
+    /// The most places one address may hold.
+    pub(crate) fn per_address(&self) -> usize {
+        self.per_address
+    }
+
+    /// A place for the client at `ip`, or the bound that refused it.
+    pub(crate) fn take(self: &Arc<Self>, ip: IpAddr) -> Result<Place, Full> {
+        let ip = ip.to_canonical();
+        let Ok(all) = self.all.clone().try_acquire_owned() else {
+            return Err(Full::All);
+        };
+        let mut by_address = self.by_address.lock().unwrap_or_else(|e| e.into_inner());
+        let held = by_address.entry(ip).or_insert(0);
+        if *held >= self.per_address {
+            return Err(Full::Address);
+        }
+        *held += 1;
+        Ok(Place {
+            _all: all,
+            places: self.clone(),
+            ip,
         })
     }
 
     /// A place for a connection from `addr`, or none: the connection is to be closed, and is
     /// counted as `too_many_connections` (every place is taken) or `too_many_from_address`
     /// (its address holds its share).
-    pub(crate) fn take(self: &Arc<Self>, addr: SocketAddr) -> Option<Place> {
-        let ip = addr.ip().to_canonical();
-        let Ok(all) = self.all.clone().try_acquire_owned() else {
-            count_refused_connection("too_many_connections");
-            tracing::debug!(%addr, "closed a connection beyond the bound on open connections");
-            return None;
-        };
-        let mut by_address = self.by_address.lock().unwrap_or_else(|e| e.into_inner());
-        let held = by_address.entry(ip).or_insert(0);
-        if *held >= self.per_address {
-            drop(by_address);
-            count_refused_connection("too_many_from_address");
-            tracing::debug!(%addr, per_address = self.per_address, "closed a connection beyond its address's share");
-            return None;
+    fn connection(self: &Arc<Self>, addr: SocketAddr) -> Option<Place> {
+        match self.take(addr.ip()) {
+            Ok(place) => Some(place),
+            Err(Full::All) => {
+                count_refused_connection("too_many_connections");
+                tracing::debug!(%addr, "closed a connection beyond the bound on open connections");
+                None
+            }
+            Err(Full::Address) => {
+                count_refused_connection("too_many_from_address");
+                tracing::debug!(%addr, per_address = self.per_address, "closed a connection beyond its address's share");
+                None
+            }
         }
-        *held += 1;
-        Some(Place {
-            _all: all,
-            places: self.clone(),
-            ip,
-        })
     }
 
     fn release(&self, ip: IpAddr) {
@@ -335,7 +363,7 @@ impl Incoming {
             Incoming::Plain(listener) => loop {
                 match listener.accept().await {
                     Ok((stream, addr)) => {
-                        let Some(place) = places.take(addr) else {
+                        let Some(place) = places.connection(addr) else {
                             continue;
                         };
                         let _ = stream.set_nodelay(true);
@@ -393,7 +421,7 @@ pub async fn serve(mut incoming: Incoming, app: Router, limits: Limits, shutdown
         .initial_stream_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW);
     let builder = Arc::new(builder);
-    let places = Places::new(&limits);
+    let places = Places::new(limits.max, limits.per_address);
     let (stop, stopping) = watch::channel(false);
     tokio::pin!(shutdown);
     loop {
@@ -618,7 +646,7 @@ impl TlsListener {
                             continue;
                         }
                     };
-                    let Some(place) = places.take(peer) else { continue };
+                    let Some(place) = places.connection(peer) else { continue };
                     let (done, acceptor) = (self.done.clone(), self.acceptor.clone());
                     tokio::spawn(async move {
                         match acceptor.handshake(stream).await {

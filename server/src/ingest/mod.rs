@@ -48,6 +48,8 @@ pub const DEFAULT_MAX_IN_FLIGHT_BYTES: u64 = 128 << 20;
 pub struct StreamBounds {
     /// Agent streams open at once at most.
     pub max_streams: usize,
+    /// Agent streams served at once from one client address at most.
+    pub max_streams_per_address: usize,
     /// Encoded bytes of batches held at once between admission and the write buffer.
     pub max_in_flight_bytes: u64,
     /// How fast each node may send batches, and open streams.
@@ -75,7 +77,7 @@ pub struct IngestService {
     names: Arc<Names>,
     auth: crate::auth::Auth,
     /// Agent streams open at once at most.
-    streams: Arc<tokio::sync::Semaphore>,
+    streams: Arc<crate::serve::Places>,
     max_streams: usize,
     in_flight: Arc<Admission>,
     /// How fast each node may send batches.
@@ -102,6 +104,7 @@ impl IngestService {
     ) -> Self {
         let StreamBounds {
             max_streams,
+            max_streams_per_address,
             max_in_flight_bytes,
             node_batches,
             node_streams,
@@ -115,7 +118,7 @@ impl IngestService {
             writer,
             names,
             auth,
-            streams: Arc::new(tokio::sync::Semaphore::new(max_streams)),
+            streams: crate::serve::Places::new(max_streams, max_streams_per_address),
             max_streams,
             rates: Arc::new(crate::rate::Buckets::new(node_batches)),
             opens: Arc::new(crate::rate::Buckets::new(node_streams)),
@@ -187,12 +190,26 @@ impl IngestService {
         self.auth
             .allow_grpc(&metadata, peer.as_ref(), crate::auth::Scope::Write, None)?;
         // A bound on streams: each holds a task, buffers and a share of the admission bound.
-        let Ok(open_stream) = self.streams.clone().try_acquire_owned() else {
-            count_refused("too_many_streams");
-            return Err(Status::resource_exhausted(format!(
-                "the server serves {} agent streams at most; retry later",
-                self.max_streams
-            )));
+        // And a share of them per client address: one address cannot take every agent's place.
+        let ip = peer
+            .as_ref()
+            .map_or(std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), |p| p.addr.ip());
+        let open_stream = match self.streams.take(ip) {
+            Ok(place) => place,
+            Err(crate::serve::Full::All) => {
+                count_refused("too_many_streams");
+                return Err(Status::resource_exhausted(format!(
+                    "the server serves {} agent streams at most; retry later",
+                    self.max_streams
+                )));
+            }
+            Err(crate::serve::Full::Address) => {
+                count_refused("too_many_streams_from_address");
+                return Err(Status::resource_exhausted(format!(
+                    "the server serves {} agent streams at most from one client address ({ip}); retry later",
+                    self.streams.per_address()
+                )));
+            }
         };
         // The Hello arrives in the time a message of a Hello's largest size may take (11 s from
         // the stream's opening), or the stream and its place are given up: a client that opens

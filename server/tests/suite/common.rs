@@ -193,6 +193,7 @@ pub fn test_config(listen: SocketAddr, dir: &std::path::Path) -> Config {
         allow_unauthenticated: false,
         tls: None,
         max_streams: 20_000,
+        max_streams_per_address: 5_000,
         stream_idle: Duration::from_secs(300),
         connections: bimodal_server::serve::Limits::new(bimodal_server::serve::default_max_connections()),
         max_in_flight_bytes: bimodal_server::ingest::DEFAULT_MAX_IN_FLIGHT_BYTES,

@@ -208,6 +208,76 @@ async fn streams_beyond_the_bound_are_told_to_retry() {
     server.stop().await;
 }
 
+/// One client address holds its share of the agent streams (`--max-streams-per-address`) and
+/// no more (issue 49: one address could fill `--max-streams` with streams that send a Hello and
+/// wait, locking every agent out): beyond its share a stream from it is told RESOURCE_EXHAUSTED
+/// with the bound and counted, while an agent from another address is still served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_holds_its_share_of_the_agent_streams() {
+    let server = TestServer::start_changed(|c| bimodal_server::Config {
+        max_streams: 6,
+        max_streams_per_address: 2,
+        ..c
+    })
+    .await;
+    // Streams from 127.0.0.2 (loopback too, another address) over one connection.
+    let addr = server.addr;
+    let connector = tower::service_fn(move |_: tonic::transport::Uri| async move {
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.bind(std::net::SocketAddr::new([127, 0, 0, 2].into(), 0))?;
+        Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(socket.connect(addr).await?))
+    });
+    let channel = tonic::transport::Endpoint::from_shared(server.url())
+        .unwrap()
+        .connect_with_connector(connector)
+        .await
+        .unwrap();
+    let open = |node: String| {
+        let mut client = v1::ingest_client::IngestClient::new(channel.clone());
+        async move {
+            let (tx, rx) = tokio::sync::mpsc::channel(4);
+            tx.send(wire::hello(&node)).await.unwrap();
+            client
+                .stream(tokio_stream::wrappers::ReceiverStream::new(rx))
+                .await
+                .map(|acks| (tx, acks))
+        }
+    };
+    let refused = || {
+        refusals(
+            &server,
+            "bimodal_ingest_rejected_batches_total",
+            "too_many_streams_from_address",
+        )
+    };
+    let before = refused().await;
+    let mut held = Vec::new();
+    for i in 0..2 {
+        held.push(open(format!("held-{i}")).await.expect("within the address's share"));
+    }
+    let status = open("held-2".into())
+        .await
+        .expect_err("a third stream from the address");
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("2 agent streams at most from one client address (127.0.0.2)"),
+        "{status:?}"
+    );
+    assert!(refused().await > before, "the refusal is not counted");
+    // An agent from 127.0.0.1 streams its batch.
+    let acks = exchange(
+        &server,
+        vec![wire::hello("elsewhere"), req(wire::batch([51; 16], false, "hot", 1))],
+    )
+    .await
+    .unwrap();
+    assert_eq!(Status::try_from(acks[0].status).unwrap(), Status::Stored, "{acks:?}");
+    drop(held);
+    server.stop().await;
+}
+
 /// Each node sends at most its rate of batches (`--node-batch-rate`, `--node-batch-burst`):
 /// beyond its burst a node's batches are answered "retry" with the wait until its next one is
 /// due, counted by reason; another node is not held back, and the node's next batch after the
