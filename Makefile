@@ -66,6 +66,8 @@ test: web
 ##        uploads a 280 MiB image (tools/bench-upload.sh) and while short processes come and go
 ##        (tools/bench-cache.sh), then storage and ingest
 ##        of simulated fleets of 100 to 10,000 nodes (tools/bench_storage.py, BENCH_FLEETS=100,1000,10000),
+##        then every API read over a fleet of 100,000 nodes against its budget, with the server's
+##        peak RSS per read (tools/bench_fleet_reads.py, BENCH_READS_NODES=100000),
 ##        then band detection on seeded synthetic fleets (server/examples/bands_bench.rs),
 ##        then a soak: 1,000 simulated agents for 10 minutes while the server and its ClickHouse are
 ##        killed (tools/soak.py, SOAK_NODES, SOAK_MINUTES, SOAK_INTERVAL, SOAK_SCALE): lost and
@@ -77,6 +79,7 @@ bench: release
 	tools/bench-upload.sh
 	tools/bench-cache.sh
 	python3 tools/bench_storage.py --nodes $${BENCH_FLEETS:-100,1000,10000}
+	python3 tools/bench_fleet_reads.py --nodes $${BENCH_READS_NODES:-100000}
 	cargo run --release -q -p bimodal-server --example bands_bench $${BENCH_BAND_TRIALS:-200}
 	python3 tools/soak.py
 
