@@ -25,7 +25,7 @@ import time
 import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_storage import LOADGEN, Fleet, http, peak_rss_mib, wait_merges  # noqa: E402
+from bench_storage import LOADGEN, Fleet, http, peak_rss_mib, status_mib, wait_merges  # noqa: E402
 
 MIB = 2**20
 # Nodes the load generator plays at once.
@@ -60,11 +60,7 @@ def reads(nodes, start, end):
 
 
 def rss_mib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+    return status_mib(pid, "VmRSS")
 
 
 def reset_peak(pid):

@@ -72,12 +72,17 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / HZ
 
 
-def peak_rss_mib(pid):
+def status_mib(pid, field):
+    """A size field of /proc/PID/status (VmHWM, VmRSS) in MiB."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmHWM:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     return 0.0
+
+
+def peak_rss_mib(pid):
+    return status_mib(pid, "VmHWM")
 
 
 def pid_of(needle):
