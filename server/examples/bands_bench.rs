@@ -551,7 +551,7 @@ fn table_head(columns: &[&str], sizes: &[usize]) {
 /// (all false), for the others the share whose slowest level (or, below the smallest band, whose
 /// outliers) is exactly the slow nodes, beside the share an ideal classifier gets right.
 fn shapes(trials: usize, config: &BandConfig, null: &mut NullCache) {
-    const SIZES: [usize; 4] = [10, 100, 1000, 10_000];
+    const SIZES: [usize; 6] = [10, 20, 40, 100, 1000, 10_000];
     table_head(&["shape", "measure"], &SIZES);
     for (k, shape) in SHAPES.iter().enumerate() {
         let (name, measure) = match shape {
