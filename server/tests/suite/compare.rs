@@ -249,16 +249,26 @@ async fn a_fleet_of_agents_is_split_into_its_slow_band_and_explained() {
         "{code:#?}"
     );
 
-    // Where the faults fell, more on every slow node: the session's mapping, which
-    // load_session unmaps before the agent reads the process's mappings at the end of the
-    // interval, so it is "unknown" (the agent resolves data addresses when it drains).
+    // Where the faults fell, more on every slow node: the session's mapping. The agent resolves
+    // data addresses when it drains, reading the process's mappings then: load_session has
+    // mostly unmapped its pages by then ("unknown"), but a drain that comes while a request
+    // holds them (mmap hands back the same range each time) finds them anonymous memory, which
+    // a slower machine does more often (the clean-clone CI run of 36d9364 ranked "anon" first).
     let data = answer["explanation"]["data"].as_array().unwrap();
     let first = data
         .iter()
         .find(|d| d["event"] == "page_fault")
         .unwrap_or_else(|| panic!("no data object differs: {data:#?}"));
-    assert_eq!(first["kind"], "unknown", "{data:#?}");
-    assert_eq!(first["object"], "memory unmapped before the agent read the mappings");
+    let session_memory = [
+        ("unknown", "memory unmapped before the agent read the mappings"),
+        ("anon", "anon"),
+    ];
+    assert!(
+        session_memory
+            .iter()
+            .any(|(kind, object)| first["kind"] == *kind && first["object"] == *object),
+        "{data:#?}"
+    );
     assert_eq!(first["effect"], sign, "{first:#}");
     assert_eq!(first[slow_side].as_array().unwrap().len(), 3);
 
