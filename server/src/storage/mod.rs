@@ -71,6 +71,28 @@ impl StorageError {
         move |source| StorageError::Insert { table, source }.counted(table)
     }
 
+    /// Why ClickHouse refused this read as too large for it, when it did: a refusal that comes
+    /// again however often the read is retried, unlike storage that is down or busy. By
+    /// ClickHouse's error codes: too many rows or bytes read (158, 307, 396), a query too big to
+    /// parse (167, 168), and a query over its own memory limit (241, not the server's total,
+    /// which other reads share and free).
+    pub fn too_large(&self) -> Option<&'static str> {
+        let (StorageError::Query { source, .. } | StorageError::Statement { source, .. }) = self else {
+            return None;
+        };
+        let clickhouse::error::Error::BadResponse(text) = source else {
+            return None;
+        };
+        let code = text.split_once("Code: ")?.1;
+        let code: u32 = code[..code.find(|c: char| !c.is_ascii_digit())?].parse().ok()?;
+        match code {
+            158 | 307 | 396 => Some("it would read more rows or bytes than storage allows one read"),
+            167 | 168 => Some("its query is larger than storage parses"),
+            241 if !text.contains("(total)") => Some("it needs more memory than storage allows one read"),
+            _ => None,
+        }
+    }
+
     /// This error, counted in `bimodal_clickhouse_errors_total{operation}`.
     pub(crate) fn counted(self, operation: &str) -> StorageError {
         crate::metrics::metrics()
