@@ -126,6 +126,39 @@ pub struct WindowRows {
 impl WindowRows {
     /// The reads of a window, at once where one does not need another's answer.
     pub async fn read(store: &Store, selector: &Selector, from: u32, to: u32) -> Result<WindowRows, StorageError> {
+        let (mut nodes, rows) = tokio::try_join!(
+            store.nodes(selector, from, to),
+            WindowRows::figures(store, selector, from, to, true)
+        )?;
+        nodes.sort_by(|a, b| a.node.cmp(&b.node));
+        Ok(WindowRows { nodes, ..rows })
+    }
+
+    /// The reads of a part of a window already read (its halves): the window's `nodes` as they
+    /// are, with their facts, not read again (at 100,000 nodes they are most of a window's
+    /// bytes), and placements only when `placements` (the one metric they make).
+    pub async fn read_part(
+        store: &Store,
+        selector: &Selector,
+        (from, to): (u32, u32),
+        nodes: &[NodeInfo],
+        placements: bool,
+    ) -> Result<WindowRows, StorageError> {
+        let rows = WindowRows::figures(store, selector, from, to, placements).await?;
+        Ok(WindowRows {
+            nodes: nodes.to_vec(),
+            ..rows
+        })
+    }
+
+    /// Every read of a window but its nodes: what the nodes did over [from, to).
+    async fn figures(
+        store: &Store,
+        selector: &Selector,
+        from: u32,
+        to: u32,
+        placements: bool,
+    ) -> Result<WindowRows, StorageError> {
         let scope_of = |event: EventKind| Scope {
             event: event.name(),
             source: None,
@@ -135,8 +168,7 @@ impl WindowRows {
         };
         // Which nodes the selector reaches is the same for every event's totals.
         let any_event = scope_of(EventKind::Cpu);
-        let (mut nodes, reach) = tokio::try_join!(store.nodes(selector, from, to), store.reach(&any_event))?;
-        nodes.sort_by(|a, b| a.node.cmp(&b.node));
+        let reach = store.reach(&any_event).await?;
         // Every read below needs only the nodes: they run at once (one after another, their
         // round trips and ClickHouse times added up). The per-node reads take the selector's
         // nodes as a subquery, not their names: a fleet of 100,000 names inlined is a query
@@ -150,7 +182,12 @@ impl WindowRows {
             futures_util::future::try_join_all(EventKind::ALL.into_iter().map(totals_of)),
             store.node_counters(NodeSet::Selected(selector), from, to),
             store.node_sources(NodeSet::Selected(selector), from, to),
-            store.placements_of(NodeSet::Selected(selector), from, to),
+            async {
+                match placements {
+                    true => store.placements_of(NodeSet::Selected(selector), from, to).await,
+                    false => Ok(BTreeMap::new()),
+                }
+            },
         )?;
         let units = sources.into_iter().map(|s| ((s.event, s.source), s.unit)).collect();
         let node_cpu = if selector.process_matchers().next().is_none() {
@@ -182,7 +219,7 @@ impl WindowRows {
             Some(store.node_totals_over(&scope, &reach).await?)
         };
         Ok(WindowRows {
-            nodes,
+            nodes: Vec::new(),
             units,
             totals,
             counters,
@@ -214,6 +251,21 @@ impl Window {
         now: u32,
     ) -> Result<Window, StorageError> {
         let rows = WindowRows::read(store, selector, from, to).await?;
+        Ok(Window::assemble(rows, selector, from, to, now))
+    }
+
+    /// The part [from, to) of `window` (one of its halves), read at `now`, for `metric`:
+    /// [`WindowRows::read_part`] with `window`'s nodes.
+    pub async fn read_part(
+        store: &Store,
+        selector: &Selector,
+        (from, to): (u32, u32),
+        now: u32,
+        window: &Window,
+        metric: &MetricKind,
+    ) -> Result<Window, StorageError> {
+        let placements = *metric == MetricKind::RemoteMemory;
+        let rows = WindowRows::read_part(store, selector, (from, to), &window.nodes, placements).await?;
         Ok(Window::assemble(rows, selector, from, to, now))
     }
 

@@ -594,9 +594,10 @@ async fn within_window(
         }));
     };
     let read_at = crate::clock::now_secs();
+    // The window's nodes and facts as they are: only what they did in each half is read.
     let (first, second) = tokio::try_join!(
-        Window::read(&state.store, selector, from, mid, read_at),
-        Window::read(&state.store, selector, mid, to, read_at),
+        Window::read_part(&state.store, selector, (from, mid), read_at, window, &metric.kind),
+        Window::read_part(&state.store, selector, (mid, to), read_at, window, &metric.kind),
     )?;
     fn names_of(w: &Window) -> Vec<&str> {
         w.nodes.iter().map(|n| n.node.as_str()).collect()
