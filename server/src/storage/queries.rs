@@ -454,15 +454,27 @@ pub(super) fn nodes(selector: &Selector, from: u32, to: u32) -> Sql {
          argMax(label_keys, version) AS label_keys, argMax(label_values, version) AS label_values, \
          argMax(agent_version, version) AS agent_version, argMax(facts, version) AS facts FROM nodes WHERE 1",
     );
+    seen_in(&mut sql, selector, (from, to), ("first_seen", "last_seen"));
+    sql.push(" ORDER BY node");
+    sql
+}
+
+/// The rest of a read of `nodes` rows filtered by a condition: the selector's conditions on the
+/// node's name, then one row per node that reported in [from, to), its first and last report
+/// named `first` and `last`.
+fn seen_in(sql: &mut Sql, selector: &Selector, (from, to): (u32, u32), (first, last): (&str, &str)) {
     for m in selector.node_matchers().filter(|m| m.name == "node") {
         sql.push(" AND ").append(condition("node", m));
     }
-    sql.push(" GROUP BY node HAVING last_seen >= toDateTime(")
+    sql.push(" GROUP BY node HAVING ")
+        .push(last)
+        .push(" >= toDateTime(")
         .bind(Value::U32(from))
-        .push(") AND first_seen < toDateTime(")
+        .push(") AND ")
+        .push(first)
+        .push(" < toDateTime(")
         .bind(Value::U32(to))
-        .push(") ORDER BY node");
-    sql
+        .push(")");
 }
 
 /// `columns` (of `node`, its newest label keys `k` and values `v`) of the nodes that reported
@@ -474,14 +486,8 @@ fn seen_nodes(columns: &str, selector: &Selector, from: u32, to: u32, after: &st
          argMax(label_keys, version) AS k, argMax(label_values, version) AS v FROM nodes WHERE node > "
     ));
     sql.bind(Value::Str(after.to_owned()));
-    for m in selector.node_matchers().filter(|m| m.name == "node") {
-        sql.push(" AND ").append(condition("node", m));
-    }
-    sql.push(" GROUP BY node HAVING l >= toDateTime(")
-        .bind(Value::U32(from))
-        .push(") AND f < toDateTime(")
-        .bind(Value::U32(to))
-        .push("))");
+    seen_in(&mut sql, selector, (from, to), ("f", "l"));
+    sql.push(")");
     if let Some(labels) = node_condition(selector) {
         sql.push(" WHERE ").append(labels);
     }
