@@ -30,8 +30,13 @@
 //! cause: named as such, no function blamed) or one function's own samples shifted (that
 //! function listed first).
 //!
+//! An eighth table: the held-out tests of the explanation (`held_out`) over the two halves of a
+//! window, the band metric the sum of the event's functions: a one-band fleet cut at its own
+//! highest tenth (a false band, or the cut's noise beside a real one), where no function should
+//! be confirmed; and one function's shift on a tenth, which should be first and confirmed.
+//!
 //! usage: cargo run --release -p bimodal-server --example bands_bench [TRIALS [TABLE...]]
-//!   TABLE: bands, sparse, heavy, shapes, compare, classes or explain (default: all seven)
+//!   TABLE: bands, sparse, heavy, shapes, compare, classes, explain or held (default: all eight)
 
 use std::time::Instant;
 
@@ -66,6 +71,172 @@ fn main() {
     }
     if wanted("explain") {
         explain(trials);
+    }
+    if wanted("held") {
+        held(trials);
+    }
+}
+
+/// Per-node values of 50 functions of one event in each half of a window: function k at
+/// 1,000 / (k + 1) per CPU-second, every node alike but for sampling noise drawn anew in each half
+/// (σ 0.2 per function and half); the band metric is their sum, the window's values the halves'
+/// mean. One band, cut at its highest tenth (at least 3 nodes) by the window's metric; or a tenth
+/// with one function's own samples shifted enough for bands on the metric (the 3rd ×4: the slow
+/// nodes' page faults 1.2×, 3.5 σ of a half's noise; the 10th ×10, alike), cut where they are. Reported: how often the
+/// explanation over the window lists any function (or the cause first), and how often a
+/// function is listed first and confirmed on the half that did not cut the groups.
+fn held(trials: usize) {
+    use bimodal_server::analysis::compare::{
+        code_differences, Direction, FunctionTable, FunctionValues, Groups, Metric, MetricKind,
+    };
+    use bimodal_server::analysis::held_out::{held_out, Half};
+    const SIZES: [usize; 4] = [10, 30, 100, 1000];
+    const FUNCTIONS: usize = 50;
+    table_head(&["the band event's functions, two halves", "measure"], &SIZES);
+    /// The function shifted on the slow tenth, and by how much.
+    type Shift = Option<(usize, f64)>;
+    // (case, its shift, what is measured, whether held out)
+    let cases: [(&str, Shift, &str, bool); 6] = [
+        ("one band, cut at its highest tenth", None, "a function listed", false),
+        (
+            "one band, cut at its highest tenth",
+            None,
+            "a function confirmed held out",
+            true,
+        ),
+        (
+            "the 3rd largest function ×4",
+            Some((2, 4.0)),
+            "that function first",
+            false,
+        ),
+        (
+            "the 3rd largest function ×4",
+            Some((2, 4.0)),
+            "that function first, confirmed held out",
+            true,
+        ),
+        (
+            "the 10th largest function ×10",
+            Some((9, 10.0)),
+            "that function first",
+            false,
+        ),
+        (
+            "the 10th largest function ×10",
+            Some((9, 10.0)),
+            "that function first, confirmed held out",
+            true,
+        ),
+    ];
+    for (k, (name, cause, measure, held)) in cases.into_iter().enumerate() {
+        print!("| {name} | {measure} |");
+        for n in SIZES {
+            let trials = if n >= 1000 { trials.div_ceil(4) } else { trials };
+            // The same fleets for both measures of a case.
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x4e1d_0000 + (k / 2) as u64 * 100_000 + n as u64);
+            let slow = (n / 10).max(3);
+            let mut right = 0;
+            for _ in 0..trials {
+                // Per half, per function, per node.
+                let halves: Vec<Vec<Vec<f64>>> = (0..2)
+                    .map(|_| {
+                        (0..FUNCTIONS)
+                            .map(|f| {
+                                (0..n)
+                                    .map(|i| {
+                                        let factor = match cause {
+                                            Some((shifted, by)) if shifted == f && i < slow => by,
+                                            _ => 1.0,
+                                        };
+                                        1000.0 / (f + 1) as f64 * factor * noise_of(&mut rng, 0.2)
+                                    })
+                                    .collect()
+                            })
+                            .collect()
+                    })
+                    .collect();
+                let whole: Vec<Vec<f64>> = (0..FUNCTIONS)
+                    .map(|f| (0..n).map(|i| (halves[0][f][i] + halves[1][f][i]) / 2.0).collect())
+                    .collect();
+                let of = |own: &[Vec<f64>]| -> (FunctionTable, Metric) {
+                    let main: Vec<Option<f64>> = (0..n).map(|i| Some(own.iter().map(|f| f[i]).sum())).collect();
+                    let mut functions = vec![FunctionValues {
+                        function: "main".into(),
+                        module: "app".into(),
+                        self_values: vec![Some(0.0); n],
+                        total_values: main.clone(),
+                    }];
+                    functions.extend(own.iter().enumerate().map(|(f, v)| {
+                        let v: Vec<Option<f64>> = v.iter().copied().map(Some).collect();
+                        FunctionValues {
+                            function: format!("f{f}"),
+                            module: "app".into(),
+                            self_values: v.clone(),
+                            total_values: v,
+                        }
+                    }));
+                    let kind = MetricKind::EventRate {
+                        event: "page_fault".into(),
+                        source: "page-faults".into(),
+                    };
+                    (
+                        FunctionTable {
+                            event: "page_fault".into(),
+                            source: "page-faults".into(),
+                            unit: "faults per CPU-second".into(),
+                            functions,
+                        },
+                        Metric {
+                            kind,
+                            name: "page_fault per CPU-second".into(),
+                            unit: "faults per CPU-second".into(),
+                            direction: Direction::HigherIsSlower,
+                            values: main,
+                            evidence: None,
+                        },
+                    )
+                };
+                let (table, metric) = of(&whole);
+                let parts = [of(&halves[0]), of(&halves[1])];
+                // The slow nodes where a cause put them; else the window's highest values.
+                let mut high: Vec<usize> = match cause {
+                    Some(_) => (0..slow).collect(),
+                    None => {
+                        let mut order: Vec<usize> = (0..n).collect();
+                        order.sort_by(|&a, &b| metric.values[b].unwrap().total_cmp(&metric.values[a].unwrap()));
+                        order[..slow].to_vec()
+                    }
+                };
+                high.sort_unstable();
+                let groups = Groups {
+                    low: (0..n).filter(|i| !high.contains(i)).collect(),
+                    high,
+                    slow: Some("high"),
+                };
+                let mut listed = code_differences(std::slice::from_ref(&table), &groups, 50);
+                held_out(
+                    &mut listed,
+                    &metric,
+                    &groups,
+                    [0, 1].map(|h| Half {
+                        metric: &parts[h].1,
+                        table: &parts[h].0,
+                    }),
+                );
+                let confirmed = |d: &&bimodal_server::analysis::compare::CodeDifference| {
+                    !held || d.held_out.is_some_and(|h| h.confirmed)
+                };
+                right += usize::from(match cause {
+                    None => listed.iter().any(|d| confirmed(&d)),
+                    Some((f, _)) => listed
+                        .first()
+                        .is_some_and(|d| d.function == format!("f{f}") && confirmed(&d)),
+                });
+            }
+            print!(" {:.1}% |", 100.0 * right as f64 / trials as f64);
+        }
+        println!();
     }
 }
 

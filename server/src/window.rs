@@ -27,7 +27,7 @@ use crate::analysis::compare::{
 use crate::selector::Selector;
 use crate::storage::placement::ProcessPlacement;
 use crate::storage::queries::Measures;
-use crate::storage::{NodeInfo, NodeSet, NodeTotal, NodesRead, Scope, StorageError, Store};
+use crate::storage::{NodeFunctions, NodeInfo, NodeSet, NodeTotal, NodesRead, Scope, StorageError, Store};
 
 /// Functions read per event and source for the explanation (the largest over the fleet).
 const FUNCTIONS_READ: u32 = 200;
@@ -717,16 +717,38 @@ pub async fn function_tables(
     w: &Window,
     read: NodesRead<'_>,
 ) -> Result<Vec<FunctionTable>, StorageError> {
-    let scopes = source_scopes(w.sources.iter(), selector, from, to);
-    // One read per source, all at once: ClickHouse overlaps them.
-    let reads = futures_util::future::try_join_all(
+    let reads = function_reads(store, w.sources.iter(), selector, from, to, read).await?;
+    Ok(function_tables_of(w, w.sources.iter(), reads))
+}
+
+/// The reads of [`function_tables`] for `sources` (of a window over [from, to)), before their
+/// values are normalized by the window's nodes: one read per source, all at once (ClickHouse
+/// overlaps them).
+pub async fn function_reads<'a>(
+    store: &Store,
+    sources: impl Iterator<Item = &'a (&'static str, String, String)>,
+    selector: &Selector,
+    from: u32,
+    to: u32,
+    read: NodesRead<'_>,
+) -> Result<Vec<NodeFunctions>, StorageError> {
+    let scopes = source_scopes(sources, selector, from, to);
+    futures_util::future::try_join_all(
         scopes
             .iter()
             .map(|s| store.node_functions(s, FUNCTIONS_READ, Measures::Values, read)),
     )
-    .await?;
+    .await
+}
+
+/// The tables of [`function_tables`] from its `reads` of `sources`, normalized by `w`'s nodes.
+pub fn function_tables_of<'a>(
+    w: &Window,
+    sources: impl Iterator<Item = &'a (&'static str, String, String)>,
+    reads: Vec<NodeFunctions>,
+) -> Vec<FunctionTable> {
     let mut tables = Vec::new();
-    for ((event, source, unit), found) in w.sources.iter().zip(reads) {
+    for ((event, source, unit), found) in sources.zip(reads) {
         let is_cpu = *event == EventKind::Cpu.name();
         // Per node: what a value is divided by (CPU-ns sampled for shares of the CPU samples,
         // CPU-seconds for rates).
@@ -763,7 +785,7 @@ pub async fn function_tables(
                 .collect(),
         });
     }
-    Ok(tables)
+    tables
 }
 
 /// The largest data objects of every event and source with data addresses, per CPU-second

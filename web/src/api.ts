@@ -419,8 +419,23 @@ export interface ApiCompare {
       p_value: number;
       functions: number;
     }[];
-    /** `with_whole`: the function's value only followed its event's whole (its share did not move). */
-    code: (ApiDifference & { function: string; module: string; measure: 'self_value' | 'total_value'; with_whole?: boolean })[];
+    /** When the bands were cut on one event's rate: that event's functions tested again on the
+     * half of the window that did not cut them (`event`, `summary`), or why not (`reason`). */
+    held_out?: {
+      event?: string;
+      source?: string;
+      reason: string | null;
+      summary?: { tested: number; confirmed: number; untested: number };
+    };
+    /** `with_whole`: the function's value only followed its event's whole (its share did not move).
+     * `held_out`: for a function of the event the bands were cut on, its difference on the other half. */
+    code: (ApiDifference & {
+      function: string;
+      module: string;
+      measure: 'self_value' | 'total_value';
+      with_whole?: boolean;
+      held_out?: { p_value: number; q_value: number; confirmed: boolean } | null;
+    })[];
     /** Why no function can be listed, when the groups are too small for the rank test. */
     code_note?: string | null;
     data: (ApiDifference & { object: string; kind: string })[];

@@ -388,14 +388,38 @@ function renderExplanation(a: ApiCompare): void {
       const name = el('div');
       name.append(fn, el('span', 'muted small', ` ${d.measure === 'self_value' ? 'self' : 'total'} · ${d.module}`));
       if (d.with_whole) name.append(el('span', 'badge', 'node-wide'));
+      if (d.held_out && !d.held_out.confirmed) {
+        const badge = el('span', 'badge', 'not held out');
+        badge.title =
+          `On the half of the window that did not cut the bands, p = ${d.held_out.p_value.toPrecision(2)}: ` +
+          'this difference may be the cut\'s own noise';
+        name.append(badge);
+      }
       cell(r, name);
       cell(r, `${figure(v.fastMedian)} → ${figure(v.slowMedian)}`, 'num');
       cell(r, d.unit, 'muted small');
       cell(r, dotPlot(v.fast, v.slow, d.unit));
       cell(r, (slowIsHigh ? d.effect : -d.effect).toFixed(2), 'num');
-      cell(r, `${pValue(d.p_value)}, q = ${d.q_value.toPrecision(2)}`, 'small');
+      cell(
+        r,
+        `${pValue(d.p_value)}, q = ${d.q_value.toPrecision(2)}` +
+          (d.held_out ? `; held out ${pValue(d.held_out.p_value)}` : ''),
+        'small',
+      );
       return r;
     });
+    const held = x.held_out;
+    if (held?.event && held.summary) {
+      parts.push(
+        el(
+          'p',
+          'muted small',
+          `${held.event} made the values the bands were cut on, so its functions are tested again on the half of the window ` +
+            `that did not cut them: ${held.summary.confirmed} of ${held.summary.tested} confirmed. Those not confirmed ` +
+            '(marked "not held out") are listed after the others of their event.',
+        ),
+      );
+    }
     parts.push(
       collapsed(
         table(

@@ -811,6 +811,10 @@ pub struct CodeDifference {
     /// remote memory, a smaller cache), not this function's doing. Listed after the functions
     /// of its event whose share moved.
     pub with_whole: bool,
+    /// For a function of the event the bands were cut on: its difference tested on the half of
+    /// the window that did not cut the groups ([`super::held_out`]); `None` for other events, and
+    /// where the window has no halves or the halves no values of the function.
+    pub held_out: Option<super::held_out::HeldOut>,
     #[serde(flatten)]
     pub difference: Difference,
 }
@@ -1006,6 +1010,7 @@ pub fn code_differences(tables: &[FunctionTable], groups: &Groups, limit: usize)
                     module: f.module.clone(),
                     measure,
                     with_whole: false,
+                    held_out: None,
                     difference: Difference {
                         event: table.event.clone(),
                         source: table.source.clone(),

@@ -6,12 +6,15 @@
 //! - [`rank`]: tests between two groups of nodes that count each node once;
 //! - [`compare`]: the strongest bands over every metric, and the labels and functions that
 //!   differ between them;
+//! - [`held_out`]: the band metric's own functions tested on the half of the window that did
+//!   not cut the bands;
 //! - [`chains`]: which nodes' stacks may stop short beside the others', and stay out of
 //!   stack-derived comparisons.
 
 pub mod bands;
 pub mod chains;
 pub mod compare;
+pub mod held_out;
 pub mod modes;
 pub mod rank;
 

@@ -19,11 +19,12 @@ use serde_json::{json, Value};
 use super::params::Params;
 use super::{AppError, AppState};
 use crate::analysis::bands::{BandConfig, Bands, Split};
-use crate::analysis::compare::{self, BandChoice, ClassSplit, Groups, Metric, MetricBands};
+use crate::analysis::compare::{self, BandChoice, ClassSplit, FunctionTable, Groups, Metric, MetricBands, MetricKind};
+use crate::analysis::held_out;
 use crate::clock::{now_secs as now, rfc3339};
 use crate::selector::Selector;
-use crate::storage::NodesRead;
-use crate::window::{data_tables, find_bands, function_tables, no_bands_verdict, Window};
+use crate::storage::{NodeFunctions, NodesRead};
+use crate::window::{self, data_tables, find_bands, function_tables, no_bands_verdict, Window};
 
 /// Differences listed by default and at most.
 const DEFAULT_LIMIT: u32 = 50;
@@ -222,7 +223,7 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
         ),
         timed(
             "halves",
-            within_window(&state, &selector, from, to, &window, metric, groups)
+            within_window(&state, &selector, (from, to), &window, metric, groups, &sample)
         ),
         async {
             let tables = function_tables(&state.store, &selector, from, to, &window, sample.read());
@@ -234,7 +235,7 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
         },
     )?;
     let explained = sample.groups;
-    (answer["verdict"], answer["bands"]) = two_bands(&window, metric, measured, split, groups, changed, halves);
+    (answer["verdict"], answer["bands"]) = two_bands(&window, metric, measured, split, groups, changed, halves.json);
     answer["verdict"] = json!(classes_verdict(
         &window,
         metric,
@@ -248,17 +249,30 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
     })));
     let labels: Vec<_> = window.nodes.iter().map(|n| n.labels.clone()).collect();
     let explained_nodes = explained_json(&window, &explained, per_group);
-    let (groups, findings) = (groups.clone(), window.findings.clone());
+    let (groups, findings, metric) = (groups.clone(), window.findings.clone(), metric.clone());
     // Hundreds of rank tests: on a blocking thread, not the server's workers.
     answer["explanation"] = timed(
         "explanation",
         tokio::task::spawn_blocking(move || {
-            let code = compare::code_differences(&tables, &explained, limit as usize);
+            let mut code = compare::code_differences(&tables, &explained, limit as usize);
+            let held_out = match &halves.held_out {
+                Ok(h) => {
+                    let summary = held_out::held_out(&mut code, &metric, &explained, h.halves());
+                    json!({
+                        "event": h.tables[0].event,
+                        "source": h.tables[0].source,
+                        "reason": Value::Null,
+                        "summary": summary,
+                    })
+                }
+                Err(reason) => json!({"reason": reason}),
+            };
             json!({
                 "labels": compare::label_splits(&labels, &groups),
                 "placement": compare::finding_splits(&findings, &groups),
                 "nodes": explained_nodes,
                 "node_wide": compare::node_wide(&tables, &explained, &code),
+                "held_out": held_out,
                 "code": code,
                 "code_note": compare::too_few_to_rank(&tables, &explained),
                 "data": compare::data_differences(&data, &explained, limit as usize),
@@ -475,6 +489,7 @@ async fn given_groups(state: &AppState, p: &Params) -> Result<Json<Value>, AppEr
                 "placement": compare::finding_splits(&findings, &groups),
                 "nodes": explained_nodes,
                 "node_wide": compare::node_wide(&tables, &explained, &code),
+                "held_out": {"reason": "the groups were given, not chosen from the window's values: their tests stand as they are"},
                 "code": code,
                 "code_note": compare::too_few_to_rank(&tables, &explained),
                 "data": compare::data_differences(&data, &explained, limit as usize),
@@ -574,30 +589,80 @@ async fn changes(
     }))
 }
 
+/// What compare read of each half of the window: the nodes that moved band within it, and what
+/// the held-out tests of the explanation need.
+struct Halves {
+    json: Value,
+    held_out: Result<HalfTables, &'static str>,
+}
+
+/// The band metric and its event's functions in each half of the window, aligned with the
+/// window's nodes ([`held_out::held_out`]).
+struct HalfTables {
+    metrics: [Metric; 2],
+    tables: [FunctionTable; 2],
+}
+
+impl HalfTables {
+    fn halves(&self) -> [held_out::Half<'_>; 2] {
+        [0, 1].map(|h| held_out::Half {
+            metric: &self.metrics[h],
+            table: &self.tables[h],
+        })
+    }
+}
+
 /// The chosen metric in each half of the window ([`plan::half_way`]): the nodes of the bands
 /// that ran clearly in one band in the first half and in the other in the second
-/// ([`compare::moved_within`]).
+/// ([`compare::moved_within`]). Where the bands are cut on an event's rate, also that event's
+/// functions in each half, of the explained nodes (`sample`), for the held-out tests.
 async fn within_window(
     state: &AppState,
     selector: &Selector,
-    from: u32,
-    to: u32,
+    (from, to): (u32, u32),
     window: &Window,
     metric: &Metric,
     groups: &Groups,
-) -> Result<Value, AppError> {
+    sample: &Sample,
+) -> Result<Halves, AppError> {
     let Some(mid) = crate::storage::plan::half_way(from, to) else {
-        return Ok(json!({
-            "halves": Value::Null,
-            "reason": "the window is one bucket: it has no halves to compare",
-            "moved": [],
-        }));
+        const ONE_BUCKET: &str = "the window is one bucket: it has no halves to compare";
+        return Ok(Halves {
+            json: json!({
+                "halves": Value::Null,
+                "reason": ONE_BUCKET,
+                "moved": [],
+            }),
+            held_out: Err(ONE_BUCKET),
+        });
+    };
+    // The band metric's own event, when it is one event's rate: its functions made the values
+    // the bands were cut on.
+    let band_source = match &metric.kind {
+        MetricKind::EventRate { event, source } => window
+            .sources
+            .iter()
+            .find(|(e, s, _)| e == event && s == source)
+            .ok_or("the band metric's event has no functions in this window"),
+        _ => Err("the bands are not cut on one event's samples: no function's values chose them"),
+    };
+    let functions_in = |(from, to): (u32, u32)| async move {
+        match band_source {
+            Ok(source) => {
+                window::function_reads(&state.store, std::iter::once(source), selector, from, to, sample.read())
+                    .await
+                    .map(Some)
+            }
+            Err(_) => Ok(None),
+        }
     };
     let read_at = crate::clock::now_secs();
     // The window's nodes and facts as they are: only what they did in each half is read.
-    let (first, second) = tokio::try_join!(
+    let (first, second, first_functions, second_functions) = tokio::try_join!(
         Window::read_part(&state.store, selector, (from, mid), read_at, window, &metric.kind),
         Window::read_part(&state.store, selector, (mid, to), read_at, window, &metric.kind),
+        functions_in((from, mid)),
+        functions_in((mid, to)),
     )?;
     fn names_of(w: &Window) -> Vec<&str> {
         w.nodes.iter().map(|n| n.node.as_str()).collect()
@@ -610,7 +675,8 @@ async fn within_window(
             None => metric.only(&[]),
         }
     };
-    let moved = compare::moved_within(metric, groups, &half(&first), &half(&second));
+    let (first_metric, second_metric) = (half(&first), half(&second));
+    let moved = compare::moved_within(metric, groups, &first_metric, &second_metric);
     let moved: Vec<Value> = moved
         .iter()
         .map(|m| {
@@ -619,11 +685,32 @@ async fn within_window(
             v
         })
         .collect();
-    Ok(json!({
-        "halves": [[rfc3339(from), rfc3339(mid)], [rfc3339(mid), rfc3339(to)]],
-        "reason": Value::Null,
-        "moved": moved,
-    }))
+    // A half's window has the whole window's nodes in its order: its tables align with them.
+    let table_of = |w: &Window, read: Option<Vec<NodeFunctions>>| -> Option<FunctionTable> {
+        window::function_tables_of(w, band_source.ok().into_iter(), read?)
+            .into_iter()
+            .next()
+    };
+    let held_out = match (
+        band_source,
+        table_of(&first, first_functions),
+        table_of(&second, second_functions),
+    ) {
+        (Ok(_), Some(a), Some(b)) => Ok(HalfTables {
+            metrics: [first_metric, second_metric],
+            tables: [a, b],
+        }),
+        (Err(reason), ..) => Err(reason),
+        _ => Err("the band metric's event has no functions in a half of the window"),
+    };
+    Ok(Halves {
+        json: json!({
+            "halves": [[rfc3339(from), rfc3339(mid)], [rfc3339(mid), rfc3339(to)]],
+            "reason": Value::Null,
+            "moved": moved,
+        }),
+        held_out,
+    })
 }
 
 /// The bands of `selector` over [from, to) as node names (what `/api/v1/diff?groups=bands`

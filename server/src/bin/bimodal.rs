@@ -599,10 +599,24 @@ fn compare_text(a: &Value) -> String {
             line(format!(
                 "functions that differ, per node (medians {medians}; effect: rank-biserial over nodes):"
             ));
+            let held = &a["explanation"]["held_out"];
+            if let Some(event) = held["event"].as_str() {
+                let summary = &held["summary"];
+                line(format!(
+                    "  {event} made the values the bands were cut on: its functions are tested again on the half of \
+                     the window that did not cut them ({} of {} confirmed held out)",
+                    summary["confirmed"], summary["tested"]
+                ));
+            }
         }
         for c in &code {
+            let held = match c["held_out"]["p_value"].as_f64() {
+                Some(p) if c["held_out"]["confirmed"] == true => format!(", held out p = {p:.4}"),
+                Some(p) => format!(", held out p = {p:.4}: not confirmed"),
+                None => String::new(),
+            };
             line(format!(
-                "  {:<12} {} ({}): {} → {} {}, effect {:+.2}, p = {:.4}, q = {:.4}",
+                "  {:<12} {} ({}): {} → {} {}, effect {:+.2}, p = {:.4}, q = {:.4}{held}",
                 c["event"].as_str().unwrap_or(""),
                 c["function"].as_str().unwrap_or(""),
                 if c["measure"] == "self_value" { "self" } else { "total" },

@@ -862,6 +862,26 @@ async fn a_node_that_turns_slow_half_way_through_the_window_is_flagged() {
         "{within:#}"
     );
     assert!(moved[0]["p_value"].as_f64().unwrap() < 1e-12, "{within:#}");
+    // The bands were cut on remote accesses: that event's functions are tested again on the
+    // half that did not cut them, the others are not.
+    let held = &answer["explanation"]["held_out"];
+    assert_eq!(
+        (&held["event"], &held["reason"]),
+        (&"remote_access".into(), &Value::Null),
+        "{held:#}"
+    );
+    let code = answer["explanation"]["code"].as_array().unwrap();
+    let tested: Vec<&Value> = code.iter().filter(|d| !d["held_out"].is_null()).collect();
+    assert!(!tested.is_empty(), "{answer:#}");
+    assert_eq!(held["summary"]["tested"], tested.len(), "{held:#}");
+    for d in &code[..] {
+        let own_event = d["event"] == "remote_access";
+        assert_eq!(own_event, !d["held_out"].is_null(), "{d:#}");
+        if own_event {
+            let (p, confirmed) = (d["held_out"]["p_value"].as_f64().unwrap(), &d["held_out"]["confirmed"]);
+            assert_eq!(confirmed, &Value::Bool(p <= 0.05), "{d:#}");
+        }
+    }
     let verdict = answer["verdict"].as_str().unwrap();
     assert!(
         verdict.ends_with("; 1 node changed band half-way through the window: numa-7"),
@@ -878,6 +898,10 @@ async fn a_node_that_turns_slow_half_way_through_the_window_is_flagged() {
         ),
         "{text}"
     );
+    assert!(
+        text.contains("remote_access made the values the bands were cut on: its functions are tested again"),
+        "{text}"
+    );
     // One minute has no halves: said so, nobody flagged.
     let (status, body) = server
         .get(&format!("/api/v1/compare?from={start}&to={}", start + 60))
@@ -890,6 +914,8 @@ async fn a_node_that_turns_slow_half_way_through_the_window_is_flagged() {
             within["halves"].is_null() && within["moved"] == serde_json::json!([]),
             "{within:#}"
         );
+        let held = &answer["explanation"]["held_out"];
+        assert!(held["reason"].as_str().unwrap().contains("one bucket"), "{held:#}");
     }
     server.stop().await;
 }
