@@ -217,7 +217,6 @@ fn held(trials: usize) {
                 let mut listed = code_differences(std::slice::from_ref(&table), &groups, 50);
                 held_out(
                     &mut listed,
-                    &metric,
                     &groups,
                     [0, 1].map(|h| Half {
                         metric: &parts[h].1,

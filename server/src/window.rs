@@ -27,7 +27,7 @@ use crate::analysis::compare::{
 use crate::selector::Selector;
 use crate::storage::placement::ProcessPlacement;
 use crate::storage::queries::Measures;
-use crate::storage::{NodeFunctions, NodeInfo, NodeSet, NodeTotal, NodesRead, Scope, StorageError, Store};
+use crate::storage::{Functions, NodeFunctions, NodeInfo, NodeSet, NodeTotal, NodesRead, Scope, StorageError, Store};
 
 /// Functions read per event and source for the explanation (the largest over the fleet).
 const FUNCTIONS_READ: u32 = 200;
@@ -717,26 +717,27 @@ pub async fn function_tables(
     w: &Window,
     read: NodesRead<'_>,
 ) -> Result<Vec<FunctionTable>, StorageError> {
-    let reads = function_reads(store, w.sources.iter(), selector, from, to, read).await?;
+    let which = Functions::Largest(FUNCTIONS_READ);
+    let reads = function_reads(store, w.sources.iter(), selector, (from, to), read, which).await?;
     Ok(function_tables_of(w, w.sources.iter(), reads))
 }
 
-/// The reads of [`function_tables`] for `sources` (of a window over [from, to)), before their
-/// values are normalized by the window's nodes: one read per source, all at once (ClickHouse
-/// overlaps them).
+/// The reads of [`function_tables`] for `sources` over [from, to), of the `which` functions,
+/// before their values are normalized by a window's nodes: one read per source, all at once
+/// (ClickHouse overlaps them).
 pub async fn function_reads<'a>(
     store: &Store,
     sources: impl Iterator<Item = &'a (&'static str, String, String)>,
     selector: &Selector,
-    from: u32,
-    to: u32,
+    (from, to): (u32, u32),
     read: NodesRead<'_>,
+    which: Functions<'_>,
 ) -> Result<Vec<NodeFunctions>, StorageError> {
     let scopes = source_scopes(sources, selector, from, to);
     futures_util::future::try_join_all(
         scopes
             .iter()
-            .map(|s| store.node_functions(s, FUNCTIONS_READ, Measures::Values, read)),
+            .map(|s| store.node_functions_of(s, which, Measures::Values, read)),
     )
     .await
 }

@@ -374,6 +374,7 @@ function renderExplanation(a: ApiCompare): void {
       ),
     );
   }
+  const heldOut = x.held_out;
   if (x.code.length > 0) {
     const rows = x.code.map((d) => {
       const r = el('tr', 'clickable');
@@ -388,11 +389,12 @@ function renderExplanation(a: ApiCompare): void {
       const name = el('div');
       name.append(fn, el('span', 'muted small', ` ${d.measure === 'self_value' ? 'self' : 'total'} · ${d.module}`));
       if (d.with_whole) name.append(el('span', 'badge', 'node-wide'));
-      if (d.held_out && !d.held_out.confirmed) {
+      if (heldOut?.event === d.event && heldOut.source === d.source && !d.held_out?.confirmed) {
         const badge = el('span', 'badge', 'not held out');
-        badge.title =
-          `On the half of the window that did not cut the bands, p = ${d.held_out.p_value.toPrecision(2)}: ` +
-          'this difference may be the cut\'s own noise';
+        badge.title = d.held_out
+          ? `On the half of the window that did not cut the bands, p = ${d.held_out.p_value.toPrecision(2)}, ` +
+            `q = ${d.held_out.q_value.toPrecision(2)}: this difference may be the cut's own noise`
+          : 'Not tested on the half of the window that did not cut the bands: a half has no values of it';
         name.append(badge);
       }
       cell(r, name);
@@ -403,12 +405,12 @@ function renderExplanation(a: ApiCompare): void {
       cell(
         r,
         `${pValue(d.p_value)}, q = ${d.q_value.toPrecision(2)}` +
-          (d.held_out ? `; held out ${pValue(d.held_out.p_value)}` : ''),
+          (d.held_out ? `; held out ${pValue(d.held_out.p_value)}, q = ${d.held_out.q_value.toPrecision(2)}` : ''),
         'small',
       );
       return r;
     });
-    const held = x.held_out;
+    const held = heldOut;
     if (held?.event && held.summary) {
       parts.push(
         el(

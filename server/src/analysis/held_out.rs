@@ -22,8 +22,8 @@ use super::rank;
 /// A listed function's difference tested on the half of the window that did not cut its groups.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct HeldOut {
-    /// Twice the smaller of the two ways' p-values (one half cuts, the other is tested); a way
-    /// whose effect runs against the difference listed counts as 1.
+    /// Twice the smaller of the two ways' one-sided p-values (one half cuts, the other is tested,
+    /// in the listed difference's direction); a way whose effect runs against it counts as 1.
     pub p_value: f64,
     /// Benjamini–Hochberg over the functions tested held out in this comparison.
     pub q_value: f64,
@@ -48,34 +48,36 @@ pub struct HeldOutSummary {
     /// Listed functions of the band event tested held out.
     pub tested: usize,
     pub confirmed: usize,
-    /// Listed functions of the band event that neither half has values of (outside a half's
-    /// largest functions): not tested, listed after the confirmed ones.
+    /// Listed functions of the band event that neither way could test (outside both halves'
+    /// largest functions, or a half's cut left a group without values): not tested, listed after
+    /// the confirmed ones.
     pub untested: usize,
 }
 
-/// Tests every difference in `listed` of `table_event`'s event and source on the window's
-/// `halves` (the band `metric` over the whole window cut the explained `groups` at
-/// [`Metric::threshold_between`]), sets its [`CodeDifference::held_out`], and moves those not
-/// confirmed after the confirmed ones of the event, in the places the event holds in the list
-/// (functions that follow a node-wide shift stay last).
-pub fn held_out(
-    listed: &mut [CodeDifference],
-    metric: &Metric,
-    groups: &Groups,
-    halves: [Half<'_>; 2],
-) -> HeldOutSummary {
+/// Tests every difference in `listed` of the event and source of `halves` on the window's
+/// halves, sets its [`CodeDifference::held_out`], and moves those not confirmed after the
+/// confirmed ones of the event, in the places the event holds in the list (functions that follow
+/// a node-wide shift stay last). In each half the explained `groups` are cut again by that half's
+/// metric, at their own shares: the half's highest values make its high group, as many of its
+/// nodes with a value as the high group holds of the explained nodes. A threshold carried over
+/// from the window would put every node on one side of it when the whole fleet's rate moves
+/// between the halves (load, the time of day).
+pub fn held_out(listed: &mut [CodeDifference], groups: &Groups, halves: [Half<'_>; 2]) -> HeldOutSummary {
     let (event, source) = (&halves[0].table.event, &halves[0].table.source);
-    let threshold = metric.threshold_between(&groups.low, &groups.high);
+    let explained = groups.nodes();
+    let high_share = groups.high.len() as f64 / explained.len().max(1) as f64;
     // The explained nodes cut by a half's own metric; a node without a value there sits out.
     let cut = |half: &Metric| -> Groups {
-        let (mut low, mut high) = (Vec::new(), Vec::new());
-        for i in groups.nodes() {
-            match half.values.get(i).copied().flatten() {
-                Some(v) if v >= threshold => high.push(i),
-                Some(_) => low.push(i),
-                None => {}
-            }
-        }
+        let mut valued: Vec<(f64, usize)> = explained
+            .iter()
+            .filter_map(|&i| Some((half.values.get(i).copied().flatten()?, i)))
+            .collect();
+        valued.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let at = valued.len() - (high_share * valued.len() as f64).round() as usize;
+        let mut low: Vec<usize> = valued[..at].iter().map(|v| v.1).collect();
+        let mut high: Vec<usize> = valued[at..].iter().map(|v| v.1).collect();
+        low.sort_unstable();
+        high.sort_unstable();
         Groups {
             low,
             high,
@@ -99,17 +101,18 @@ pub fn held_out(
         if d.difference.event != *event || d.difference.source != *source {
             continue;
         }
-        // One way: the groups `by` cut, the values of the other half.
+        // One way: the groups `by` cut, the values of the other half; the one-sided p-value in
+        // the listed difference's direction (`None`: nothing to test, a group without values).
         let way = |by: usize| -> Option<f64> {
             let values = values_in(halves[1 - by].table, d)?;
             let pick = |nodes: &[usize]| -> Vec<f64> { nodes.iter().filter_map(|&i| values[i]).collect() };
             let (low, high) = (pick(&cuts[by].low), pick(&cuts[by].high));
             if low.is_empty() || high.is_empty() {
-                return Some(1.0);
+                return None;
             }
             let test = rank::mann_whitney(&low, &high);
             let along = test.effect * d.difference.effect > 0.0;
-            Some(if along { test.p_value } else { 1.0 })
+            Some(if along { test.p_value / 2.0 } else { 1.0 })
         };
         match (way(0), way(1)) {
             (None, None) => untested += 1,
@@ -165,13 +168,25 @@ mod tests {
         nodes: usize,
         factor: impl Fn(usize, usize) -> f64,
     ) -> ((FunctionTable, Metric), [(FunctionTable, Metric); 2]) {
+        fleet_with_halves(rng, nodes, factor, [1.0, 1.0])
+    }
+
+    /// [`fleet`], every node's rate in each half times `halves`' factor (the whole fleet busier
+    /// in one half).
+    fn fleet_with_halves(
+        rng: &mut rand_chacha::ChaCha8Rng,
+        nodes: usize,
+        factor: impl Fn(usize, usize) -> f64,
+        halves: [f64; 2],
+    ) -> ((FunctionTable, Metric), [(FunctionTable, Metric); 2]) {
         let noise = rand_distr::LogNormal::new(0.0, 0.2).unwrap();
-        let halves: Vec<Vec<Vec<f64>>> = (0..2)
-            .map(|_| {
+        let halves: Vec<Vec<Vec<f64>>> = halves
+            .iter()
+            .map(|&scale| {
                 (0..FUNCTIONS)
                     .map(|f| {
                         (0..nodes)
-                            .map(|i| 100.0 / (f + 1) as f64 * factor(i, f) * noise.sample(rng))
+                            .map(|i| scale * 100.0 / (f + 1) as f64 * factor(i, f) * noise.sample(rng))
                             .collect()
                     })
                     .collect()
@@ -235,16 +250,14 @@ mod tests {
         }
     }
 
-    /// Per fleet: whether any function was listed, and whether any listed one was confirmed
-    /// held out; and the first listed function with its confirmation.
+    /// The window's explanation of `groups`, tested held out.
     fn explain(
-        ((table, metric), halves): &((FunctionTable, Metric), [(FunctionTable, Metric); 2]),
+        ((table, _), halves): &((FunctionTable, Metric), [(FunctionTable, Metric); 2]),
         groups: &Groups,
     ) -> Vec<CodeDifference> {
         let mut listed = code_differences(std::slice::from_ref(table), groups, 50);
         held_out(
             &mut listed,
-            metric,
             groups,
             [
                 Half {
@@ -318,6 +331,44 @@ mod tests {
         );
     }
 
+    /// The whole fleet at 1.6× its rate in the second half (more load), and the healthy nodes
+    /// without a single event of the shifted function: each half is cut at its own level, and
+    /// the cause is still confirmed (a threshold carried over from the window put every node of
+    /// the second half high and of the first low, and confirmed nothing).
+    #[test]
+    fn a_fleet_busier_in_one_half_is_cut_in_each_half_at_its_own_level() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(40);
+        let mut first_and_confirmed = 0;
+        const FLEETS: usize = 50;
+        for _ in 0..FLEETS {
+            let fleet = fleet_with_halves(
+                &mut rng,
+                30,
+                |i, f| match (i < 6, f == 2) {
+                    (true, true) => 5.0,
+                    (false, true) => 0.0,
+                    _ => 1.0,
+                },
+                [1.0, 1.6],
+            );
+            let groups = Groups {
+                low: (6..30).collect(),
+                high: (0..6).collect(),
+                slow: Some("high"),
+            };
+            let listed = explain(&fleet, &groups);
+            first_and_confirmed += usize::from(
+                listed
+                    .first()
+                    .is_some_and(|d| d.function == "f2" && d.held_out.is_some_and(|h| h.confirmed)),
+            );
+        }
+        assert!(
+            first_and_confirmed >= FLEETS * 95 / 100,
+            "{first_and_confirmed} of {FLEETS}"
+        );
+    }
+
     /// Other events did not choose the bands: their differences are not tested held out, and
     /// keep their places.
     #[test]
@@ -336,7 +387,6 @@ mod tests {
         let halves = &fleet.1;
         let summary = held_out(
             &mut listed,
-            &fleet.0 .1,
             &groups,
             [
                 Half {

@@ -23,7 +23,7 @@ use crate::analysis::compare::{self, BandChoice, ClassSplit, FunctionTable, Grou
 use crate::analysis::held_out;
 use crate::clock::{now_secs as now, rfc3339};
 use crate::selector::Selector;
-use crate::storage::{NodeFunctions, NodesRead};
+use crate::storage::{Functions, NodesRead};
 use crate::window::{self, data_tables, find_bands, function_tables, no_bands_verdict, Window};
 
 /// Differences listed by default and at most.
@@ -223,7 +223,7 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
         ),
         timed(
             "halves",
-            within_window(&state, &selector, (from, to), &window, metric, groups, &sample)
+            within_window(&state, &selector, (from, to), &window, metric, groups)
         ),
         async {
             let tables = function_tables(&state.store, &selector, from, to, &window, sample.read());
@@ -234,7 +234,7 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
             Ok(timed("data objects", tables).await?)
         },
     )?;
-    let explained = sample.groups;
+    let explained = sample.groups.clone();
     (answer["verdict"], answer["bands"]) = two_bands(&window, metric, measured, split, groups, changed, halves.json);
     answer["verdict"] = json!(classes_verdict(
         &window,
@@ -249,38 +249,43 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
     })));
     let labels: Vec<_> = window.nodes.iter().map(|n| n.labels.clone()).collect();
     let explained_nodes = explained_json(&window, &explained, per_group);
-    let (groups, findings, metric) = (groups.clone(), window.findings.clone(), metric.clone());
+    let (groups, findings) = (groups.clone(), window.findings.clone());
     // Hundreds of rank tests: on a blocking thread, not the server's workers.
-    answer["explanation"] = timed(
+    let groups_explained = explained.clone();
+    let (mut code, mut explanation) = timed(
         "explanation",
         tokio::task::spawn_blocking(move || {
-            let mut code = compare::code_differences(&tables, &explained, limit as usize);
-            let held_out = match &halves.held_out {
-                Ok(h) => {
-                    let summary = held_out::held_out(&mut code, &metric, &explained, h.halves());
-                    json!({
-                        "event": h.tables[0].event,
-                        "source": h.tables[0].source,
-                        "reason": Value::Null,
-                        "summary": summary,
-                    })
-                }
-                Err(reason) => json!({"reason": reason}),
-            };
-            json!({
+            let code = compare::code_differences(&tables, &explained, limit as usize);
+            let explanation = json!({
                 "labels": compare::label_splits(&labels, &groups),
                 "placement": compare::finding_splits(&findings, &groups),
                 "nodes": explained_nodes,
                 "node_wide": compare::node_wide(&tables, &explained, &code),
-                "held_out": held_out,
-                "code": code,
                 "code_note": compare::too_few_to_rank(&tables, &explained),
                 "data": compare::data_differences(&data, &explained, limit as usize),
-            })
+            });
+            (code, explanation)
         }),
     )
     .await
     .map_err(|e| AppError::Internal(format!("explaining the bands failed: {e}")))?;
+    // The band event's listed functions, read again in each half and tested there.
+    explanation["held_out"] = match &halves.held_out {
+        Ok(h) => match timed("held out", h.tables(&state, &selector, &code, sample.read())).await? {
+            Some(tables) => {
+                let halves = [0, 1].map(|i| held_out::Half {
+                    metric: &h.metrics[i],
+                    table: &tables[i],
+                });
+                let summary = held_out::held_out(&mut code, &groups_explained, halves);
+                json!({"event": h.source.0, "source": h.source.1, "reason": Value::Null, "summary": summary})
+            }
+            None => json!({"reason": "no function of the band metric's event is listed"}),
+        },
+        Err(reason) => json!({"reason": reason}),
+    };
+    explanation["code"] = json!(code);
+    answer["explanation"] = explanation;
     Ok(Json(answer))
 }
 
@@ -464,7 +469,7 @@ async fn given_groups(state: &AppState, p: &Params) -> Result<Json<Value>, AppEr
             data_tables(&state.store, &both, from, to, &window, sample.read())
         ),
     )?;
-    let explained = sample.groups;
+    let explained = sample.groups.clone();
     let explained_nodes = explained_json(&window, &explained, per_group);
     let (metrics, findings) = (
         std::mem::take(&mut window.metrics),
@@ -593,29 +598,55 @@ async fn changes(
 /// the held-out tests of the explanation need.
 struct Halves {
     json: Value,
-    held_out: Result<HalfTables, &'static str>,
+    held_out: Result<HalfWindows, &'static str>,
 }
 
-/// The band metric and its event's functions in each half of the window, aligned with the
-/// window's nodes ([`held_out::held_out`]).
-struct HalfTables {
+/// Each half of the window as read, with the band metric in it aligned with the window's nodes,
+/// and the band metric's event and source ([`held_out::held_out`]).
+struct HalfWindows {
+    ranges: [(u32, u32); 2],
+    windows: [Window; 2],
     metrics: [Metric; 2],
-    tables: [FunctionTable; 2],
+    source: (&'static str, String, String),
 }
 
-impl HalfTables {
-    fn halves(&self) -> [held_out::Half<'_>; 2] {
-        [0, 1].map(|h| held_out::Half {
-            metric: &self.metrics[h],
-            table: &self.tables[h],
-        })
+impl HalfWindows {
+    /// The band event's `listed` functions in each half, of the explained nodes (`read`): only
+    /// those functions are read, not ranked again. `None` when neither half has values of them.
+    async fn tables(
+        &self,
+        state: &AppState,
+        selector: &Selector,
+        listed: &[compare::CodeDifference],
+        read: NodesRead<'_>,
+    ) -> Result<Option<[FunctionTable; 2]>, AppError> {
+        let mut ids: Vec<u64> = listed
+            .iter()
+            .filter(|d| d.difference.event == self.source.0 && d.difference.source == self.source.1)
+            .map(|d| crate::ingest::rows::function_id(&d.function, &d.module))
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        if ids.is_empty() {
+            return Ok(None);
+        }
+        let source = std::iter::once(&self.source);
+        let which = Functions::These(&ids);
+        let (first, second) = tokio::try_join!(
+            window::function_reads(&state.store, source.clone(), selector, self.ranges[0], read, which),
+            window::function_reads(&state.store, source.clone(), selector, self.ranges[1], read, which),
+        )?;
+        let table = |w: &Window, reads| window::function_tables_of(w, source.clone(), reads).pop();
+        Ok(table(&self.windows[0], first)
+            .zip(table(&self.windows[1], second))
+            .map(|(a, b)| [a, b]))
     }
 }
 
 /// The chosen metric in each half of the window ([`plan::half_way`]): the nodes of the bands
 /// that ran clearly in one band in the first half and in the other in the second
-/// ([`compare::moved_within`]). Where the bands are cut on an event's rate, also that event's
-/// functions in each half, of the explained nodes (`sample`), for the held-out tests.
+/// ([`compare::moved_within`]); and the halves themselves, where the bands are cut on an event's
+/// rate, for the held-out tests of that event's functions.
 async fn within_window(
     state: &AppState,
     selector: &Selector,
@@ -623,7 +654,6 @@ async fn within_window(
     window: &Window,
     metric: &Metric,
     groups: &Groups,
-    sample: &Sample,
 ) -> Result<Halves, AppError> {
     let Some(mid) = crate::storage::plan::half_way(from, to) else {
         const ONE_BUCKET: &str = "the window is one bucket: it has no halves to compare";
@@ -636,33 +666,11 @@ async fn within_window(
             held_out: Err(ONE_BUCKET),
         });
     };
-    // The band metric's own event, when it is one event's rate: its functions made the values
-    // the bands were cut on.
-    let band_source = match &metric.kind {
-        MetricKind::EventRate { event, source } => window
-            .sources
-            .iter()
-            .find(|(e, s, _)| e == event && s == source)
-            .ok_or("the band metric's event has no functions in this window"),
-        _ => Err("the bands are not cut on one event's samples: no function's values chose them"),
-    };
-    let functions_in = |(from, to): (u32, u32)| async move {
-        match band_source {
-            Ok(source) => {
-                window::function_reads(&state.store, std::iter::once(source), selector, from, to, sample.read())
-                    .await
-                    .map(Some)
-            }
-            Err(_) => Ok(None),
-        }
-    };
     let read_at = crate::clock::now_secs();
     // The window's nodes and facts as they are: only what they did in each half is read.
-    let (first, second, first_functions, second_functions) = tokio::try_join!(
+    let (first, second) = tokio::try_join!(
         Window::read_part(&state.store, selector, (from, mid), read_at, window, &metric.kind),
         Window::read_part(&state.store, selector, (mid, to), read_at, window, &metric.kind),
-        functions_in((from, mid)),
-        functions_in((mid, to)),
     )?;
     fn names_of(w: &Window) -> Vec<&str> {
         w.nodes.iter().map(|n| n.node.as_str()).collect()
@@ -685,24 +693,23 @@ async fn within_window(
             v
         })
         .collect();
-    // A half's window has the whole window's nodes in its order: its tables align with them.
-    let table_of = |w: &Window, read: Option<Vec<NodeFunctions>>| -> Option<FunctionTable> {
-        window::function_tables_of(w, band_source.ok().into_iter(), read?)
-            .into_iter()
-            .next()
-    };
-    let held_out = match (
-        band_source,
-        table_of(&first, first_functions),
-        table_of(&second, second_functions),
-    ) {
-        (Ok(_), Some(a), Some(b)) => Ok(HalfTables {
-            metrics: [first_metric, second_metric],
-            tables: [a, b],
-        }),
-        (Err(reason), ..) => Err(reason),
-        _ => Err("the band metric's event has no functions in a half of the window"),
-    };
+    // The band metric's own event, when it is one event's rate: its functions made the values
+    // the bands were cut on.
+    let held_out = match &metric.kind {
+        MetricKind::EventRate { event, source } => window
+            .sources
+            .iter()
+            .find(|(e, s, _)| e == event && s == source)
+            .cloned()
+            .ok_or("the band metric's event has no functions in this window"),
+        _ => Err("the bands are not cut on one event's samples: no function's values chose them"),
+    }
+    .map(|source| HalfWindows {
+        ranges: [(from, mid), (mid, to)],
+        windows: [first, second],
+        metrics: [first_metric, second_metric],
+        source,
+    });
     Ok(Halves {
         json: json!({
             "halves": [[rfc3339(from), rfc3339(mid)], [rfc3339(mid), rfc3339(to)]],

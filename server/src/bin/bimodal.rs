@@ -610,10 +610,11 @@ fn compare_text(a: &Value) -> String {
             }
         }
         for c in &code {
-            let held = match c["held_out"]["p_value"].as_f64() {
-                Some(p) if c["held_out"]["confirmed"] == true => format!(", held out p = {p:.4}"),
-                Some(p) => format!(", held out p = {p:.4}: not confirmed"),
-                None => String::new(),
+            let held_out = &c["held_out"];
+            let held = match (held_out["p_value"].as_f64(), held_out["q_value"].as_f64()) {
+                (Some(p), Some(q)) if held_out["confirmed"] == true => format!(", held out p = {p:.4}, q = {q:.4}"),
+                (Some(p), Some(q)) => format!(", held out p = {p:.4}, q = {q:.4}: not confirmed"),
+                _ => String::new(),
             };
             line(format!(
                 "  {:<12} {} ({}): {} → {} {}, effect {:+.2}, p = {:.4}, q = {:.4}{held}",

@@ -225,6 +225,16 @@ impl<'a> NodesRead<'a> {
     }
 }
 
+/// Which functions a per-node read reads ([`Store::node_functions_of`]).
+#[derive(Clone, Copy, Debug)]
+pub enum Functions<'a> {
+    /// The `n` with the largest total value over the read's scope.
+    Largest(u32),
+    /// These, by id, chosen before (an explanation's listed functions read again over a part of
+    /// its window).
+    These(&'a [u64]),
+}
+
 /// The largest functions of a read and their values on each node, as columns aligned with
 /// `nodes` (zero where a node did not run the function).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -769,15 +779,34 @@ impl Store {
         measures: queries::Measures,
         read: NodesRead<'_>,
     ) -> Result<NodeFunctions, StorageError> {
+        self.node_functions_of(scope, Functions::Largest(limit), measures, read)
+            .await
+    }
+
+    /// [`Store::node_functions`] of the `which` functions: the largest, or functions already
+    /// chosen (by [`crate::ingest::rows::function_id`]), which are not ranked again.
+    pub async fn node_functions_of(
+        &self,
+        scope: &Scope,
+        which: Functions<'_>,
+        measures: queries::Measures,
+        read: NodesRead<'_>,
+    ) -> Result<NodeFunctions, StorageError> {
         let Some((scope, reach)) = self.per_node(scope).await? else {
             return Ok(NodeFunctions::default());
         };
         let by_function = plan::read_by_function(&reach, read)
             && plan::first_read(scope.from) >= self.rollup_from(Rollup::FunctionNodes).await?;
         let listed: Vec<u64>;
-        let top = match self.dialect.modern {
-            true => queries::TopFunctions::Ranked(limit),
-            false => {
+        let top = match (which, self.dialect.modern) {
+            (Functions::These(ids), _) => {
+                if ids.is_empty() {
+                    return Ok(NodeFunctions::default());
+                }
+                queries::TopFunctions::Listed(ids)
+            }
+            (Functions::Largest(limit), true) => queries::TopFunctions::Ranked(limit),
+            (Functions::Largest(limit), false) => {
                 #[derive(clickhouse::Row, serde::Deserialize)]
                 struct Id {
                     function_id: u64,

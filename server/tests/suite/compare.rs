@@ -878,8 +878,8 @@ async fn a_node_that_turns_slow_half_way_through_the_window_is_flagged() {
         let own_event = d["event"] == "remote_access";
         assert_eq!(own_event, !d["held_out"].is_null(), "{d:#}");
         if own_event {
-            let (p, confirmed) = (d["held_out"]["p_value"].as_f64().unwrap(), &d["held_out"]["confirmed"]);
-            assert_eq!(confirmed, &Value::Bool(p <= 0.05), "{d:#}");
+            let (q, confirmed) = (d["held_out"]["q_value"].as_f64().unwrap(), &d["held_out"]["confirmed"]);
+            assert_eq!(confirmed, &Value::Bool(q <= 0.05), "{d:#}");
         }
     }
     let verdict = answer["verdict"].as_str().unwrap();

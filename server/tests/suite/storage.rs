@@ -1057,7 +1057,8 @@ async fn schema_v1_rows_are_carried_over() {
 /// two-shard cluster with Distributed tables over them; a fleet's batches land on both shards and
 /// are all counted, even two batches whose rows aggregate alike (Replicated tables would drop the
 /// second as a duplicate block); a resend is a duplicate; a second server connected to the other
-/// shard answers the same.
+/// shard answers the same, a diff (its node weights a session's temporary table) and a compare
+/// with its explanation included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_two_shard_cluster_holds_the_fleet() {
     log_if_asked();
@@ -1074,6 +1075,9 @@ async fn a_two_shard_cluster_holds_the_fleet() {
         TestServer::with_config(config(1), None)
     );
     let nodes = 8u8;
+    // CPU time on every node, for what divides by it (diff, compare): the last three nodes have
+    // a fifth of the others'.
+    let cpu_ns = |n: u8| u64::from(n) * 10_000_000 + if n >= nodes - 3 { 200_000_000 } else { 1_000_000_000 };
     for n in 0..nodes {
         let node = format!("cluster-{n}");
         // Two batches of one node in one minute with equal rows: both count.
@@ -1089,6 +1093,24 @@ async fn a_two_shard_cluster_holds_the_fleet() {
             "cluster_leaf",
             3,
         );
+        let mut second = second;
+        second.samples.push(v1::Sample {
+            event: v1::EventKind::Cpu as i32,
+            stack_index: 0,
+            pid: 1,
+            tid: 1,
+            comm: "ingest".into(),
+            count: 100,
+            value: cpu_ns(n),
+        });
+        second.sources.push(v1::EventSource {
+            event: v1::EventKind::Cpu as i32,
+            description: "cpu-clock".into(),
+            name: "cpu-clock".into(),
+            unit: "nanoseconds".into(),
+            period: 10_000_000,
+            dropped: 0,
+        });
         let server = if n % 2 == 0 { &a } else { &b };
         let acks = exchange(server, vec![wire::hello(&node), req(first.clone()), req(second)])
             .await
@@ -1136,6 +1158,70 @@ async fn a_two_shard_cluster_holds_the_fleet() {
         ("fleet-minus".to_owned(), 6 * 2 * 300)
     );
     assert_eq!(read(r#"{node="cluster-1"}"#).await, ("matching".to_owned(), 2 * 300));
+    // A diff's per-node weights go to ClickHouse as a session's temporary table, which each
+    // shard's part of the read must see (GLOBAL IN), and a compare reads every per-node table
+    // through the Distributed ones; both from either server.
+    // The slow three, with more faults (a band rests on at least 10 samples a node; three
+    // against five can be ranked, two against six cannot).
+    for n in nodes - 3..nodes {
+        let more = wire::batch(
+            [n, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3],
+            false,
+            "cluster_leaf",
+            20,
+        );
+        let acks = exchange(&a, vec![wire::hello(&format!("cluster-{n}")), req(more)])
+            .await
+            .unwrap();
+        assert_eq!(Status::try_from(acks[0].status).unwrap(), Status::Stored);
+    }
+    let faults = |n: u8| if n >= nodes - 3 { 2_600.0 } else { 600.0 };
+    let per_cpu_second = |group: std::ops::Range<u8>| {
+        let n = group.len() as f64;
+        group.map(|n| faults(n) / (cpu_ns(n) as f64 / 1e9)).sum::<f64>() / n
+    };
+    let since = super::common::unix_now() - 3600;
+    let enc = |s: &str| -> String { form_urlencoded::byte_serialize(s.as_bytes()).collect() };
+    for server in [&a, &b] {
+        let (status, body) = server
+            .get(&format!(
+                "/api/v1/diff?event=page_fault&from={since}&a={}&b={}",
+                enc(r#"{node=~"cluster-[0-4]"}"#),
+                enc(r#"{node=~"cluster-[5-7]"}"#)
+            ))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        let diff: serde_json::Value = serde_json::from_str(&body).unwrap();
+        // The mean over each group's nodes of their faults per CPU-second (on the slow three,
+        // about 20 times the others').
+        for (side, group) in [("a", 0..5), ("b", 5..8)] {
+            let total = diff[side]["total"].as_f64().unwrap();
+            let expected = per_cpu_second(group);
+            assert!(
+                (total / expected - 1.0).abs() < 1e-3,
+                "{side}: {total} against {expected}: {body}"
+            );
+        }
+        let (status, body) = server
+            .get(&format!("/api/v1/compare?from={since}&metric=page_fault"))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        let compare: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            compare["bands"]["high"],
+            serde_json::json!(["cluster-5", "cluster-6", "cluster-7"]),
+            "{compare:#}"
+        );
+        // The explanation's per-node function reads, through the Distributed tables.
+        let leaf = compare["explanation"]["code"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["function"] == "cluster_leaf")
+            .cloned()
+            .unwrap_or_else(|| panic!("cluster_leaf is not listed: {compare:#}"));
+        assert_eq!(leaf["high"].as_array().unwrap().len(), 3, "{leaf:#}");
+    }
     for shard in 0..2 {
         #[derive(clickhouse::Row, serde::Deserialize)]
         struct N {
