@@ -335,8 +335,9 @@ mod tests {
 
     /// The whole fleet at 1.6× its rate in the second half (more load), and the healthy nodes
     /// without a single event of the shifted function: each half is cut at its own level, and
-    /// the cause is still confirmed (a threshold carried over from the window put every node of
-    /// the second half high and of the first low, and confirmed nothing).
+    /// the cause is still confirmed. (The window's threshold lies between the halves' levels
+    /// here, so a cut carried over from the window would put slow nodes of the first half and
+    /// fast nodes of the second on the wrong side.)
     #[test]
     fn a_fleet_busier_in_one_half_is_cut_in_each_half_at_its_own_level() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(40);
