@@ -158,7 +158,7 @@ mod tests {
     use rand_distr::Distribution;
 
     use super::*;
-    use crate::analysis::compare::{code_differences, Direction, FunctionValues, MetricKind};
+    use crate::analysis::compare::{code_differences, FunctionValues};
 
     const FUNCTIONS: usize = 8;
 
@@ -221,18 +221,7 @@ mod tests {
                 unit: "faults per CPU-second".into(),
                 functions,
             };
-            let metric = Metric {
-                kind: MetricKind::EventRate {
-                    event: "page_fault".into(),
-                    source: "page-faults".into(),
-                },
-                name: "page_fault per CPU-second".into(),
-                unit: "faults per CPU-second".into(),
-                direction: Direction::HigherIsSlower,
-                values: main,
-                evidence: None,
-            };
-            (table, metric)
+            (table, Metric::page_faults(main, None))
         };
         (table_of(&whole), [table_of(&halves[0]), table_of(&halves[1])])
     }
@@ -275,6 +264,22 @@ mod tests {
         listed
     }
 
+    /// The first 6 of 30 nodes high, the rest low.
+    fn six_of_thirty() -> Groups {
+        Groups {
+            low: (6..30).collect(),
+            high: (0..6).collect(),
+            slow: Some("high"),
+        }
+    }
+
+    /// Whether `function` is listed first and confirmed held out.
+    fn first_confirmed(listed: &[CodeDifference], function: &str) -> bool {
+        listed
+            .first()
+            .is_some_and(|d| d.function == function && d.held_out.is_some_and(|h| h.confirmed))
+    }
+
     /// One band of 30 nodes (every node alike but for sampling noise), cut at its 6 highest page
     /// faults per CPU-second: the cut's own noise lists functions in most fleets, and the half
     /// that did not choose the cut confirms almost none of them.
@@ -311,14 +316,8 @@ mod tests {
         const FLEETS: usize = 100;
         for _ in 0..FLEETS {
             let fleet = fleet(&mut rng, 30, |i, f| if i < 6 && f == 2 { 5.0 } else { 1.0 });
-            let groups = Groups {
-                low: (6..30).collect(),
-                high: (0..6).collect(),
-                slow: Some("high"),
-            };
-            let listed = explain(&fleet, &groups);
-            let first = listed.first().expect("f2 is listed");
-            first_and_confirmed += usize::from(first.function == "f2" && first.held_out.is_some_and(|h| h.confirmed));
+            let listed = explain(&fleet, &six_of_thirty());
+            first_and_confirmed += usize::from(first_confirmed(&listed, "f2"));
             // Confirmed ones before the others.
             let confirmed: Vec<bool> = listed
                 .iter()
@@ -354,17 +353,8 @@ mod tests {
                 },
                 [1.0, 1.6],
             );
-            let groups = Groups {
-                low: (6..30).collect(),
-                high: (0..6).collect(),
-                slow: Some("high"),
-            };
-            let listed = explain(&fleet, &groups);
-            first_and_confirmed += usize::from(
-                listed
-                    .first()
-                    .is_some_and(|d| d.function == "f2" && d.held_out.is_some_and(|h| h.confirmed)),
-            );
+            let listed = explain(&fleet, &six_of_thirty());
+            first_and_confirmed += usize::from(first_confirmed(&listed, "f2"));
         }
         assert!(
             first_and_confirmed >= FLEETS * 95 / 100,
