@@ -16,16 +16,14 @@ import argparse
 import json
 import os
 import re
-import signal
 import statistics
-import subprocess
 import sys
 import time
 import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_fleet_reads import reset_peak  # noqa: E402
-from bench_storage import SERVER, free_port, http, peak_rss_mib  # noqa: E402
+from bench_storage import Fleet, http, peak_rss_mib  # noqa: E402
 
 
 def main():
@@ -36,32 +34,15 @@ def main():
     p.add_argument("--runs", type=int, default=11)
     p.add_argument("--selector", default='{node=~"loadgen-.*"}')
     args = p.parse_args()
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log_path = os.path.join(args.data_dir, "compare-kept.log")
-    log = open(log_path, "w")
-    env = dict(os.environ, RUST_LOG="info,bimodal_server::api=debug")
-    proc = subprocess.Popen([SERVER, "--listen", f"127.0.0.1:{port}", "--data-dir", args.data_dir],
-                            stdout=log, stderr=log, env=env)
+    # The server's step timings are debug lines of its log.
+    os.environ["RUST_LOG"] = "info,bimodal_server::api=debug"
+    log_name = "compare-kept.log"
+    fleet = Fleet(args.data_dir, keep=True, log=log_name)
+    url, proc = fleet.url, fleet.proc
     try:
-        deadline = time.time() + 300
-        while True:
-            try:
-                if http(url + "/healthz", timeout=5)[0] == 200:
-                    break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                raise SystemExit(f"the server did not start: see {log_path}")
-            time.sleep(0.5)
         start, end = args.start, args.end
         if start is None or end is None:
-            with open(os.path.join(args.data_dir, "clickhouse/config.xml")) as f:
-                port_ch = f.read().split("<http_port>")[1].split("<")[0]
-            _, body = http(f"http://127.0.0.1:{port_ch}/?database=bimodal",
-                           b"SELECT toUInt32(min(time)) AS a, toUInt32(max(time)) AS b FROM node_totals "
-                           b"FORMAT JSONEachRow", timeout=600)
-            span = json.loads(body.decode().splitlines()[0])
+            span = fleet.rows("SELECT toUInt32(min(time)) AS a, toUInt32(max(time)) AS b FROM node_totals")[0]
             start, end = int(span["a"]), int(span["b"]) + 60
         q = urllib.parse.urlencode({"from": str(start), "to": str(end), "selector": args.selector})
         times, peaks = [], []
@@ -75,7 +56,7 @@ def main():
         rest = sorted(times[1:] or times)
         p95 = rest[min(len(rest) - 1, round(0.95 * (len(rest) - 1)))]
         steps = {}
-        with open(log_path) as f:
+        with open(os.path.join(args.data_dir, log_name)) as f:
             for line in f:
                 m = re.search(r'compare step step="([^"]+)" ms=(\d+)', re.sub(r"\x1b\[[0-9;]*m", "", line))
                 if m:
@@ -86,8 +67,7 @@ def main():
                           "peak_rss_mib": max(peaks), "verdict": answer.get("verdict"),
                           "steps_ms": {k: sorted(v) for k, v in steps.items()}}, indent=1))
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(120)
+        fleet.stop()
 
 
 if __name__ == "__main__":

@@ -111,13 +111,15 @@ def http(url, data=None, timeout=600):
 class Fleet:
     """A bimodal-server and its managed ClickHouse under `dir`."""
 
-    def __init__(self, dir, extra=()):
-        shutil.rmtree(dir, ignore_errors=True)
-        os.makedirs(dir)
+    def __init__(self, dir, extra=(), keep=False, log="server.log"):
+        """A new store in `dir`, or with `keep` the store a bench left there (logging to `log`)."""
+        if not keep:
+            shutil.rmtree(dir, ignore_errors=True)
+            os.makedirs(dir)
         self.dir = dir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = open(os.path.join(dir, "server.log"), "w")
+        self.log = open(os.path.join(dir, log), "w")
         self.proc = subprocess.Popen(
             # Unthrottled: the bench measures what the server stores, not the per-node rate limit.
             [SERVER, "--listen", f"127.0.0.1:{self.port}", "--data-dir", dir,

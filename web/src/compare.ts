@@ -410,14 +410,13 @@ function renderExplanation(a: ApiCompare): void {
       );
       return r;
     });
-    const held = heldOut;
-    if (held?.event && held.summary) {
+    if (heldOut?.event && heldOut.summary) {
       parts.push(
         el(
           'p',
           'muted small',
-          `${held.event} made the values the bands were cut on, so its functions are tested again on the half of the window ` +
-            `that did not cut them: ${held.summary.confirmed} of ${held.summary.tested} confirmed. Those not confirmed ` +
+          `${heldOut.event} made the values the bands were cut on, so its functions are tested again on the half of the window ` +
+            `that did not cut them: ${heldOut.summary.confirmed} of ${heldOut.summary.tested} confirmed. Those not confirmed ` +
             '(marked "not held out") are listed after the others of their event.',
         ),
       );

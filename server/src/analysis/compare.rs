@@ -1125,24 +1125,33 @@ pub fn code_differences(tables: &[FunctionTable], groups: &Groups, limit: usize)
     // list stay its own. An event whose every function followed its whole keeps its order: one
     // function that is nearly all of it (the whole is that function) cannot be told from a
     // node-wide shift, and `node_wide` says the shift.
-    let mut places: Vec<((String, String), Vec<usize>)> = Vec::new();
+    order_within_events(ranked, |d| d.with_whole)
+}
+
+/// `ranked` with each event's differences (by event and source) in the order of `key`, stably,
+/// in the places the event held in the list: reordering one event never moves another's.
+pub fn order_within_events<K: Ord>(
+    ranked: Vec<CodeDifference>,
+    key: impl Fn(&CodeDifference) -> K,
+) -> Vec<CodeDifference> {
+    let mut places: Vec<((&str, &str), Vec<usize>)> = Vec::new();
     for (at, d) in ranked.iter().enumerate() {
-        let key = (d.difference.event.clone(), d.difference.source.clone());
-        match places.iter_mut().find(|(k, _)| *k == key) {
+        let event = (d.difference.event.as_str(), d.difference.source.as_str());
+        match places.iter_mut().find(|(e, _)| *e == event) {
             Some((_, at_list)) => at_list.push(at),
-            None => places.push((key, vec![at])),
+            None => places.push((event, vec![at])),
         }
     }
+    let places: Vec<Vec<usize>> = places.into_iter().map(|(_, at_list)| at_list).collect();
     let mut slots: Vec<Option<CodeDifference>> = ranked.into_iter().map(Some).collect();
-    for (_, at_list) in places {
+    for at_list in places {
         let mut of_event: Vec<CodeDifference> = at_list.iter().filter_map(|&at| slots[at].take()).collect();
-        of_event.sort_by_key(|d| d.with_whole);
+        of_event.sort_by_key(&key);
         for (at, d) in at_list.into_iter().zip(of_event) {
             slots[at] = Some(d);
         }
     }
-    let ranked: Vec<CodeDifference> = slots.into_iter().flatten().collect();
-    ranked
+    slots.into_iter().flatten().collect()
 }
 
 /// One data object's values per node for one event and source (`None`: nothing to normalize by).

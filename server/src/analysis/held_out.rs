@@ -16,7 +16,7 @@
 
 use serde::Serialize;
 
-use super::compare::{CodeDifference, FunctionTable, Groups, Measure, Metric, MAX_LISTED_P};
+use super::compare::{order_within_events, CodeDifference, FunctionTable, Groups, Measure, Metric, MAX_LISTED_P};
 use super::rank;
 
 /// A listed function's difference tested on the half of the window that did not cut its groups.
@@ -62,7 +62,7 @@ pub struct HeldOutSummary {
 /// nodes with a value as the high group holds of the explained nodes. A threshold carried over
 /// from the window would put every node on one side of it when the whole fleet's rate moves
 /// between the halves (load, the time of day).
-pub fn held_out(listed: &mut [CodeDifference], groups: &Groups, halves: [Half<'_>; 2]) -> HeldOutSummary {
+pub fn held_out(listed: &mut Vec<CodeDifference>, groups: &Groups, halves: [Half<'_>; 2]) -> HeldOutSummary {
     let (event, source) = (&halves[0].table.event, &halves[0].table.source);
     let explained = groups.nodes();
     let high_share = groups.high.len() as f64 / explained.len().max(1) as f64;
@@ -85,16 +85,16 @@ pub fn held_out(listed: &mut [CodeDifference], groups: &Groups, halves: [Half<'_
         }
     };
     let cuts = [cut(halves[0].metric), cut(halves[1].metric)];
-    let values_in = |table: &FunctionTable, d: &CodeDifference| -> Option<Vec<Option<f64>>> {
+    fn values_in<'t>(table: &'t FunctionTable, d: &CodeDifference) -> Option<&'t [Option<f64>]> {
         let f = table
             .functions
             .iter()
             .find(|f| f.function == d.function && f.module == d.module)?;
         Some(match d.measure {
-            Measure::SelfValue => f.self_values.clone(),
-            Measure::TotalValue => f.total_values.clone(),
+            Measure::SelfValue => &f.self_values,
+            Measure::TotalValue => &f.total_values,
         })
-    };
+    }
     let mut tested: Vec<(usize, f64)> = Vec::new();
     let mut untested = 0;
     for (at, d) in listed.iter().enumerate() {
@@ -133,21 +133,13 @@ pub fn held_out(listed: &mut [CodeDifference], groups: &Groups, halves: [Half<'_
         });
     }
     // The event's places, filled again: confirmed causes, the rest of its causes, then the
-    // functions that only follow its whole, each in the order they had.
-    let places: Vec<usize> = (0..listed.len())
-        .filter(|&i| listed[i].difference.event == *event && listed[i].difference.source == *source)
-        .collect();
-    let mut of_event: Vec<CodeDifference> = places.iter().map(|&i| listed[i].clone()).collect();
-    of_event.sort_by_key(|d| (d.with_whole, !d.held_out.is_some_and(|h| h.confirmed)));
-    for (&at, d) in places.iter().zip(of_event) {
-        listed[at] = d;
-    }
+    // functions that only follow its whole, each in the order they had. Other events have no
+    // confirmation to order by and keep their order.
+    let confirmed = |d: &CodeDifference| d.held_out.is_some_and(|h| h.confirmed);
+    *listed = order_within_events(std::mem::take(listed), |d| (d.with_whole, !confirmed(d)));
     HeldOutSummary {
         tested: tested.len(),
-        confirmed: listed
-            .iter()
-            .filter(|d| d.held_out.is_some_and(|h| h.confirmed))
-            .count(),
+        confirmed: listed.iter().filter(|d| confirmed(d)).count(),
         untested,
     }
 }

@@ -469,7 +469,7 @@ async fn given_groups(state: &AppState, p: &Params) -> Result<Json<Value>, AppEr
             data_tables(&state.store, &both, from, to, &window, sample.read())
         ),
     )?;
-    let explained = sample.groups.clone();
+    let explained = sample.groups;
     let explained_nodes = explained_json(&window, &explained, per_group);
     let (metrics, findings) = (
         std::mem::take(&mut window.metrics),
@@ -612,7 +612,7 @@ struct HalfWindows {
 
 impl HalfWindows {
     /// The band event's `listed` functions in each half, of the explained nodes (`read`): only
-    /// those functions are read, not ranked again. `None` when neither half has values of them.
+    /// those functions are read, not ranked again. `None` when none of them is listed.
     async fn tables(
         &self,
         state: &AppState,
