@@ -72,4 +72,9 @@ done
 "$out/bin/bimodal-agent" import --server-url "http://$listen" "$out"/numa-*/batches 2>"$out/import.log"
 "$bin/bimodal" compare --server-url "http://$listen" --from "$start" --to "$end" --json >"$out/compare.json"
 "$bin/bimodal" compare --server-url "http://$listen" --from "$start" --to "$end" >"$out/compare.txt"
+# Each node's newest placement as the server holds it: what the check shows when a node's
+# finding is missing.
+for k in 0 1 2 3 4 5 6 7; do
+	curl -sf "http://$listen/api/v1/placement?node=numa-$k&from=$start&to=$end" >"$out/numa-$k/placement.json" || true
+done
 python3 tests/numa/fleet_check.py "$out"

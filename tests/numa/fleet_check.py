@@ -46,6 +46,31 @@ check("the first placement difference is numa_scan's remote .bss, on all slow no
       and bands.get("slow") == "high",
       json.dumps(placement)[:600])
 
+def placement_of(node):
+    """What the server holds of `node`'s newest placement, and what its guest logged around it."""
+    lines = []
+    try:
+        held = json.loads((out / node / "placement.json").read_text())
+        for p in held.get("processes", []):
+            lines.append(f"  pid {p.get('pid')} {p.get('comm')} at {p.get('time')}: threads per node "
+                         f"{p.get('threads_per_node')}")
+            lines += [f"    {m.get('kind')} {m.get('start'):#x}-{m.get('end'):#x} {m.get('permissions')} "
+                      f"pages per node {m.get('pages_per_node')}" for m in p.get("mappings", [])
+                      if m.get("kind") in ("bss", "data", "heap", "anon")]
+        lines += [f"  finding: {f.get('text')}" for f in held.get("findings", [])]
+    except (OSError, json.JSONDecodeError, TypeError, ValueError) as e:
+        lines.append(f"  no placement answer: {e}")
+    for name in ("fixture.log", "agent.log"):
+        path = out / node / name
+        if path.exists():
+            lines += [f"  {name}: {line}" for line in path.read_text(errors="replace").splitlines()[-6:]]
+    return "\n".join(lines)
+
+
+if placement and first.get("high_with") != len(remote):
+    for node in remote:
+        print(f"{node} (remote .bss):\n{placement_of(node)}")
+
 code = explanation.get("code") or []
 remote_code = [d for d in code if d.get("event") == "remote_access"]
 check("the first remote_access difference is scan_bss_table",

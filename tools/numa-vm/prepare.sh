@@ -54,6 +54,11 @@ done
 CACHE="${CACHE:-${NUMA_VM_CACHE:-$REPO/target/numa-vm}}"
 mkdir -p "$CACHE"
 CACHE="$(cd "$CACHE" && pwd)"
+# One preparation at a time per cache: guests booted side by side on a fresh machine each run
+# this, and two apt-gets at once fail on dpkg's lock (and two writers race on current.env).
+# The later one waits, then finds the cache current.
+exec 9>"$CACHE/.prepare.lock"
+flock 9
 
 log() { [ "$QUIET" = 1 ] || echo "numa-vm prepare: $*" >&2; }
 die() { echo "numa-vm prepare: error: $*" >&2; exit 1; }
