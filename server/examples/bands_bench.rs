@@ -442,16 +442,16 @@ fn explain(trials: usize) {
 /// keeps it) and whether the band was chosen.
 fn compare(trials: usize, config: &BandConfig) {
     use bimodal_server::analysis::compare::{find_bands, Direction, Metric, MetricKind};
-    const SIZES: [usize; 3] = [100, 1000, 10_000];
+    const SIZES: [usize; 4] = [100, 1000, 10_000, 100_000];
     table_head(&["ten metrics", "measure"], &SIZES);
     for band in [false, true] {
         let mut null = NullCache::default();
         let mut cells = Vec::new();
         for n in SIZES {
-            let trials = if n >= 10_000 {
-                trials.div_ceil(20)
-            } else {
-                trials.div_ceil(4)
+            let trials = match n {
+                100_000.. => trials.div_ceil(100).max(3),
+                10_000.. => trials.div_ceil(20),
+                _ => trials.div_ceil(4),
             };
             let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0xc0_0000 + n as u64 + band as u64);
             let (mut times, mut chosen) = (Vec::new(), 0);
@@ -473,12 +473,15 @@ fn compare(trials: usize, config: &BandConfig) {
                 times.push(start.elapsed().as_secs_f64() * 1e3);
                 chosen += (choice.chosen == Some(0)) as usize;
             }
+            // The first call of a fleet size draws the nulls the calls after it find kept.
+            let first = times[0];
             times.sort_by(f64::total_cmp);
             let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
             cells.push(format!(
-                "{:.0} / {:.0} ms, band chosen {:.0}%",
+                "{:.0} / {:.0} ms (first {:.0}), band chosen {:.0}%",
                 at(0.5),
                 at(0.95),
+                first,
                 100.0 * chosen as f64 / trials as f64
             ));
         }
