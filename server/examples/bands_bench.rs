@@ -35,8 +35,11 @@
 //! highest tenth (a false band, or the cut's noise beside a real one), where no function should
 //! be confirmed; and one function's shift on a tenth, which should be first and confirmed.
 //!
+//! A ninth table (`large`): fleets of 100,000 nodes, one band or bands, and the time per
+//! detection (design 038).
+//!
 //! usage: cargo run --release -p bimodal-server --example bands_bench [TRIALS [TABLE...]]
-//!   TABLE: bands, sparse, heavy, shapes, compare, classes, explain or held (default: all eight)
+//!   TABLE: bands, sparse, heavy, shapes, compare, classes, explain, large or held (default: all nine)
 
 use std::time::Instant;
 
@@ -71,6 +74,9 @@ fn main() {
     }
     if wanted("explain") {
         explain(trials);
+    }
+    if wanted("large") {
+        large(trials, &config, &mut null);
     }
     if wanted("held") {
         held(trials);
@@ -774,6 +780,92 @@ fn shapes(trials: usize, config: &BandConfig, null: &mut NullCache) {
         println!();
     }
     small_fleets(trials, config, null);
+}
+
+/// Fleets of 100,000 nodes (a tenth of `trials`, at least 5 per row), where the mode test draws
+/// its null fleets as counts per cell and the heavy-tail guard's one-band fleets have 10,000
+/// nodes (design 038): one-band shapes, where any band is false, and bands, with the share of
+/// nodes the slowest level misplaces (exactness is out of reach: at σ 0.1 a 2× gap leaves a few
+/// of 100,000 nodes on the wrong side of any cut), with the time per detection.
+fn large(trials: usize, config: &BandConfig, null: &mut NullCache) {
+    const N: usize = 100_000;
+    let trials = trials.div_ceil(10).max(5);
+    println!();
+    println!("| fleet of 100,000 nodes | answer | detection p50 / max |");
+    println!("| --- | --- | --- |");
+    let t3 = StudentT::new(3.0).expect("degrees of freedom above zero");
+    type Fleet = Box<dyn Fn(&mut rand_chacha::ChaCha8Rng) -> (Vec<f64>, Vec<usize>)>;
+    let rows: [(&str, Fleet); 5] = [
+        (
+            "one band: skewed (1 + exponential, mean 0.2)",
+            Box::new(|rng| {
+                (
+                    (0..N)
+                        .map(|_| 1.0 + 0.2 * <rand_distr::Exp1 as Distribution<f64>>::sample(&rand_distr::Exp1, rng))
+                        .collect(),
+                    vec![],
+                )
+            }),
+        ),
+        (
+            "one band: heavy tails (Student's t, 3 degrees, scale 0.1)",
+            Box::new(move |rng| ((0..N).map(|_| (0.1f64 * t3.sample(rng)).exp()).collect(), vec![])),
+        ),
+        (
+            "1% 2× slower, σ 0.1",
+            Box::new(|rng| (leveled(rng, N, &[(N / 100, 2.0)], 0.1).0, (0..N / 100).collect())),
+        ),
+        (
+            "a tenth 4× slower, heavy tails (t, 3 degrees)",
+            Box::new(move |rng| {
+                let values = (0..N)
+                    .map(|i| if i < N / 10 { 4.0 } else { 1.0 } * (0.1f64 * t3.sample(rng)).exp())
+                    .collect();
+                (values, (0..N / 10).collect())
+            }),
+        ),
+        (
+            "three levels 60/25/15% at 1×/2×/4×, σ 0.1 (the slowest level)",
+            Box::new(|rng| {
+                (
+                    leveled(rng, N, &[(N * 15 / 100, 4.0), (N * 25 / 100, 2.0)], 0.1).0,
+                    (0..N * 15 / 100).collect(),
+                )
+            }),
+        ),
+    ];
+    for (k, (name, fleet)) in rows.iter().enumerate() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x1a_0000 + k as u64);
+        let (mut found, mut misplaced, mut times, mut one_band) = (0, 0, Vec::new(), false);
+        for _ in 0..trials {
+            let (values, slow) = fleet(&mut rng);
+            one_band = slow.is_empty();
+            let start = Instant::now();
+            let got = detect(&values, config, null);
+            times.push(start.elapsed().as_secs_f64() * 1e3);
+            if let Bands::Two(split) = got {
+                found += 1;
+                // Nodes in the slowest level that are not slow, and slow nodes outside it.
+                let level: std::collections::HashSet<usize> =
+                    split.levels.last().unwrap_or(&split.high).iter().copied().collect();
+                misplaced += level.iter().filter(|&&i| i >= slow.len()).count()
+                    + slow.iter().filter(|i| !level.contains(i)).count();
+            }
+        }
+        times.sort_by(f64::total_cmp);
+        let measure = match one_band {
+            true => format!("false bands {found} of {trials}"),
+            false => format!(
+                "bands found {found} of {trials}; nodes misplaced {:.3}% of the fleet",
+                100.0 * misplaced as f64 / (found.max(1) * N) as f64
+            ),
+        };
+        println!(
+            "| {name} | {measure} | {:.0} / {:.0} ms |",
+            times[times.len() / 2],
+            times[times.len() - 1]
+        );
+    }
 }
 
 /// Fleets of 6 to 40 nodes: two nodes 2× slower (the smallest band), and one-band fleets.
