@@ -438,6 +438,7 @@ async fn main() -> std::process::ExitCode {
                     |n| n as usize,
                 ),
                 idle: cli.connection_idle_timeout.into(),
+                evict_after: bimodal_server::serve::EVICT_AFTER,
             }
         },
         max_in_flight_bytes: cli.max_in_flight_bytes,

@@ -8,7 +8,11 @@
 //! with no request open for [`Limits::idle`] is closed too (answering pings is not using it).
 //!
 //! Bounds: open connections, overall and per client address ([`Places`]), so that one address
-//! cannot take every place and lock other agents and readers out.
+//! cannot take every place and lock other agents and readers out. Clients on many addresses can
+//! still fill the bound with connections that ask nothing: once fewer than a sixteenth of the
+//! places are free, each connection that takes one (or finds none) closes the connection that
+//! has had nothing under way the longest, [`EVICT_AFTER`] at least, so a newcomer finds room
+//! (an agent's ingest stream is always under way: agents are never closed for it).
 //!
 //! Connections cut off before a request, failed TLS handshakes and connections beyond a bound
 //! are counted in `bimodal_connections_refused_total{reason}`.
@@ -96,6 +100,10 @@ pub fn raise_open_file_limit() -> u64 {
     limit.rlim_cur
 }
 
+/// How long a connection must have had nothing under way before it may be closed to make room
+/// for a newcomer (a reader between two requests keeps its connection).
+pub const EVICT_AFTER: Duration = Duration::from_secs(5);
+
 /// How long a connection told to close (idle, or the server stopping) may take to finish what it
 /// is doing before it is cut off.
 const CLOSE_GRACE: Duration = SHUTDOWN_GRACE;
@@ -119,6 +127,9 @@ pub struct Limits {
     pub per_address: usize,
     /// A connection with no request under way for this long is closed.
     pub idle: Duration,
+    /// A connection with no request under way for this long may be closed to make room for a
+    /// newcomer once few places are free ([`EVICT_AFTER`]).
+    pub evict_after: Duration,
 }
 
 impl Limits {
@@ -129,12 +140,14 @@ impl Limits {
         (max / 4).max(1)
     }
 
-    /// `max` connections, a quarter from one address, [`DEFAULT_CONNECTION_IDLE`].
+    /// `max` connections, a quarter from one address, [`DEFAULT_CONNECTION_IDLE`],
+    /// [`EVICT_AFTER`].
     pub fn new(max: usize) -> Limits {
         Limits {
             max,
             per_address: Limits::per_address_default(max),
             idle: DEFAULT_CONNECTION_IDLE,
+            evict_after: EVICT_AFTER,
         }
     }
 }
@@ -147,6 +160,11 @@ pub(crate) struct Places {
     max: usize,
     per_address: usize,
     by_address: std::sync::Mutex<HashMap<IpAddr, usize>>,
+    /// The connections being served, by their place's number: the ones that may be closed to
+    /// make room ([`Places::make_room`]).
+    served: std::sync::Mutex<HashMap<u64, Arc<Activity>>>,
+    numbers: std::sync::atomic::AtomicU64,
+    evict_after: Duration,
 }
 
 /// Which bound refused a place.
@@ -164,6 +182,8 @@ pub(crate) struct Place {
     _all: OwnedSemaphorePermit,
     places: Arc<Places>,
     ip: IpAddr,
+    /// Its number among the served connections, once it is one ([`Place::served`]).
+    number: Option<u64>,
 }
 
 impl Places {
@@ -175,7 +195,20 @@ impl Places {
             max,
             per_address: per_address.max(1),
             by_address: Default::default(),
+            served: Default::default(),
+            numbers: Default::default(),
+            evict_after: EVICT_AFTER,
         })
+    }
+
+    /// [`Places::new`] whose connections may be closed to make room after `evict_after` with
+    /// nothing under way.
+    fn evicting_after(max: usize, per_address: usize, evict_after: Duration) -> Arc<Places> {
+        let mut places = Places::new(max, per_address);
+        if let Some(p) = Arc::get_mut(&mut places) {
+            p.evict_after = evict_after;
+        }
+        places
     }
 
     /// The most places one address may hold.
@@ -199,7 +232,28 @@ impl Places {
             _all: all,
             places: self.clone(),
             ip,
+            number: None,
         })
+    }
+
+    /// Once fewer than a sixteenth of the places are free (one, of fewer than 16), closes the
+    /// served connection that has had nothing under way the longest, if that is
+    /// `evict_after` ([`EVICT_AFTER`]) or more: its place is free once it has closed.
+    fn make_room(&self) {
+        if self.all.available_permits() >= (self.max / 16).max(1) {
+            return;
+        }
+        let served = self.served.lock().unwrap_or_else(|e| e.into_inner());
+        let idlest = served
+            .values()
+            .filter_map(|a| Some((a.quiet_for()?, a)))
+            .filter(|(quiet, a)| *quiet >= self.evict_after && !a.evicted.load(Ordering::Acquire))
+            .max_by_key(|(quiet, _)| *quiet);
+        if let Some((quiet, activity)) = idlest {
+            activity.evicted.store(true, Ordering::Release);
+            activity.evict.notify_one();
+            tracing::debug!(?quiet, "closing the idlest connection to make room for a new one");
+        }
     }
 
     /// A place for a connection from `addr`, or none: the connection is to be closed, and is
@@ -207,8 +261,12 @@ impl Places {
     /// (its address holds its share).
     fn connection(self: &Arc<Self>, addr: SocketAddr) -> Option<Place> {
         match self.take(addr.ip()) {
-            Ok(place) => Some(place),
+            Ok(place) => {
+                self.make_room();
+                Some(place)
+            }
             Err(Full::All) => {
+                self.make_room();
                 count_refused_connection("too_many_connections");
                 tracing::debug!(%addr, "closed a connection beyond the bound on open connections");
                 None
@@ -237,8 +295,29 @@ impl Places {
     }
 }
 
+impl Place {
+    /// Counts this place's connection among the served ones, which may be closed to make room
+    /// when it has nothing under way (`activity`).
+    fn served(&mut self, activity: Arc<Activity>) {
+        let number = self.places.numbers.fetch_add(1, Ordering::Relaxed);
+        self.places
+            .served
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(number, activity);
+        self.number = Some(number);
+    }
+}
+
 impl Drop for Place {
     fn drop(&mut self) {
+        if let Some(number) = self.number {
+            self.places
+                .served
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&number);
+        }
         self.places.release(self.ip);
     }
 }
@@ -249,6 +328,9 @@ struct Activity {
     open: AtomicUsize,
     /// When the last request ended (or the connection opened).
     quiet_since: std::sync::Mutex<Instant>,
+    /// Told to close to make room for a newcomer ([`Places::make_room`]).
+    evict: tokio::sync::Notify,
+    evicted: AtomicBool,
 }
 
 impl Activity {
@@ -256,7 +338,15 @@ impl Activity {
         Arc::new(Activity {
             open: AtomicUsize::new(0),
             quiet_since: std::sync::Mutex::new(Instant::now()),
+            evict: tokio::sync::Notify::new(),
+            evicted: AtomicBool::new(false),
         })
+    }
+
+    /// How long nothing has been under way; `None` while something is.
+    fn quiet_for(&self) -> Option<Duration> {
+        let quiet_since = *self.quiet_since.lock().unwrap_or_else(|e| e.into_inner());
+        (self.open.load(Ordering::Acquire) == 0).then(|| quiet_since.elapsed())
     }
 
     /// Counts a request under way until the guard is dropped.
@@ -421,11 +511,11 @@ pub async fn serve(mut incoming: Incoming, app: Router, limits: Limits, shutdown
         .initial_stream_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW);
     let builder = Arc::new(builder);
-    let places = Places::new(limits.max, limits.per_address);
+    let places = Places::evicting_after(limits.max, limits.per_address, limits.evict_after);
     let (stop, stopping) = watch::channel(false);
     tokio::pin!(shutdown);
     loop {
-        let (io, peer, place) = tokio::select! {
+        let (io, peer, mut place) = tokio::select! {
             accepted = incoming.accept(&places) => accepted,
             () = &mut shutdown => break,
         };
@@ -435,6 +525,7 @@ pub async fn serve(mut incoming: Incoming, app: Router, limits: Limits, shutdown
         // the next request), not a slow client.
         let served = Arc::new(AtomicBool::new(false));
         let activity = Activity::new();
+        place.served(activity.clone());
         let service = hyper::service::service_fn({
             let app = app.clone();
             let served = served.clone();
@@ -478,6 +569,14 @@ pub async fn serve(mut incoming: Incoming, app: Router, limits: Limits, shutdown
                         connection.as_mut().graceful_shutdown();
                         closing = Some(cut_off);
                     }
+                    () = activity.evict.notified(), if closing.is_none() => {
+                        if !served.load(Ordering::Relaxed) {
+                            count_refused_connection("evicted_idle");
+                        }
+                        tracing::debug!(%addr, "closing an idle connection to make room");
+                        connection.as_mut().graceful_shutdown();
+                        closing = Some(cut_off);
+                    }
                     _ = stopping.wait_for(|&stop| stop), if closing.is_none() => {
                         connection.as_mut().graceful_shutdown();
                         closing = Some(cut_off);
@@ -506,6 +605,7 @@ pub async fn serve(mut incoming: Incoming, app: Router, limits: Limits, shutdown
 
 /// Counts a connection closed before any request was served, under `reason`
 /// (`bimodal_connections_refused_total`): tls_handshake, tls_timeout, silent, slow_headers, idle,
+/// evicted_idle (asked nothing, and closed to make room for a newcomer),
 /// too_many_connections, too_many_from_address.
 pub(crate) fn count_refused_connection(reason: &'static str) {
     crate::metrics::metrics()
@@ -796,6 +896,66 @@ mod tests {
                 "the address's place was not freed"
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Clients on many addresses that fill the bound and then ask nothing do not lock a
+    /// newcomer out: once few places are free, the connection idle the longest is closed to
+    /// make room, and one with a request under way never is.
+    #[tokio::test]
+    async fn the_idlest_connection_makes_room_for_a_newcomer() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = Router::new().route("/", axum::routing::get(|| async { "ok" })).route(
+            "/slow",
+            axum::routing::get(|| async {
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                "ok"
+            }),
+        );
+        let limits = Limits {
+            per_address: 4,
+            evict_after: Duration::from_millis(200),
+            ..Limits::new(4)
+        };
+        tokio::spawn(serve(Incoming::Plain(listener), app, limits, std::future::pending()));
+        // The oldest connection has a request under way the whole time.
+        let mut busy = tokio::net::TcpStream::connect(addr).await.unwrap();
+        busy.write_all(b"GET /slow HTTP/1.1\r\nHost: test\r\n\r\n")
+            .await
+            .unwrap();
+        let mut idle = Vec::new();
+        for _ in 0..3 {
+            let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+            assert!(answered(&mut stream).await);
+            idle.push(stream);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Every place is taken (a newcomer is turned away while the connection idle the longest
+        // closes) and then the newcomer is served: within 3 s, well before hyper's own 10 s
+        // bound on an HTTP/1.1 connection waiting for its next request would free a place.
+        let deadline = std::time::Instant::now() + Duration::from_secs(3);
+        loop {
+            let mut next = tokio::net::TcpStream::connect(addr).await.unwrap();
+            if answered(&mut next).await {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "no room was made");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // The room was the idlest connection's.
+        let mut rest = Vec::new();
+        let closed = tokio::time::timeout(Duration::from_secs(1), idle[0].read_to_end(&mut rest)).await;
+        assert!(closed.is_ok(), "the idlest connection stayed open");
+        // The connection with its request under way was not closed: it gets its answer.
+        let mut got = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !got.ends_with(b"ok") {
+            match tokio::time::timeout(Duration::from_secs(5), busy.read(&mut buf)).await {
+                Ok(Ok(n)) if n > 0 => got.extend_from_slice(&buf[..n]),
+                other => panic!("the connection with a request under way was closed: {other:?}"),
+            }
         }
     }
 

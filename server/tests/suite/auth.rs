@@ -654,6 +654,7 @@ async fn an_idle_connection_flood_from_one_address_locks_nobody_out() {
             max: 16,
             per_address: 4,
             idle,
+            evict_after: bimodal_server::serve::EVICT_AFTER,
         },
         ..c
     })
@@ -693,6 +694,64 @@ async fn an_idle_connection_flood_from_one_address_locks_nobody_out() {
         assert!(read.is_ok(), "an idle connection is still open after {:?}", idle * 10);
     }
     connections_refused_rises("idle", before[1]).await;
+    server.stop().await;
+}
+
+/// Idle HTTP/2 connections from four addresses, each within its share, take every place of the
+/// bound: an agent from a fifth address is still served within seconds, not once the flood's
+/// connections reach the 60 s idle bound. Each newcomer closes the flood's idlest connection to
+/// make room (counted as `evicted_idle`), and the agent's stream, under way, is never closed for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_connection_flood_from_many_addresses_makes_room_for_agents() {
+    let server = TestServer::start_changed(|c| Config {
+        connections: bimodal_server::serve::Limits {
+            max: 16,
+            per_address: 4,
+            idle: Duration::from_secs(60),
+            evict_after: Duration::from_secs(1),
+        },
+        ..c
+    })
+    .await;
+    let before = connections_refused("evicted_idle");
+    let mut flood = Vec::new();
+    for from in ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"] {
+        for _ in 0..4 {
+            flood.push(idle_http2_connection(server.addr, from.parse().unwrap()).await);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // From 127.0.0.1: a connection is turned away while a flood connection closes, then the
+    // agent's is served (an agent connects again after a refusal).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let acks = loop {
+        let sent = exchange_as(
+            server.url(),
+            None,
+            vec![hello("fifth-address"), req(batch([50; 16], false, "leaf", 1))],
+        )
+        .await;
+        match sent {
+            Ok(acks) => break acks,
+            Err(e) if Instant::now() < deadline => {
+                tracing::debug!(error = %e, "the agent connects again");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("the agent found no place in 15 s: {e:?}"),
+        }
+    };
+    assert_eq!(
+        acks[0].status,
+        bimodal_proto::v1::ack::Status::Stored as i32,
+        "{acks:?}"
+    );
+    connections_refused_rises("evicted_idle", before).await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !matches!(super::common::http_get(server.addr, "/healthz").await, Ok((200, _))) {
+        assert!(Instant::now() < deadline, "/healthz found no place in 15 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(flood);
     server.stop().await;
 }
 
