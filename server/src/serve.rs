@@ -189,6 +189,12 @@ pub(crate) struct Place {
 impl Places {
     /// `max` places, `per_address` of them at most for one client address.
     pub(crate) fn new(max: usize, per_address: usize) -> Arc<Places> {
+        Places::evicting_after(max, per_address, EVICT_AFTER)
+    }
+
+    /// [`Places::new`] whose connections may be closed to make room after `evict_after` with
+    /// nothing under way.
+    fn evicting_after(max: usize, per_address: usize, evict_after: Duration) -> Arc<Places> {
         let max = max.clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
         Arc::new(Places {
             all: Arc::new(Semaphore::new(max)),
@@ -197,18 +203,8 @@ impl Places {
             by_address: Default::default(),
             served: Default::default(),
             numbers: Default::default(),
-            evict_after: EVICT_AFTER,
+            evict_after,
         })
-    }
-
-    /// [`Places::new`] whose connections may be closed to make room after `evict_after` with
-    /// nothing under way.
-    fn evicting_after(max: usize, per_address: usize, evict_after: Duration) -> Arc<Places> {
-        let mut places = Places::new(max, per_address);
-        if let Some(p) = Arc::get_mut(&mut places) {
-            p.evict_after = evict_after;
-        }
-        places
     }
 
     /// The most places one address may hold.

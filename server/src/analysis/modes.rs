@@ -68,14 +68,9 @@ pub fn more_than_one(sorted: &[f64], draws: usize, alpha: f64, seed: u64) -> Mod
         };
     }
     let n = sorted.len();
-    let mean = sorted.iter().sum::<f64>() / n as f64;
-    let var = sorted.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n as f64;
-    // Smoothing adds the kernel's variance; shrinking towards the mean takes it back out: a
-    // null node is `mean + (value - mean + bandwidth × z) × shrink`.
-    let shrink = 1.0 / (1.0 + bandwidth * bandwidth / var).sqrt();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ (n as u64).rotate_left(32));
     let mut density = Density::default();
-    let mut null = NullFleets::new(sorted, mean, bandwidth, shrink);
+    let mut null = NullFleets::new(sorted, bandwidth);
     // Stop once this many null fleets look as split: the p-value is above alpha.
     let enough = (alpha * (draws + 1) as f64).ceil() as usize;
     let (mut more, mut drawn) = (0, 0);
@@ -99,9 +94,7 @@ enum NullFleets<'a> {
     Nodes {
         values: &'a [f64],
         pick: Uniform<usize>,
-        mean: f64,
-        bandwidth: f64,
-        shrink: f64,
+        shape: Smoothed,
         fleet: Vec<f64>,
     },
     /// Counts per cell of `step` from `lo`: cell `k` holds a node with probability
@@ -117,43 +110,83 @@ enum NullFleets<'a> {
     },
 }
 
-impl<'a> NullFleets<'a> {
-    fn new(values: &'a [f64], mean: f64, bandwidth: f64, shrink: f64) -> Self {
-        let n = values.len();
-        // Each value stands for a normal of this width about its shrunk place.
-        let width = bandwidth * shrink;
-        let (first, last) = (values[0], values[n - 1]);
-        let (lo, hi) = (
-            mean + (first - mean) * shrink - REACH * width,
-            mean + (last - mean) * shrink + REACH * width,
-        );
-        let step = width / CELLS_PER_KERNEL;
-        let cells = ((hi - lo) / step).ceil() as usize + 1;
-        match cells.saturating_mul(NODES_PER_CELL) > n {
-            true => Self::nodes(values, mean, bandwidth, shrink),
-            false => Self::cells(values, mean, shrink, lo, step, cells),
+/// Values smoothed at a bandwidth with their variance kept: a null node is
+/// `mean + (value - mean + bandwidth × z) × shrink` (smoothing adds the kernel's variance;
+/// shrinking towards the mean takes it back out).
+#[derive(Clone, Copy)]
+struct Smoothed {
+    mean: f64,
+    bandwidth: f64,
+    shrink: f64,
+}
+
+impl Smoothed {
+    fn of(values: &[f64], bandwidth: f64) -> Smoothed {
+        let n = values.len() as f64;
+        let mean = values.iter().sum::<f64>() / n;
+        let var = values.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n;
+        Smoothed {
+            mean,
+            bandwidth,
+            shrink: 1.0 / (1.0 + bandwidth * bandwidth / var).sqrt(),
         }
     }
 
-    fn nodes(values: &'a [f64], mean: f64, bandwidth: f64, shrink: f64) -> Self {
+    /// Where `value` stands once shrunk, before the kernel moves it.
+    fn place(&self, value: f64) -> f64 {
+        self.mean + (value - self.mean) * self.shrink
+    }
+
+    /// A null node drawn from `value`, `z` the kernel's standard normal draw.
+    fn moved(&self, value: f64, z: f64) -> f64 {
+        self.mean + (value - self.mean + self.bandwidth * z) * self.shrink
+    }
+
+    /// The width of the normal each value stands for about its place.
+    fn width(&self) -> f64 {
+        self.bandwidth * self.shrink
+    }
+
+    /// The cells of [`NullFleets::Cells`] for `sorted`: (the first one's place, their step,
+    /// how many), a kernel's reach past the lowest and highest places.
+    fn cells(&self, sorted: &[f64]) -> (f64, f64, usize) {
+        let (lo, hi) = (
+            self.place(sorted[0]) - REACH * self.width(),
+            self.place(sorted[sorted.len() - 1]) + REACH * self.width(),
+        );
+        let step = self.width() / CELLS_PER_KERNEL;
+        (lo, step, ((hi - lo) / step).ceil() as usize + 1)
+    }
+}
+
+impl<'a> NullFleets<'a> {
+    /// Null fleets of `sorted` smoothed at `bandwidth`: by cell when they have at least
+    /// [`NODES_PER_CELL`] nodes per cell, else node by node.
+    fn new(sorted: &'a [f64], bandwidth: f64) -> Self {
+        let shape = Smoothed::of(sorted, bandwidth);
+        let (_, _, cells) = shape.cells(sorted);
+        match cells.saturating_mul(NODES_PER_CELL) > sorted.len() {
+            true => Self::nodes(sorted, shape),
+            false => Self::cells(sorted, shape),
+        }
+    }
+
+    fn nodes(values: &'a [f64], shape: Smoothed) -> Self {
         NullFleets::Nodes {
             values,
             pick: Uniform::new(0, values.len()).expect("a fleet has nodes"),
-            mean,
-            bandwidth,
-            shrink,
+            shape,
             fleet: vec![0.0; values.len()],
         }
     }
 
-    /// Cells of `step` from `lo` (`cells` of them, a kernel's reach past the shrunk values).
-    fn cells(values: &'a [f64], mean: f64, shrink: f64, lo: f64, step: f64, cells: usize) -> Self {
-        let n = values.len();
+    fn cells(sorted: &'a [f64], shape: Smoothed) -> Self {
+        let (lo, step, cells) = shape.cells(sorted);
         // The shrunk values binned linearly onto the cells, then each cell's share of the
         // kernels of all of them.
         let mut at = vec![0.0; cells];
-        for &v in values {
-            let x = (mean + (v - mean) * shrink - lo) / step;
+        for &v in sorted {
+            let x = (shape.place(v) - lo) / step;
             let i = (x.floor() as usize).min(cells - 2);
             let w = x - i as f64;
             at[i] += 1.0 - w;
@@ -180,7 +213,7 @@ impl<'a> NullFleets<'a> {
             rest[k] = sum;
         }
         NullFleets::Cells {
-            nodes: n as u64,
+            nodes: sorted.len() as u64,
             lo,
             step,
             mass,
@@ -195,14 +228,12 @@ impl<'a> NullFleets<'a> {
             NullFleets::Nodes {
                 values,
                 pick,
-                mean,
-                bandwidth: h,
-                shrink,
+                shape,
                 fleet,
             } => {
                 for y in fleet.iter_mut() {
                     let z: f64 = StandardNormal.sample(rng);
-                    *y = *mean + (values[pick.sample(rng)] - *mean + *h * z) * *shrink;
+                    *y = shape.moved(values[pick.sample(rng)], z);
                 }
                 density.modes(fleet, bandwidth)
             }
@@ -486,18 +517,9 @@ mod tests {
         values.extend(normal(6, 1200, 0.25, 0.06));
         let values = sorted(values);
         let (bandwidth, _) = bracket(&values);
-        let n = values.len() as f64;
-        let mean = values.iter().sum::<f64>() / n;
-        let var = values.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n;
-        let shrink = 1.0 / (1.0 + bandwidth * bandwidth / var).sqrt();
-        let width = bandwidth * shrink;
-        let lo = mean + (values[0] - mean) * shrink - REACH * width;
-        let hi = mean + (values[values.len() - 1] - mean) * shrink + REACH * width;
-        let step = width / CELLS_PER_KERNEL;
-        let cells = ((hi - lo) / step).ceil() as usize + 1;
         assert!(
-            cells * NODES_PER_CELL <= values.len(),
-            "{cells} cells: drawn node by node"
+            matches!(NullFleets::new(&values, bandwidth), NullFleets::Cells { .. }),
+            "drawn node by node"
         );
         let split = |mut null: NullFleets, seed: u64| {
             let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
@@ -507,8 +529,9 @@ mod tests {
                 .count() as f64
                 / 600.0
         };
-        let by_node = split(NullFleets::nodes(&values, mean, bandwidth, shrink), 1);
-        let by_cell = split(NullFleets::cells(&values, mean, shrink, lo, step, cells), 2);
+        let shape = Smoothed::of(&values, bandwidth);
+        let by_node = split(NullFleets::nodes(&values, shape), 1);
+        let by_cell = split(NullFleets::cells(&values, shape), 2);
         assert!(by_node > 0.1 && by_node < 0.9, "the case tells nothing: {by_node}");
         // Two shares of 600 draws: a standard error of at most 0.029 for their difference.
         assert!((by_node - by_cell).abs() < 0.09, "by node {by_node}, by cell {by_cell}");
