@@ -18,8 +18,9 @@
 //! are not normal (a ramp, log-uniform, skewed, heavy-tailed), where any band is false; small
 //! bands (3 nodes, 1%), and three levels, where the answer should be the slowest level exactly.
 //!
-//! A fifth table: what compare's band search costs (`find_bands` over ten metrics, alpha divided
-//! among them), with and without a band in one metric.
+//! A fifth table: what compare's band search costs (`find_bands_by_class` over ten metrics,
+//! alpha divided among them), with and without a band in one metric, in one hardware class and
+//! in two (each searched by itself as well).
 //!
 //! A sixth table: fleets of two hardware classes (`find_bands_by_class`), whose metric differs
 //! by class: with no band within a class the answer must say the bands are the classes (no slow
@@ -443,14 +444,16 @@ fn explain(trials: usize) {
     }
 }
 
-/// `find_bands` over ten metrics of log-normal noise (σ 0.1), one of them with a tenth of the
-/// nodes 4× higher or not: its time per call (the null cache kept between calls, as the server
-/// keeps it) and whether the band was chosen.
+/// `find_bands_by_class` over ten metrics of log-normal noise (σ 0.1), one of them with a tenth
+/// of the nodes 4× higher or not, the nodes of one hardware class or of two (halves, the same
+/// noise): its time per call (the null cache kept between calls, as the server keeps it) and
+/// whether the band was chosen.
 fn compare(trials: usize, config: &BandConfig) {
-    use bimodal_server::analysis::compare::{find_bands, Direction, Metric, MetricKind};
+    use bimodal_server::analysis::compare::{find_bands_by_class, Direction, Metric, MetricKind};
+    use std::collections::BTreeMap;
     const SIZES: [usize; 4] = [100, 1000, 10_000, 100_000];
     table_head(&["ten metrics", "measure"], &SIZES);
-    for band in [false, true] {
+    for (band, classes) in [(false, 1), (true, 1), (true, 2)] {
         let mut null = NullCache::default();
         let mut cells = Vec::new();
         for n in SIZES {
@@ -460,6 +463,9 @@ fn compare(trials: usize, config: &BandConfig) {
                 _ => trials.div_ceil(4),
             };
             let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0xc0_0000 + n as u64 + band as u64);
+            let labels: Vec<BTreeMap<String, String>> = (0..n)
+                .map(|i| BTreeMap::from([("cpu_model".to_owned(), format!("{}", i % classes))]))
+                .collect();
             let (mut times, mut chosen) = (Vec::new(), 0);
             for _ in 0..trials {
                 let metrics: Vec<Metric> = (0..10)
@@ -475,7 +481,7 @@ fn compare(trials: usize, config: &BandConfig) {
                     })
                     .collect();
                 let start = Instant::now();
-                let choice = find_bands(&metrics, config, &mut null);
+                let choice = find_bands_by_class(&metrics, &labels, config, &mut null);
                 times.push(start.elapsed().as_secs_f64() * 1e3);
                 chosen += (choice.chosen == Some(0)) as usize;
             }
@@ -491,10 +497,10 @@ fn compare(trials: usize, config: &BandConfig) {
                 100.0 * chosen as f64 / trials as f64
             ));
         }
-        let name = if band {
-            "a tenth 4× higher in one"
-        } else {
-            "one band in every one"
+        let name = match (band, classes) {
+            (false, _) => "one band in every one",
+            (true, 1) => "a tenth 4× higher in one",
+            (true, _) => "a tenth 4× higher in one, two hardware classes",
         };
         println!(
             "| {name} | p50 / p95 time |{}",

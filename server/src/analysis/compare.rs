@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use super::bands::{self, BandConfig, Bands, Evidence, NullCache, Split};
-use super::rank;
+use super::{rank, NodeSet};
 
 /// Which way a metric goes on slow nodes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -69,7 +69,8 @@ pub struct Metric {
 impl Metric {
     /// The metric measured on `nodes` alone (by index into the comparison's nodes).
     pub fn only(&self, nodes: &[usize]) -> Metric {
-        let keep = |i: usize| nodes.contains(&i);
+        let nodes = NodeSet::of(nodes);
+        let keep = |i: usize| nodes.contains(i);
         Metric {
             values: self
                 .values
@@ -405,12 +406,11 @@ impl ClassSplit {
         if classes.len() < 2 {
             return ClassSplit::OneClass;
         }
-        let high: std::collections::HashSet<usize> = groups.high.iter().copied().collect();
-        let low: std::collections::HashSet<usize> = groups.low.iter().copied().collect();
+        let (high, low) = (NodeSet::of(&groups.high), NodeSet::of(&groups.low));
         let mut sides = Vec::new();
         for class in classes {
             let (in_low, in_high) = class.nodes.iter().fold((0usize, 0usize), |(l, h), i| {
-                (l + usize::from(low.contains(i)), h + usize::from(high.contains(i)))
+                (l + usize::from(low.contains(*i)), h + usize::from(high.contains(*i)))
             });
             let placed = in_low + in_high;
             if placed == 0 {
@@ -429,10 +429,10 @@ impl ClassSplit {
 
     /// The classes of `classes` most of whose nodes lie in `nodes`.
     pub fn mostly_in<'a>(classes: &'a [HardwareClass], nodes: &[usize]) -> Vec<&'a HardwareClass> {
-        let nodes: std::collections::HashSet<usize> = nodes.iter().copied().collect();
+        let nodes = NodeSet::of(nodes);
         classes
             .iter()
-            .filter(|c| 2 * c.nodes.iter().filter(|i| nodes.contains(i)).count() > c.nodes.len())
+            .filter(|c| 2 * c.nodes.iter().filter(|&&i| nodes.contains(i)).count() > c.nodes.len())
             .collect()
     }
 }
@@ -479,8 +479,9 @@ pub fn find_bands_by_class(
         };
         let slow = fleet.groups.as_ref().map(slow_of);
         let within = found.iter().find(|(class, _)| {
+            let members = NodeSet::of(&class.nodes);
             slow.as_ref()
-                .is_some_and(|slow| slow.iter().all(|i| class.nodes.contains(i)))
+                .is_some_and(|slow| slow.iter().all(|&i| members.contains(i)))
         });
         fleet.within = within.map(|(class, _)| (*class).clone());
         // The class's own split of the same metric, when its slow nodes are some of the fleet's:
@@ -489,7 +490,8 @@ pub fn find_bands_by_class(
         // fleets of 1,000 nodes of the statistics benchmark before).
         if let (Some((_, own)), Some(slow)) = (within, &slow) {
             let own_slow = own.groups.as_ref().map(slow_of).unwrap_or_default();
-            if own.chosen == fleet.chosen && !own_slow.is_empty() && own_slow.iter().all(|i| slow.contains(i)) {
+            let fleet_slow = NodeSet::of(slow);
+            if own.chosen == fleet.chosen && !own_slow.is_empty() && own_slow.iter().all(|&i| fleet_slow.contains(i)) {
                 fleet.groups = own.groups.clone();
                 fleet.answer = own.answer.clone();
             }
@@ -500,7 +502,8 @@ pub fn find_bands_by_class(
                 Some("low") => &mut groups.high,
                 _ => &mut groups.low,
             };
-            other.retain(|i| class.nodes.contains(i));
+            let members = NodeSet::of(&class.nodes);
+            other.retain(|&i| members.contains(i));
         }
         return fleet;
     }
@@ -547,7 +550,8 @@ pub fn find_bands(metrics: &[Metric], config: &BandConfig, null: &mut NullCache)
                 }
                 None => Vec::new(),
             };
-            let measured: Vec<usize> = with_value.into_iter().filter(|i| !set_aside.contains(i)).collect();
+            let aside = NodeSet::of(&set_aside);
+            let measured: Vec<usize> = with_value.into_iter().filter(|&i| !aside.contains(i)).collect();
             let values: Vec<f64> = measured.iter().map(|&i| m.values[i].unwrap_or(0.0)).collect();
             let bands = match &m.evidence {
                 Some(evidence) => {

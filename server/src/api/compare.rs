@@ -20,7 +20,7 @@ use super::params::Params;
 use super::{AppError, AppState};
 use crate::analysis::bands::{BandConfig, Bands, Split};
 use crate::analysis::compare::{self, BandChoice, ClassSplit, FunctionTable, Groups, Metric, MetricBands, MetricKind};
-use crate::analysis::held_out;
+use crate::analysis::{held_out, NodeSet};
 use crate::clock::{now_secs as now, rfc3339};
 use crate::selector::Selector;
 use crate::storage::{Functions, NodesRead};
@@ -379,7 +379,7 @@ impl Sample {
 /// bound they were sampled to, and per event the nodes among them whose functions' totals were
 /// not compared, their chains possibly short beside the others' (`short_chains`).
 fn explained_json(w: &Window, explained: &Groups, per_group: usize) -> Value {
-    let members = explained.nodes();
+    let members = NodeSet::of(&explained.nodes());
     let mut short = serde_json::Map::new();
     for (event, _, _) in &w.sources {
         if short.contains_key(*event) {
@@ -388,7 +388,7 @@ fn explained_json(w: &Window, explained: &Groups, per_group: usize) -> Value {
         let left_out: Vec<usize> = w
             .short_chains(event)
             .into_iter()
-            .filter(|i| members.contains(i))
+            .filter(|&i| members.contains(i))
             .collect();
         if !left_out.is_empty() {
             short.insert(event.to_string(), json!(w.names(&left_out)));
