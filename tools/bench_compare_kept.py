@@ -9,7 +9,10 @@ first, the server's peak RSS, and the server's own step timings (its debug log).
 builds in alternation on the same directory for an A/B: this machine's run-to-run noise is
 larger than many changes.
 
-usage: python3 tools/bench_compare_kept.py DATA_DIR [--from S --to S] [--runs N]
+With `--a S --b S`, compare is asked for those two groups (`?a=&b=`) instead of bands over
+`--selector`: the explanation's path (functions, data objects, labels) at the store's size.
+
+usage: python3 tools/bench_compare_kept.py DATA_DIR [--from S --to S] [--runs N] [--a S --b S]
 """
 
 import argparse
@@ -33,9 +36,11 @@ def main():
     p.add_argument("--to", dest="end", type=int)
     p.add_argument("--runs", type=int, default=11)
     p.add_argument("--selector", default='{node=~"loadgen-.*"}')
+    p.add_argument("--a", help="a group's selector (with --b): compare these two groups")
+    p.add_argument("--b")
     args = p.parse_args()
     # The server's step timings are debug lines of its log.
-    os.environ["RUST_LOG"] = "info,bimodal_server::api=debug"
+    os.environ["RUST_LOG"] = "info,bimodal_server::window=debug"
     log_name = "compare-kept.log"
     fleet = Fleet(args.data_dir, keep=True, log=log_name)
     url, proc = fleet.url, fleet.proc
@@ -44,7 +49,8 @@ def main():
         if start is None or end is None:
             span = fleet.rows("SELECT toUInt32(min(time)) AS a, toUInt32(max(time)) AS b FROM node_totals")[0]
             start, end = int(span["a"]), int(span["b"]) + 60
-        q = urllib.parse.urlencode({"from": str(start), "to": str(end), "selector": args.selector})
+        asked = {"a": args.a, "b": args.b} if args.a and args.b else {"selector": args.selector}
+        q = urllib.parse.urlencode({"from": str(start), "to": str(end), **asked})
         times, peaks = [], []
         for i in range(args.runs):
             reset_peak(proc.pid)

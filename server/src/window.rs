@@ -127,7 +127,7 @@ impl WindowRows {
     /// The reads of a window, at once where one does not need another's answer.
     pub async fn read(store: &Store, selector: &Selector, from: u32, to: u32) -> Result<WindowRows, StorageError> {
         let (mut nodes, rows) = tokio::try_join!(
-            store.nodes(selector, from, to),
+            timed("window: nodes", store.nodes(selector, from, to)),
             WindowRows::figures(store, selector, from, to, true)
         )?;
         nodes.sort_by(|a, b| a.node.cmp(&b.node));
@@ -168,7 +168,7 @@ impl WindowRows {
         };
         // Which nodes the selector reaches is the same for every event's totals.
         let any_event = scope_of(EventKind::Cpu);
-        let reach = store.reach(&any_event).await?;
+        let reach = timed("window: reach", store.reach(&any_event)).await?;
         // Every read below needs only the nodes: they run at once (one after another, their
         // round trips and ClickHouse times added up). The per-node reads take the selector's
         // nodes as a subquery, not their names: a fleet of 100,000 names inlined is a query
@@ -179,15 +179,24 @@ impl WindowRows {
         };
         let (sources, totals, counters, sampled_with, placements) = tokio::try_join!(
             store.sources(),
-            futures_util::future::try_join_all(EventKind::ALL.into_iter().map(totals_of)),
-            store.node_counters(NodeSet::Selected(selector), from, to),
-            store.node_sources(NodeSet::Selected(selector), from, to),
-            async {
+            timed(
+                "window: totals",
+                futures_util::future::try_join_all(EventKind::ALL.into_iter().map(totals_of))
+            ),
+            timed(
+                "window: counters",
+                store.node_counters(NodeSet::Selected(selector), from, to)
+            ),
+            timed(
+                "window: sources sampled",
+                store.node_sources(NodeSet::Selected(selector), from, to)
+            ),
+            timed("window: placements", async {
                 match placements {
                     true => store.placements_of(NodeSet::Selected(selector), from, to).await,
                     false => Ok(BTreeMap::new()),
                 }
-            },
+            }),
         )?;
         let units = sources.into_iter().map(|s| ((s.event, s.source), s.unit)).collect();
         let node_cpu = if selector.process_matchers().next().is_none() {
@@ -251,7 +260,10 @@ impl Window {
         now: u32,
     ) -> Result<Window, StorageError> {
         let rows = WindowRows::read(store, selector, from, to).await?;
-        Ok(Window::assemble(rows, selector, from, to, now))
+        Ok(timed("window: assemble", async {
+            Window::assemble(rows, selector, from, to, now)
+        })
+        .await)
     }
 
     /// The part [from, to) of `window` (one of its halves), read at `now`, for `metric`:
@@ -661,6 +673,15 @@ pub fn node_cpu_seconds(samples_ns: Option<f64>, process_cpu_ns: Option<f64>, pi
         _ => samples_ns,
     };
     ns.map(|ns| ns / 1e9).filter(|&s| s > 0.0)
+}
+
+/// `step` awaited, its duration logged (debug level) under `what`: compare's steps, and the
+/// reads of its window.
+pub async fn timed<T>(what: &'static str, step: impl std::future::Future<Output = T>) -> T {
+    let start = std::time::Instant::now();
+    let out = step.await;
+    tracing::debug!(step = what, ms = start.elapsed().as_millis() as u64, "compare step");
+    out
 }
 
 /// Band detection on a blocking thread (the null distributions are drawn there once).

@@ -326,17 +326,23 @@ async fn top_function(
         from,
         to,
     };
-    // Per function: this node's self value per CPU-second, and the reference's.
-    let per_second = |w: &Window, read: &crate::storage::NodeFunctions, node: &str| -> HashMap<String, f64> {
-        let Some(i) = w.nodes.iter().position(|n| n.node == node) else {
-            return HashMap::new();
-        };
+    // Per function: each node's self value per CPU-second (normalized once per read: per peer,
+    // it was quadratic in the fleet), and this node's or the reference's taken from them.
+    let per_second = |w: &Window, read: &crate::storage::NodeFunctions| -> Vec<(String, Vec<Option<f64>>)> {
         let normalize = w.normalizer(&read.nodes, &w.node_cpu_seconds);
         read.functions
             .iter()
-            .filter_map(|f| Some((f.function.name.clone(), normalize(&f.self_values)[i]?)))
+            .map(|f| (f.function.name.clone(), normalize(&f.self_values)))
             .collect()
     };
+    let of_node = |values: &[(String, Vec<Option<f64>>)], i: Option<usize>| -> HashMap<String, f64> {
+        let Some(i) = i else { return HashMap::new() };
+        values
+            .iter()
+            .filter_map(|(name, per_node)| Some((name.clone(), (*per_node.get(i)?)?)))
+            .collect()
+    };
+    let index_of = |w: &Window, node: &str| w.nodes.iter().position(|n| n.node == node);
     let reference: HashMap<String, f64>;
     let mine: HashMap<String, f64>;
     match &rule.condition {
@@ -350,23 +356,19 @@ async fn top_function(
                 )
                 .await
                 .map_err(err)?;
-            mine = per_second(current, &read, node);
+            let values = per_second(current, &read);
+            let at = index_of(current, node);
+            mine = of_node(&values, at);
             // The peers the rule judged the node against: its hardware class.
-            let class = current
-                .nodes
-                .iter()
-                .find(|n| n.node == *node)
-                .map(|n| compare::hardware_class(&n.labels));
-            let peers: Vec<HashMap<String, f64>> = current
-                .nodes
-                .iter()
-                .filter(|n| n.node != *node && Some(compare::hardware_class(&n.labels)) == class)
-                .map(|n| per_second(current, &read, &n.node))
+            let class = at.map(|i| compare::hardware_class(&current.nodes[i].labels));
+            let peers: Vec<usize> = (0..current.nodes.len())
+                .filter(|&j| Some(j) != at && Some(compare::hardware_class(&current.nodes[j].labels)) == class)
                 .collect();
-            reference = mine
-                .keys()
-                .map(|f| {
-                    let mut v: Vec<f64> = peers.iter().map(|p| p.get(f).copied().unwrap_or(0.0)).collect();
+            reference = values
+                .iter()
+                .filter(|(f, _)| mine.contains_key(f))
+                .map(|(f, per_node)| {
+                    let mut v: Vec<f64> = peers.iter().map(|&j| per_node[j].unwrap_or(0.0)).collect();
                     (f.clone(), judge::median(&mut v))
                 })
                 .collect();
@@ -382,7 +384,7 @@ async fn top_function(
                 )
                 .await
                 .map_err(err)?;
-            mine = per_second(current, &read, node);
+            mine = of_node(&per_second(current, &read), index_of(current, node));
             let before_from = from.saturating_sub(baseline.as_secs() as u32);
             let read = store
                 .node_functions(
@@ -394,7 +396,9 @@ async fn top_function(
                 .await
                 .map_err(err)?;
             // The node's CPU-seconds before: from the window the rule already read.
-            reference = before_window.map_or_else(HashMap::new, |before| per_second(before, &read, node));
+            reference = before_window.map_or_else(HashMap::new, |before| {
+                of_node(&per_second(before, &read), index_of(before, node))
+            });
         }
         _ => {
             let read = store
@@ -406,7 +410,7 @@ async fn top_function(
                 )
                 .await
                 .map_err(err)?;
-            mine = per_second(current, &read, node);
+            mine = of_node(&per_second(current, &read), index_of(current, node));
             reference = HashMap::new();
         }
     }

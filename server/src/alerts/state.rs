@@ -78,6 +78,7 @@ impl Tracker {
                 .iter()
                 .map(|(k, t)| (k.clone(), render(t, &f.labels, f.value)))
                 .collect();
+            let mut new = false;
             let alert = match self.alerts.get_mut(&fp).filter(|a| a.is_active()) {
                 Some(a) => a,
                 None => {
@@ -103,6 +104,7 @@ impl Tracker {
                         a.fired_at = now;
                     }
                     changed.push(fp);
+                    new = true;
                     a
                 }
             };
@@ -114,7 +116,8 @@ impl Tracker {
             {
                 alert.state = State::Firing;
                 alert.fired_at = now;
-                if !changed.contains(&fp) {
+                // (A new alert is among those changed already.)
+                if !new {
                     changed.push(fp);
                 }
             }

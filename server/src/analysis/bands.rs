@@ -321,8 +321,9 @@ fn detect_in(values: &[f64], config: &BandConfig, null: &mut NullCache, heavy_ta
     // Nodes far out on their own are set aside first: a band gathers, an outlier does not.
     let apart = outliers(&sorted, min_band);
     let outliers: Vec<usize> = apart.iter().map(|&at| order[at]).collect();
+    let aside = super::NodeSet::of(&apart);
     let (order, sorted): (Vec<usize>, Vec<f64>) = (0..n)
-        .filter(|at| !apart.contains(at))
+        .filter(|&at| !aside.contains(at))
         .map(|at| (order[at], sorted[at]))
         .unzip();
     let n = sorted.len();
@@ -476,7 +477,7 @@ pub fn outliers(sorted: &[f64], min_band: usize) -> Vec<usize> {
             }
         };
         let mut group = 0;
-        for w in end.windows(2) {
+        for (at, w) in end.windows(2).enumerate() {
             let (outer, inner) = (w[0], w[1]);
             if !beyond(outer) {
                 break;
@@ -484,7 +485,6 @@ pub fn outliers(sorted: &[f64], min_band: usize) -> Vec<usize> {
             group += 1;
             if (sorted[inner] - sorted[outer]).abs() > gap {
                 if group < min_band {
-                    let at = end.iter().position(|&i| i == outer).expect("walked");
                     apart.extend(&end[at + 1 - group..=at]);
                 }
                 group = 0;

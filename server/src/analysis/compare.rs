@@ -640,10 +640,10 @@ pub struct Association {
 }
 
 impl Association {
-    /// The property's association with `groups`, `has` telling which nodes have it.
-    pub fn of(groups: &Groups, has: impl Fn(usize) -> bool) -> Association {
-        let high_with = groups.high.iter().filter(|&&i| has(i)).count();
-        let low_with = groups.low.iter().filter(|&&i| has(i)).count();
+    /// The association of a property (a label value, a finding) that `high_with` nodes of
+    /// `groups`' high band and `low_with` of its low band have: many properties are counted in
+    /// one pass over the nodes, never one pass per property.
+    pub fn counted(groups: &Groups, high_with: usize, low_with: usize) -> Association {
         let (high_nodes, low_nodes) = (groups.high.len(), groups.low.len());
         Association {
             high_with,
@@ -679,19 +679,28 @@ pub fn label_splits(labels: &[BTreeMap<String, String>], groups: &Groups) -> Vec
         .flat_map(|&i| labels[i].keys().map(String::as_str))
         .collect();
     let value = |i: usize, key: &str| labels[i].get(key).map(String::as_str).unwrap_or("");
+    // Per label, each value's nodes in each band, counted in one pass: a label of thousands of
+    // values (a rack, a pod's address) over 100,000 nodes, tested value by value over every
+    // node, was quadratic.
     let mut splits: Vec<LabelSplit> = keys
         .into_iter()
         .filter_map(|key| {
-            let values: BTreeSet<&str> = in_bands.iter().map(|&i| value(i, key)).collect();
+            let mut values: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+            for &i in &groups.high {
+                values.entry(value(i, key)).or_default().0 += 1;
+            }
+            for &i in &groups.low {
+                values.entry(value(i, key)).or_default().1 += 1;
+            }
             if values.len() < 2 || values.len() == in_bands.len() {
                 return None;
             }
             values
                 .into_iter()
-                .map(|v| LabelSplit {
+                .map(|(v, (high_with, low_with))| LabelSplit {
                     label: key.to_owned(),
                     value: v.to_owned(),
-                    association: Association::of(groups, |i| value(i, key) == v),
+                    association: Association::counted(groups, high_with, low_with),
                 })
                 .min_by(|a, b| a.association.p_value.total_cmp(&b.association.p_value))
         })
@@ -721,23 +730,26 @@ pub struct FindingSplit {
 /// Findings per node (finding, that node's text), each tested against the bands; strongest
 /// first. A finding on every node of the bands or on none of them says nothing.
 pub fn finding_splits(findings: &[Vec<(String, String)>], groups: &Groups) -> Vec<FindingSplit> {
-    let mut on: BTreeMap<&str, (BTreeSet<usize>, &str)> = BTreeMap::new();
+    // Per finding: the nodes of each band that have it (each node once), and an example.
+    let mut on: BTreeMap<&str, ([usize; 2], &str)> = BTreeMap::new();
     // The high band first: the example comes from it when it has the finding.
-    for &i in groups.high.iter().chain(&groups.low) {
-        for (finding, text) in &findings[i] {
-            on.entry(finding.as_str())
-                .or_insert_with(|| (BTreeSet::new(), text.as_str()))
-                .0
-                .insert(i);
+    for (band, nodes) in [(0, &groups.high), (1, &groups.low)] {
+        for &i in nodes {
+            let mut seen: BTreeSet<&str> = BTreeSet::new();
+            for (finding, text) in &findings[i] {
+                if seen.insert(finding.as_str()) {
+                    on.entry(finding.as_str()).or_insert_with(|| ([0, 0], text.as_str())).0[band] += 1;
+                }
+            }
         }
     }
     let total = groups.low.len() + groups.high.len();
     let mut splits: Vec<FindingSplit> = on
         .into_iter()
-        .filter(|(_, (nodes, _))| nodes.len() < total)
-        .map(|(finding, (nodes, example))| FindingSplit {
+        .filter(|(_, ([high, low], _))| high + low < total)
+        .map(|(finding, ([high, low], example))| FindingSplit {
             finding: finding.to_owned(),
-            association: Association::of(groups, |i| nodes.contains(&i)),
+            association: Association::counted(groups, high, low),
             example: example.to_owned(),
         })
         .collect();

@@ -24,7 +24,7 @@ use crate::analysis::{held_out, NodeSet};
 use crate::clock::{now_secs as now, rfc3339};
 use crate::selector::Selector;
 use crate::storage::{Functions, NodesRead};
-use crate::window::{self, data_tables, find_bands, function_tables, no_bands_verdict, Window};
+use crate::window::{self, data_tables, find_bands, function_tables, no_bands_verdict, timed, Window};
 
 /// Differences listed by default and at most.
 const DEFAULT_LIMIT: u32 = 50;
@@ -445,18 +445,32 @@ async fn given_groups(state: &AppState, p: &Params) -> Result<Json<Value>, AppEr
             "node `{both}` matches both `a` and `b`: the groups must not overlap"
         )));
     }
-    let alternatives: Vec<String> = names_a.iter().chain(&names_b).map(|n| regex::escape(n)).collect();
-    let both = Selector {
+    // One selector for both groups: their node names, or, past what a query may name, every
+    // node of their processes, the window's nodes in neither group left out of the groups (a
+    // regex of 100,000 names is refused: the regex crate's size limit, and ClickHouse's).
+    let processes = Selector {
         matchers: a.process_matchers().cloned().collect(),
-    }
-    .and(
-        crate::selector::Matcher::new("node", crate::selector::MatchOp::Regex, &alternatives.join("|"))
-            .map_err(|e| AppError::Internal(format!("the groups' node names: {}", e.message)))?,
-    );
+    };
+    let both = match names_a.len() + names_b.len() <= crate::storage::select::INLINE_NODES {
+        true => {
+            let alternatives: Vec<String> = names_a.iter().chain(&names_b).map(|n| regex::escape(n)).collect();
+            processes.and(
+                crate::selector::Matcher::new("node", crate::selector::MatchOp::Regex, &alternatives.join("|"))
+                    .map_err(|e| AppError::Internal(format!("the groups' node names: {}", e.message)))?,
+            )
+        }
+        false => processes,
+    };
     let mut window = timed("window", Window::read(&state.store, &both, from, to, now())).await?;
-    // Every node the window holds is of a or of b.
-    let (high, low): (Vec<usize>, Vec<usize>) =
-        (0..window.nodes.len()).partition(|&i| in_b.contains(window.nodes[i].node.as_str()));
+    let in_a: HashSet<&str> = names_a.iter().map(String::as_str).collect();
+    let (mut high, mut low) = (Vec::new(), Vec::new());
+    for (i, n) in window.nodes.iter().enumerate() {
+        if in_b.contains(n.node.as_str()) {
+            high.push(i);
+        } else if in_a.contains(n.node.as_str()) {
+            low.push(i);
+        }
+    }
     let groups = Groups { low, high, slow: None };
     let sample = Sample::of(&window, &groups, per_group);
     let (tables, data) = tokio::try_join!(
@@ -480,7 +494,7 @@ async fn given_groups(state: &AppState, p: &Params) -> Result<Json<Value>, AppEr
     let mut answer = json!({
         "from": rfc3339(from),
         "to": rfc3339(to),
-        "nodes": window.nodes.iter().map(|n| n.node.as_str()).collect::<Vec<_>>(),
+        "nodes": window.names(&groups.nodes()),
         "groups": {"a": group_json(&a, &groups.low), "b": group_json(&b, &groups.high)},
         "bands": Value::Null,
     });
@@ -519,14 +533,6 @@ async fn given_groups(state: &AppState, p: &Params) -> Result<Json<Value>, AppEr
     answer["metrics"] = json!(metrics);
     answer["explanation"] = explanation;
     Ok(Json(answer))
-}
-
-/// `step` awaited, its duration logged (debug level) under `what`.
-async fn timed<T>(what: &'static str, step: impl std::future::Future<Output = T>) -> T {
-    let start = std::time::Instant::now();
-    let out = step.await;
-    tracing::debug!(step = what, ms = start.elapsed().as_millis() as u64, "compare step");
-    out
 }
 
 /// The chosen metric in the previous window of the same length: its bands, and the nodes of

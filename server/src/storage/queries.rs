@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use clickhouse::Client;
 
 use super::plan::{counter_pieces, pieces, sources_from, totals_by_hour, CounterTables, Reach, MINUTE};
-use super::select::{condition, matching_nodes, node_condition, process_column, selector_filter, Nodes};
+use super::select::{condition, matching_nodes, node_condition, process_column, selector_filter, Nodes, INLINE_NODES};
 use super::sql::{Sql, Value};
 use super::StorageError;
 use crate::selector::{LabelScope, Selector, PROCESS_LABELS};
@@ -661,19 +661,22 @@ struct FirstSeen {
     first_seen: u32,
 }
 
-/// The stored `first_seen` of each of `nodes` that has one.
+/// The stored `first_seen` of each of `nodes` that has one, asked [`INLINE_NODES`] names at a
+/// time (a flush after an outage may bring 100,000 new names: a query ClickHouse refuses).
 pub(super) async fn first_seen(client: &Client, nodes: &[&str]) -> Result<HashMap<String, u32>, StorageError> {
-    let mut sql = Sql::new("SELECT node, toUInt32(min(first_seen)) AS first_seen FROM nodes WHERE node IN (");
-    sql.bind_strs(nodes);
-    sql.push(") GROUP BY node");
-    Ok(sql
-        .query(client)
-        .fetch_all::<FirstSeen>()
-        .await
-        .map_err(StorageError::query("read when nodes were first seen"))?
-        .into_iter()
-        .map(|r| (r.node, r.first_seen))
-        .collect())
+    let mut found = HashMap::new();
+    for some in nodes.chunks(INLINE_NODES) {
+        let mut sql = Sql::new("SELECT node, toUInt32(min(first_seen)) AS first_seen FROM nodes WHERE node IN (");
+        sql.bind_strs(some);
+        sql.push(") GROUP BY node");
+        let rows = sql
+            .query(client)
+            .fetch_all::<FirstSeen>()
+            .await
+            .map_err(StorageError::query("read when nodes were first seen"))?;
+        found.extend(rows.into_iter().map(|r| (r.node, r.first_seen)));
+    }
+    Ok(found)
 }
 
 /// `unhex('…'), …` of batch ids: they are ours (hex digits), so inlining them is safe, and an IN

@@ -79,7 +79,7 @@ pub(super) fn matching_nodes(selector: &Selector) -> Sql {
 /// Lists of nodes longer than this are read as the selector that chose them (a subquery of
 /// `nodes`) rather than bound name by name: a query's text then stays the same size at any fleet
 /// size. 100,000 names inlined made ClickHouse refuse compare's reads ("AST is too big").
-pub(super) const INLINE_NODES: usize = 1000;
+pub const INLINE_NODES: usize = 1000;
 
 /// A node filter on a per-node table.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -501,8 +501,13 @@ impl Flusher {
         let claimed = began.elapsed();
         let now = now_millis();
         let mut outcomes = Vec::with_capacity(batches.len());
+        // The ledger's rows by batch (a backlog after an outage flushes thousands at once).
+        let mut by_batch: HashMap<[u8; 16], Vec<_>> = HashMap::new();
+        for s in &states {
+            by_batch.entry(s.batch_id).or_default().push(s);
+        }
         for p in batches {
-            let rows = states.iter().filter(|s| s.batch_id == p.rows.batch_id);
+            let rows = by_batch.get(&p.rows.batch_id).into_iter().flatten().copied();
             let mut outcome = None;
             for s in rows {
                 // Stored by anyone, ever: a later claim (a resend) does not undo that.
