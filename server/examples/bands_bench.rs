@@ -171,16 +171,16 @@ fn held(trials: usize) {
                     let mut functions = vec![FunctionValues {
                         function: "main".into(),
                         module: "app".into(),
-                        self_values: vec![Some(0.0); n],
-                        total_values: main.clone(),
+                        self_values: vec![Some(0.0); n].into(),
+                        total_values: main.clone().into(),
                     }];
                     functions.extend(own.iter().enumerate().map(|(f, v)| {
                         let v: Vec<Option<f64>> = v.iter().copied().map(Some).collect();
                         FunctionValues {
                             function: format!("f{f}"),
                             module: "app".into(),
-                            self_values: v.clone(),
-                            total_values: v,
+                            self_values: v.clone().into(),
+                            total_values: v.into(),
                         }
                     }));
                     let kind = MetricKind::EventRate {
@@ -413,14 +413,14 @@ fn explain(trials: usize) {
                 let mut functions = vec![FunctionValues {
                     function: "main".into(),
                     module: "app".into(),
-                    self_values: vec![Some(0.0); n],
-                    total_values: main,
+                    self_values: vec![Some(0.0); n].into(),
+                    total_values: main.into(),
                 }];
                 functions.extend(own.into_iter().enumerate().map(|(f, values)| FunctionValues {
                     function: format!("f{f}"),
                     module: "app".into(),
-                    self_values: values.clone(),
-                    total_values: values,
+                    self_values: values.clone().into(),
+                    total_values: values.into(),
                 }));
                 let tables = [FunctionTable {
                     event: "page_fault".into(),

@@ -20,10 +20,10 @@ use std::sync::{Arc, Mutex};
 use bimodal_proto::v1::EventKind;
 
 use crate::analysis::bands::{BandConfig, Bands, Evidence, NullCache};
-use crate::analysis::chains;
 use crate::analysis::compare::{
     self, BandChoice, DataTable, DataValues, Direction, FunctionTable, FunctionValues, Metric, MetricKind,
 };
+use crate::analysis::{chains, Columns, NodeValues};
 use crate::selector::Selector;
 use crate::storage::placement::ProcessPlacement;
 use crate::storage::queries::Measures;
@@ -575,27 +575,52 @@ impl Window {
 
     /// A function from values read per node (columns aligned with `read_nodes`) to values
     /// aligned with this window's nodes, each divided by the node's `divisor`: 0 for a node with
-    /// a divisor and nothing read, `None` for a node without a divisor.
+    /// a divisor and nothing read, `None` for a node without a divisor. With `read` a sample,
+    /// only its nodes have values (kept for them alone: [`NodeValues`]).
     pub fn normalizer<'a>(
         &self,
         read_nodes: &[String],
         divisor: &'a [Option<f64>],
-    ) -> impl Fn(&[u64]) -> Vec<Option<f64>> + 'a {
+        read: NodesRead<'_>,
+    ) -> impl Fn(&[u64]) -> NodeValues + 'a {
         let index: HashMap<&str, usize> = self
             .nodes
             .iter()
             .enumerate()
             .map(|(i, n)| (n.node.as_str(), i))
             .collect();
-        let columns: Vec<Option<usize>> = read_nodes.iter().map(|n| index.get(n.as_str()).copied()).collect();
+        let of_nodes =
+            |names: &[String]| -> Vec<Option<usize>> { names.iter().map(|n| index.get(n.as_str()).copied()).collect() };
+        let found = of_nodes(read_nodes);
+        // The window's nodes given a column, in its order.
+        let kept: Vec<usize> = match read.sample() {
+            None => (0..self.nodes.len()).collect(),
+            Some(sample) => {
+                let mut asked: Vec<usize> = of_nodes(sample)
+                    .into_iter()
+                    .chain(found.iter().copied())
+                    .flatten()
+                    .collect();
+                asked.sort_unstable();
+                asked.dedup();
+                asked
+            }
+        };
+        let columns = Columns::of(self.nodes.len(), kept.iter().copied());
+        let unread: Vec<Option<f64>> = kept.iter().map(|&i| divisor[i].map(|_| 0.0)).collect();
+        // Per node read: (its window index, its column).
+        let found: Vec<Option<(usize, usize)>> = found
+            .into_iter()
+            .map(|i| i.and_then(|i| columns.column(i).map(|c| (i, c))))
+            .collect();
         move |per_node: &[u64]| {
-            let mut out: Vec<Option<f64>> = divisor.iter().map(|d| d.map(|_| 0.0)).collect();
-            for (column, value) in columns.iter().zip(per_node) {
-                if let Some(i) = *column {
-                    out[i] = divisor[i].map(|d| *value as f64 / d);
+            let mut values = unread.clone();
+            for (at, value) in found.iter().zip(per_node) {
+                if let Some((i, c)) = *at {
+                    values[c] = divisor[i].map(|d| *value as f64 / d);
                 }
             }
-            out
+            NodeValues::new(columns.clone(), values)
         }
     }
 
@@ -740,7 +765,7 @@ pub async fn function_tables(
 ) -> Result<Vec<FunctionTable>, StorageError> {
     let which = Functions::Largest(FUNCTIONS_READ);
     let reads = function_reads(store, w.sources.iter(), selector, (from, to), read, which).await?;
-    Ok(function_tables_of(w, w.sources.iter(), reads))
+    Ok(function_tables_of(w, w.sources.iter(), reads, read))
 }
 
 /// The reads of [`function_tables`] for `sources` over [from, to), of the `which` functions,
@@ -768,6 +793,7 @@ pub fn function_tables_of<'a>(
     w: &Window,
     sources: impl Iterator<Item = &'a (&'static str, String, String)>,
     reads: Vec<NodeFunctions>,
+    read: NodesRead<'_>,
 ) -> Vec<FunctionTable> {
     let mut tables = Vec::new();
     for ((event, source, unit), found) in sources.zip(reads) {
@@ -778,12 +804,12 @@ pub fn function_tables_of<'a>(
             true => w.node_cpu_ns.iter().map(|c| c.filter(|&c| c > 0.0)).collect(),
             false => w.node_cpu_seconds.clone(),
         };
-        let normalize = w.normalizer(&found.nodes, &divisor);
+        let normalize = w.normalizer(&found.nodes, &divisor, read);
         let short = w.short_chains(event);
         let totals = |per_node: &[u64]| {
             let mut values = normalize(per_node);
             for &i in &short {
-                values[i] = None;
+                values.clear(i);
             }
             values
         };
@@ -833,7 +859,7 @@ pub async fn data_tables(
         if found.objects.is_empty() {
             continue;
         }
-        let normalize = w.normalizer(&found.nodes, &w.node_cpu_seconds);
+        let normalize = w.normalizer(&found.nodes, &w.node_cpu_seconds, read);
         tables.push(DataTable {
             event: event.to_string(),
             source: source.clone(),
@@ -999,6 +1025,26 @@ mod tests {
             [Some(150.0), None, None]
         );
         assert_eq!(metric(&w, "page_fault per CPU-second").values[1], Some(25.0));
+    }
+
+    /// Values read for a sample of the nodes are kept for the sample: a node of it with a
+    /// divisor and nothing read is 0, a node outside it has no value; read from every node, every
+    /// node with a divisor has one.
+    #[test]
+    fn a_sample_s_values_are_kept_for_its_nodes() {
+        let mut rows = two_nodes();
+        rows.nodes.extend([node("c"), node("d")]);
+        let w = Window::assemble(rows, &Selector::all(), FROM, TO, TO);
+        let divisor = [Some(2.0), Some(4.0), Some(5.0), None];
+        let sample = ["b".to_owned(), "c".to_owned(), "d".to_owned()];
+        let read = NodesRead::Sample { nodes: &sample, of: 4 };
+        let normalize = w.normalizer(&["c".to_owned(), "d".to_owned()], &divisor, read);
+        let values = normalize(&[10, 7]);
+        let by_node: Vec<Option<f64>> = (0..4).map(|i| values[i]).collect();
+        assert_eq!(by_node, [None, Some(0.0), Some(2.0), None]);
+        let every = w.normalizer(&["c".to_owned()], &divisor, NodesRead::Every)(&[10]);
+        let by_node: Vec<Option<f64>> = (0..4).map(|i| every[i]).collect();
+        assert_eq!(by_node, [Some(0.0), Some(0.0), Some(2.0), None]);
     }
 
     /// A node whose agent sampled the event and had none of it has 0; one whose agent did not

@@ -14,7 +14,7 @@ use super::notify::{Notifier, RESEND_RESOLVED};
 use super::rules::{Condition, Rule, RuleFile};
 use super::state::{Alert, State, Tracker};
 use crate::analysis::bands::NullCache;
-use crate::analysis::compare;
+use crate::analysis::{compare, NodeValues};
 use crate::clock::now_secs;
 use crate::metrics::{label, metrics};
 use crate::selector::{MatchOp, Matcher, Selector};
@@ -328,18 +328,18 @@ async fn top_function(
     };
     // Per function: each node's self value per CPU-second (normalized once per read: per peer,
     // it was quadratic in the fleet), and this node's or the reference's taken from them.
-    let per_second = |w: &Window, read: &crate::storage::NodeFunctions| -> Vec<(String, Vec<Option<f64>>)> {
-        let normalize = w.normalizer(&read.nodes, &w.node_cpu_seconds);
+    let per_second = |w: &Window, read: &crate::storage::NodeFunctions| -> Vec<(String, NodeValues)> {
+        let normalize = w.normalizer(&read.nodes, &w.node_cpu_seconds, NodesRead::Every);
         read.functions
             .iter()
             .map(|f| (f.function.name.clone(), normalize(&f.self_values)))
             .collect()
     };
-    let of_node = |values: &[(String, Vec<Option<f64>>)], i: Option<usize>| -> HashMap<String, f64> {
+    let of_node = |values: &[(String, NodeValues)], i: Option<usize>| -> HashMap<String, f64> {
         let Some(i) = i else { return HashMap::new() };
         values
             .iter()
-            .filter_map(|(name, per_node)| Some((name.clone(), (*per_node.get(i)?)?)))
+            .filter_map(|(name, per_node)| Some((name.clone(), per_node.get(i)?)))
             .collect()
     };
     let index_of = |w: &Window, node: &str| w.nodes.iter().position(|n| n.node == node);
@@ -368,7 +368,7 @@ async fn top_function(
                 .iter()
                 .filter(|(f, _)| mine.contains_key(f))
                 .map(|(f, per_node)| {
-                    let mut v: Vec<f64> = peers.iter().map(|&j| per_node[j].unwrap_or(0.0)).collect();
+                    let mut v: Vec<f64> = peers.iter().map(|&j| per_node.get(j).unwrap_or(0.0)).collect();
                     (f.clone(), judge::median(&mut v))
                 })
                 .collect();

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use super::bands::{self, BandConfig, Bands, Evidence, NullCache, Split};
-use super::{rank, NodeSet};
+use super::{rank, NodeSet, NodeValues};
 
 /// Which way a metric goes on slow nodes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -778,8 +778,8 @@ pub enum Measure {
 pub struct FunctionValues {
     pub function: String,
     pub module: String,
-    pub self_values: Vec<Option<f64>>,
-    pub total_values: Vec<Option<f64>>,
+    pub self_values: NodeValues,
+    pub total_values: NodeValues,
 }
 
 /// The functions of one event and source, already normalized per node.
@@ -930,7 +930,7 @@ pub const CALLEE_OF_TOTAL: f64 = 0.5;
 /// 3 against 4, one node against 38: a node without CPU time, or with short chains for totals,
 /// has no value). `None` when a difference could be listed, or there is nothing to rank.
 pub fn too_few_to_rank(tables: &[FunctionTable], groups: &Groups) -> Option<String> {
-    let valued = |members: &[usize], values: &[Option<f64>]| members.iter().filter(|&&i| values[i].is_some()).count();
+    let valued = |members: &[usize], values: &NodeValues| members.iter().filter(|&&i| values[i].is_some()).count();
     let (mut low, mut high) = (0, 0);
     for f in tables.iter().flat_map(|t| &t.functions) {
         for values in [&f.self_values, &f.total_values] {
@@ -986,8 +986,7 @@ pub fn code_differences(tables: &[FunctionTable], groups: &Groups, limit: usize)
             // Totals left unmeasured on some nodes (short chains) say nothing of callees.
             let has_callees = f
                 .self_values
-                .iter()
-                .zip(&f.total_values)
+                .pairs(&f.total_values)
                 .any(|(own, total)| total.is_some() && own != total);
             let measures = [
                 (Measure::SelfValue, &f.self_values),
@@ -1177,7 +1176,7 @@ pub struct DataValues {
     pub object: String,
     /// The mapping's kind (bss, data, heap, anon...).
     pub kind: String,
-    pub values: Vec<Option<f64>>,
+    pub values: NodeValues,
 }
 
 /// The data objects of one event and source, normalized per node.
@@ -1489,26 +1488,26 @@ mod tests {
                     FunctionValues {
                         function: "main".into(),
                         module: "app".into(),
-                        self_values: vec![Some(0.0); 10],
-                        total_values: main,
+                        self_values: vec![Some(0.0); 10].into(),
+                        total_values: main.into(),
                     },
                     FunctionValues {
                         function: "parse".into(),
                         module: "app".into(),
-                        self_values: a.clone(),
-                        total_values: a,
+                        self_values: a.clone().into(),
+                        total_values: a.into(),
                     },
                     FunctionValues {
                         function: "lookup".into(),
                         module: "app".into(),
-                        self_values: b.clone(),
-                        total_values: b,
+                        self_values: b.clone().into(),
+                        total_values: b.into(),
                     },
                     FunctionValues {
                         function: "hash".into(),
                         module: "app".into(),
-                        self_values: c.clone(),
-                        total_values: c,
+                        self_values: c.clone().into(),
+                        total_values: c.into(),
                     },
                 ],
             }
@@ -1571,8 +1570,8 @@ mod tests {
             functions: vec![FunctionValues {
                 function: "f".into(),
                 module: "m".into(),
-                self_values: values.clone(),
-                total_values: values,
+                self_values: values.clone().into(),
+                total_values: values.into(),
             }],
         };
         let all = |n: usize| table(vec![Some(1.0); n]);
@@ -1744,8 +1743,8 @@ mod tests {
         let function = |name: &str, own: Vec<Option<f64>>, total: Vec<Option<f64>>| FunctionValues {
             function: name.into(),
             module: "app".into(),
-            self_values: own,
-            total_values: total,
+            self_values: own.into(),
+            total_values: total.into(),
         };
         let table = FunctionTable {
             event: "page_fault".into(),
@@ -1796,8 +1795,8 @@ mod tests {
                 .map(|(name, v)| FunctionValues {
                     function: name.into(),
                     module: "app".into(),
-                    self_values: v.clone(),
-                    total_values: v,
+                    self_values: v.clone().into(),
+                    total_values: v.into(),
                 })
                 .collect(),
         };
@@ -1865,8 +1864,8 @@ mod tests {
         let function = |name: &str, module: &str, self_values: Vec<Option<f64>>| FunctionValues {
             function: name.into(),
             module: module.into(),
-            self_values,
-            total_values: rates.clone(),
+            self_values: self_values.into(),
+            total_values: rates.clone().into(),
         };
         let table = FunctionTable {
             event: "remote_access".into(),
@@ -1918,14 +1917,14 @@ mod tests {
                 FunctionValues {
                     function: "touch".into(),
                     module: "app".into(),
-                    self_values: leaf.clone(),
-                    total_values: leave_out(leaf.clone()),
+                    self_values: leaf.clone().into(),
+                    total_values: leave_out(leaf.clone()).into(),
                 },
                 FunctionValues {
                     function: "loop".into(),
                     module: "app".into(),
-                    self_values: vec![Some(0.0); 12],
-                    total_values: leave_out(caller),
+                    self_values: vec![Some(0.0); 12].into(),
+                    total_values: leave_out(caller).into(),
                 },
             ],
         };

@@ -85,7 +85,7 @@ pub fn held_out(listed: &mut Vec<CodeDifference>, groups: &Groups, halves: [Half
         }
     };
     let cuts = [cut(halves[0].metric), cut(halves[1].metric)];
-    fn values_in<'t>(table: &'t FunctionTable, d: &CodeDifference) -> Option<&'t [Option<f64>]> {
+    fn values_in<'t>(table: &'t FunctionTable, d: &CodeDifference) -> Option<&'t super::NodeValues> {
         let f = table
             .functions
             .iter()
@@ -195,16 +195,16 @@ mod tests {
             let mut functions = vec![FunctionValues {
                 function: "main".into(),
                 module: "app".into(),
-                self_values: vec![Some(0.0); nodes],
-                total_values: main.clone(),
+                self_values: vec![Some(0.0); nodes].into(),
+                total_values: main.clone().into(),
             }];
             functions.extend(own.iter().enumerate().map(|(f, values)| {
                 let values: Vec<Option<f64>> = values.iter().map(|&v| Some(v)).collect();
                 FunctionValues {
                     function: format!("f{f}"),
                     module: "app".into(),
-                    self_values: values.clone(),
-                    total_values: values,
+                    self_values: values.clone().into(),
+                    total_values: values.into(),
                 }
             }));
             let table = FunctionTable {

@@ -642,7 +642,7 @@ impl HalfWindows {
             window::function_reads(&state.store, source.clone(), selector, self.ranges[0], read, which),
             window::function_reads(&state.store, source.clone(), selector, self.ranges[1], read, which),
         )?;
-        let table = |w: &Window, reads| window::function_tables_of(w, source.clone(), reads).pop();
+        let table = |w: &Window, reads| window::function_tables_of(w, source.clone(), reads, read).pop();
         Ok(table(&self.windows[0], first)
             .zip(table(&self.windows[1], second))
             .map(|(a, b)| [a, b]))
