@@ -6,7 +6,7 @@
 //! of any other batch, and running the copy twice stores nothing twice. v1 knew no source names:
 //! a batch's source description stands in for its name, as for agents that sent none.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -262,6 +262,8 @@ async fn copy_held(client: &Client, writer: &Writer, build: &BuildRows) -> Resul
                 },
             );
         }
+        // The processes each batch has already: looked up per sample.
+        let mut pids: HashSet<([u8; 16], u32)> = HashSet::new();
         for s in samples {
             let Some(b) = by_batch.get_mut(&s.batch_id) else {
                 continue;
@@ -276,7 +278,7 @@ async fn copy_held(client: &Client, writer: &Writer, build: &BuildRows) -> Resul
                 count: s.count,
                 value: s.value,
             });
-            if !b.processes.iter().any(|p| p.pid == s.pid) {
+            if pids.insert((s.batch_id, s.pid)) {
                 b.processes.push(v1::Process {
                     pid: s.pid,
                     executable: s.executable,

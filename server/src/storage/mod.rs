@@ -21,7 +21,7 @@ pub mod select;
 pub mod sql;
 pub mod writer;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use bimodal_profile::{Frame, FrameKind, Profile, Sample};
@@ -222,6 +222,24 @@ impl<'a> NodesRead<'a> {
             NodesRead::Every => None,
             NodesRead::Sample { nodes, .. } => Some(nodes),
         }
+    }
+
+    /// The sample's nodes where a query may name them ([`select::INLINE_NODES`] or fewer). A
+    /// larger sample (`explained_nodes` of thousands) is read over its scope's nodes, and its
+    /// rows kept by [`NodesRead::keeps`]: 20,000 names in one query are more than ClickHouse
+    /// parses.
+    fn named(self) -> Option<&'a [String]> {
+        self.sample().filter(|nodes| nodes.len() <= select::INLINE_NODES)
+    }
+
+    /// Whether a row of `node`, read for this, is kept: every row but those of a sample too
+    /// large to name that are not of its nodes.
+    fn keeps(self) -> impl Fn(&str) -> bool + 'a {
+        let large: Option<HashSet<&'a str>> = match self.named() {
+            None => self.sample().map(|nodes| nodes.iter().map(String::as_str).collect()),
+            Some(_) => None,
+        };
+        move |node| large.as_ref().is_none_or(|nodes| nodes.contains(node))
     }
 }
 
@@ -734,15 +752,16 @@ impl Store {
         let rolled_up = plan::first_read(scope.from) >= self.rollup_from(Rollup::DataObjects).await?;
         // Whole objects, and the hottest lines of file-backed ones (where false sharing shows).
         let (objects, lines) = tokio::try_join!(
-            queries::node_data_objects(&scope, &reach, read.sample(), limit, false, rolled_up)
+            queries::node_data_objects(&scope, &reach, read.named(), limit, false, rolled_up)
                 .query(&self.client)
                 .fetch_all::<NodeDataRow>(),
-            queries::node_data_objects(&scope, &reach, read.sample(), limit, true, rolled_up)
+            queries::node_data_objects(&scope, &reach, read.named(), limit, true, rolled_up)
                 .query(&self.client)
                 .fetch_all::<NodeDataRow>(),
         )
         .map_err(StorageError::query("sum data samples per node and object"))?;
-        let rows: Vec<NodeDataRow> = objects.into_iter().chain(lines).collect();
+        let keeps = read.keeps();
+        let rows: Vec<NodeDataRow> = objects.into_iter().chain(lines).filter(|r| keeps(&r.node)).collect();
         // Deduplicated before they are copied and sorted: a row per node and object.
         let mut nodes: Vec<String> = rows
             .iter()
@@ -764,7 +783,7 @@ impl Store {
             objects.entry(object).or_insert_with(|| vec![0; nodes.len()])[column[r.node.as_str()]] += r.value;
         }
         let mut objects: Vec<(DataObject, Vec<u64>)> = objects.into_iter().collect();
-        objects.sort_by_key(|(_, values)| std::cmp::Reverse(values.iter().sum::<u64>()));
+        objects.sort_by_cached_key(|(_, values)| std::cmp::Reverse(values.iter().sum::<u64>()));
         Ok(NodeDataObjects { nodes, objects })
     }
 
@@ -827,17 +846,21 @@ impl Store {
         };
         // A fleet's read has a row per node and function (over a million at 1,000 nodes): rows
         // are taken as they arrive, borrowing the node's name, which is copied once per node.
-        let mut cursor = queries::node_functions(&scope, &reach, read.sample(), top, measures, by_function)
+        let mut cursor = queries::node_functions(&scope, &reach, read.named(), top, measures, by_function)
             .query(&self.client)
             .fetch::<NodeFunctionRow<'_>>()
             .map_err(StorageError::query("sum samples per node and function"))?;
         let mut seen: HashMap<String, usize> = HashMap::new();
         let mut cells: Vec<(u64, usize, [u64; 4])> = Vec::new();
+        let keeps = read.keeps();
         while let Some(r) = cursor
             .next()
             .await
             .map_err(StorageError::query("sum samples per node and function"))?
         {
+            if !keeps(r.node) {
+                continue;
+            }
             let n = match seen.get(r.node) {
                 Some(&n) => n,
                 None => {
@@ -1245,5 +1268,30 @@ fn not_stored(name: &str) -> Frame {
         address: 0,
         file_offset: 0,
         elf_address: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sample small enough is named in the query and every row read is its; a larger one is
+    /// read over its scope, and only its nodes' rows are kept.
+    #[test]
+    fn a_sample_too_large_to_name_is_kept_from_its_scope_s_rows() {
+        let small: Vec<String> = vec!["a".into(), "b".into()];
+        let read = NodesRead::Sample { nodes: &small, of: 10 };
+        assert_eq!(read.named(), Some(small.as_slice()));
+        assert!(read.keeps()("z"), "rows of a named sample are its own");
+        let large: Vec<String> = (0..=select::INLINE_NODES).map(|i| format!("n{i}")).collect();
+        let read = NodesRead::Sample {
+            nodes: &large,
+            of: 100_000,
+        };
+        assert_eq!(read.named(), None);
+        let keeps = read.keeps();
+        assert!(keeps("n7") && keeps("n1000"));
+        assert!(!keeps("m7"));
+        assert!(NodesRead::Every.keeps()("anything"));
     }
 }
