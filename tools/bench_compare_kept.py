@@ -13,6 +13,7 @@ With `--a S --b S`, compare is asked for those two groups (`?a=&b=`) instead of 
 `--selector`: the explanation's path (functions, data objects, labels) at the store's size.
 
 usage: python3 tools/bench_compare_kept.py DATA_DIR [--from S --to S] [--runs N] [--a S --b S]
+       [--explained-nodes N]
 """
 
 import argparse
@@ -38,6 +39,7 @@ def main():
     p.add_argument("--selector", default='{node=~"loadgen-.*"}')
     p.add_argument("--a", help="a group's selector (with --b): compare these two groups")
     p.add_argument("--b")
+    p.add_argument("--explained-nodes", help="compare's explained_nodes (nodes per group read for the explanation)")
     args = p.parse_args()
     # The server's step timings are debug lines of its log.
     os.environ["RUST_LOG"] = "info,bimodal_server::window=debug"
@@ -50,6 +52,8 @@ def main():
             span = fleet.rows("SELECT toUInt32(min(time)) AS a, toUInt32(max(time)) AS b FROM node_totals")[0]
             start, end = int(span["a"]), int(span["b"]) + 60
         asked = {"a": args.a, "b": args.b} if args.a and args.b else {"selector": args.selector}
+        if args.explained_nodes:
+            asked["explained_nodes"] = args.explained_nodes
         q = urllib.parse.urlencode({"from": str(start), "to": str(end), **asked})
         times, peaks = [], []
         for i in range(args.runs):
