@@ -85,10 +85,15 @@ pub fn nodes(rule: &Rule, now: &Window, baseline: Option<&Window>) -> Vec<Found>
     // peers are its class less itself, whose median is read off its class's values
     // ([`median_without`]), not sorted again per node (quadratic: at 10,000 nodes, seconds per
     // evaluation).
-    let classes: Vec<Vec<&str>> = now.nodes.iter().map(|n| hardware_class(&n.labels)).collect();
+    // (Only a rule that compares peers needs them.)
+    let peers = matches!(rule.condition, Condition::AbovePeers { .. });
+    let classes: Vec<Vec<&str>> = match peers {
+        true => now.nodes.iter().map(|n| hardware_class(&n.labels)).collect(),
+        false => Vec::new(),
+    };
     for s in series(rule, now) {
         let mut by_class: HashMap<&[&str], Vec<f64>> = HashMap::new();
-        if matches!(rule.condition, Condition::AbovePeers { .. }) {
+        if peers {
             for (j, class) in classes.iter().enumerate() {
                 if let Some(v) = s.values[j] {
                     by_class.entry(class.as_slice()).or_default().push(v);

@@ -55,10 +55,7 @@ impl Columns {
 
     /// A column for every one of `nodes` nodes.
     pub fn every(nodes: usize) -> Columns {
-        Columns {
-            at: (0..nodes as u32).collect(),
-            count: nodes,
-        }
+        Columns::of(nodes, 0..nodes)
     }
 
     /// Columns for the nodes `read` (indices below `nodes`), in their order; the others have
