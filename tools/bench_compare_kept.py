@@ -13,7 +13,7 @@ With `--a S --b S`, compare is asked for those two groups (`?a=&b=`) instead of 
 `--selector`: the explanation's path (functions, data objects, labels) at the store's size.
 
 usage: python3 tools/bench_compare_kept.py DATA_DIR [--from S --to S] [--runs N] [--a S --b S]
-       [--explained-nodes N]
+       [--explained-nodes N] [--save FILE]
 """
 
 import argparse
@@ -40,6 +40,7 @@ def main():
     p.add_argument("--a", help="a group's selector (with --b): compare these two groups")
     p.add_argument("--b")
     p.add_argument("--explained-nodes", help="compare's explained_nodes (nodes per group read for the explanation)")
+    p.add_argument("--save", help="write the last answer's body to this file")
     args = p.parse_args()
     # The server's step timings are debug lines of its log.
     os.environ["RUST_LOG"] = "info,bimodal_server::window=debug"
@@ -72,6 +73,9 @@ def main():
                 if m:
                     steps.setdefault(m.group(1), []).append(int(m.group(2)))
         answer = json.loads(body)
+        if args.save:
+            with open(args.save, "wb") as f:
+                f.write(body)
         print(json.dumps({"from": start, "to": end, "first_ms": times[0] * 1000,
                           "p50_ms": statistics.median(rest) * 1000, "p95_ms": p95 * 1000,
                           "peak_rss_mib": max(peaks), "verdict": answer.get("verdict"),

@@ -39,12 +39,18 @@
 //! A ninth table (`large`): fleets of 100,000 nodes, one band or bands, and the time per
 //! detection (design 038).
 //!
+//! A tenth table (`frontier`): what a fleet under 50 nodes can tell apart. The best split's d
+//! (the score small fleets are tested on) of one-band fleets of several shapes, its 99th
+//! percentile, and how many fleets with 2 nodes 2× slower pass it: the power left to a test held
+//! to 1% false bands against that shape.
+//!
 //! usage: cargo run --release -p bimodal-server --example bands_bench [TRIALS [TABLE...]]
-//!   TABLE: bands, sparse, heavy, shapes, compare, classes, explain, large or held (default: all nine)
+//!   TABLE: bands, sparse, heavy, shapes, compare, classes, explain, large, held or frontier
+//!   (default: all ten)
 
 use std::time::Instant;
 
-use bimodal_server::analysis::bands::{detect, detect_counts, BandConfig, Bands, Evidence, NullCache};
+use bimodal_server::analysis::bands::{best_split, detect, detect_counts, BandConfig, Bands, Evidence, NullCache};
 use rand::SeedableRng;
 use rand_distr::{Distribution, Poisson, StandardNormal, StudentT};
 
@@ -66,6 +72,9 @@ fn main() {
     }
     if wanted("shapes") {
         shapes(trials, &config, &mut null);
+    }
+    if wanted("frontier") {
+        frontier(trials);
     }
     if wanted("compare") {
         compare(trials, &config);
@@ -909,6 +918,64 @@ fn small_fleets(trials: usize, config: &BandConfig, null: &mut NullCache) {
             }
         }
         println!();
+    }
+}
+
+/// The d of the best split (smallest band 2) that 1% of one-band fleets of each shape reach, at
+/// 10, 20 and 40 nodes, and the share of fleets with 2 nodes 2× slower (σ 0.1) whose best split
+/// reaches it: a test that keeps that shape's false bands to 1% keeps this much power, whatever
+/// else it does with d. Shapes are of log values; `1 + c × exponential` grows more skewed in log
+/// space as c falls, toward the exponential itself. `trials × 100` fleets per cell.
+fn frontier(trials: usize) {
+    const SIZES: [usize; 3] = [10, 20, 40];
+    let draws = trials * 100;
+    let d_of = |mut logs: Vec<f64>| {
+        logs.sort_by(f64::total_cmp);
+        best_split(&logs, 2).map_or(0.0, |(_, d)| d)
+    };
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0xf407_1e55);
+    let slow: Vec<Vec<f64>> = SIZES
+        .iter()
+        .map(|&n| {
+            let (mut ds, levels) = (Vec::with_capacity(draws), [(2, 2.0)]);
+            for _ in 0..draws {
+                let (values, _) = leveled(&mut rng, n, &levels, 0.1);
+                ds.push(d_of(values.iter().map(|v| v.ln()).collect()));
+            }
+            ds
+        })
+        .collect();
+    let t3 = StudentT::new(3.0).expect("degrees of freedom above zero");
+    type Draw<'a> = Box<dyn Fn(&mut rand_chacha::ChaCha8Rng) -> f64 + 'a>;
+    let exp = |rng: &mut rand_chacha::ChaCha8Rng| -> f64 { rand_distr::Exp1.sample(rng) };
+    let shapes: [(&str, Draw); 5] = [
+        ("normal", Box::new(|rng| StandardNormal.sample(rng))),
+        ("Student's t, 3 degrees", Box::new(|rng| t3.sample(rng))),
+        ("log(1 + exponential)", Box::new(move |rng| exp(rng).ln_1p())),
+        (
+            "log(1 + 0.2 × exponential) (the shapes table's skewed fleet)",
+            Box::new(move |rng| (0.2 * exp(rng)).ln_1p()),
+        ),
+        ("exponential (the most skewed of that family)", Box::new(exp)),
+    ];
+    println!();
+    println!("| one-band fleet, log values | d passed by 1% of them: 10 / 20 / 40 nodes | fleets with 2 nodes 2× slower passing it |");
+    println!("| --- | --- | --- |");
+    for (name, draw) in &shapes {
+        let (mut cut, mut kept) = (Vec::new(), Vec::new());
+        for (at, &n) in SIZES.iter().enumerate() {
+            let mut ds: Vec<f64> = (0..draws)
+                .map(|_| d_of((0..n).map(|_| draw(&mut rng)).collect()))
+                .collect();
+            ds.sort_by(f64::total_cmp);
+            let d = ds[draws * 99 / 100];
+            cut.push(format!("{d:.2}"));
+            kept.push(format!(
+                "{:.0}%",
+                100.0 * slow[at].iter().filter(|&&s| s >= d).count() as f64 / draws as f64
+            ));
+        }
+        println!("| {name} | {} | {} |", cut.join(" / "), kept.join(" / "));
     }
 }
 

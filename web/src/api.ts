@@ -313,7 +313,8 @@ export interface ApiMetric {
     high?: string[];
     threshold?: number;
     p_value?: number;
-    best?: { low: string[]; high: string[]; threshold: number; p_value: number } | null;
+    /** The split tested when none was found: its sides counted, not named. */
+    best?: { low_nodes: number; high_nodes: number; threshold: number; p_value: number } | null;
     /** Nodes whose value rests on too little (a few events over a few milliseconds of CPU):
      * neither tested nor deciding the test. */
     set_aside?: string[];

@@ -252,9 +252,10 @@ function dotPlot(low: number[], high: number[], unit: string): SVGSVGElement {
   svg.setAttribute('width', String(w));
   svg.setAttribute('height', String(h));
   svg.classList.add('dots');
+  // Folded, not spread into Math.max: with `explained_nodes=all` a band holds every node.
   const all = [...low, ...high];
-  const max = Math.max(...all, 0);
-  const min = Math.min(...all, 0);
+  const max = all.reduce((m, v) => Math.max(m, v), 0);
+  const min = all.reduce((m, v) => Math.min(m, v), 0);
   const x = (v: number) => 4 + ((v - min) / (max - min || 1)) * (w - 8);
   const row = (values: number[], y: number, cls: string) => {
     for (const v of values) {

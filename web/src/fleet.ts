@@ -217,6 +217,11 @@ function renderPlot(a: ApiCompare): void {
   ui.stripNote.textContent = drawn.note;
 }
 
+/** A band's size, or a dash when the metric has none (or none of its nodes). */
+function count(nodes: number | undefined): string {
+  return nodes === undefined || nodes === 0 ? '—' : String(nodes);
+}
+
 function renderMetrics(a: ApiCompare): void {
   const head = el('tr');
   for (const h of ['metric', 'unit', 'slower when', 'nodes measured', 'median', 'bands', 'confidence', 'low band', 'high band']) {
@@ -245,8 +250,8 @@ function renderMetrics(a: ApiCompare): void {
       (m.bands.found ? (m.name === a.bands?.metric ? 'two bands (chosen)' : 'two bands') : `none: ${m.bands.reason ?? 'not tested'}`) +
         setAsideNote(m.bands.set_aside ?? []),
       pValue(m.bands.p_value ?? best?.p_value),
-      String((m.bands.low ?? best?.low ?? []).length || '—'),
-      String((m.bands.high ?? best?.high ?? []).length || '—'),
+      count(m.bands.low?.length ?? best?.low_nodes),
+      count(m.bands.high?.length ?? best?.high_nodes),
     ];
     cells.forEach((c, i) => {
       const td = el('td', i === 0 ? 'mono' : i === 5 ? 'small' : i >= 3 ? 'num' : undefined);

@@ -72,6 +72,16 @@ async function run() {
   if (!/confidence: p [<=]/.test(detail)) fail(`the verdict states no confidence: "${detail}"`);
   if ((await page.locator('#strip canvas').count()) === 0) fail('no strip plot drawn');
   if ((await page.locator('#metrics-table tr.chosen').count()) !== 1) fail('the metrics table does not mark the chosen metric');
+  // Every metric tested for a split (found or refused) shows the sizes of its two sides.
+  const sized = await page.locator('#metrics-table tbody tr').evaluateAll((rows) =>
+    rows.map((r) => [...r.querySelectorAll('td')].map((td) => td.textContent ?? '')),
+  );
+  for (const cells of sized) {
+    const [confidence, low, high] = cells.slice(6, 9);
+    if (confidence !== '—' && !(/^\d+$/.test(low) && /^\d+$/.test(high))) {
+      fail(`metric ${cells[0]} was tested (${confidence}) but its sides are "${low}" and "${high}"`);
+    }
+  }
   const all = sorted(await tableNodes());
   if (!same(all, sorted(args.node))) fail(`the node table lists ${JSON.stringify(all)}, expected ${JSON.stringify(sorted(args.node))}`);
   const slow = sorted(await page.locator('#node-table tr.band-slow td:first-child').allInnerTexts());

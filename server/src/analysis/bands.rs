@@ -700,8 +700,8 @@ fn log_values(values: &[f64]) -> Option<Vec<f64>> {
 /// pooled spread is estimated from both bands, so a few extreme nodes do not score high on their
 /// own small spread; and unlike a t statistic, d does not grow with the bands' sizes, so a small
 /// slow band is not traded for a balanced split through the middle of the fleet. Prefix sums
-/// make every split O(1).
-fn best_split(sorted: &[f64], min_band: usize) -> Option<(usize, f64)> {
+/// make every split O(1). Public for the bench's table of what small fleets can tell apart.
+pub fn best_split(sorted: &[f64], min_band: usize) -> Option<(usize, f64)> {
     best_split_within(sorted, min_band, min_band, sorted.len().saturating_sub(min_band))
 }
 

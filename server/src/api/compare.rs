@@ -47,6 +47,24 @@ fn split_json(w: &Window, measured: &[usize], s: &Split) -> Value {
     })
 }
 
+/// A split that was refused, as a metric's `best`: how many nodes each side held, not their
+/// names (a node's side is read off its value against `threshold` in the plot). Naming them
+/// doubled the answer for nothing a reader acts on: at 100,000 nodes the refused splits of six
+/// metrics named 7.5 of its 15.7 MiB. Found splits name their nodes.
+fn refused_json(s: &Split) -> Value {
+    json!({
+        "low_nodes": s.low.len(),
+        "high_nodes": s.high.len(),
+        "low_median": s.low_median,
+        "high_median": s.high_median,
+        "threshold": s.threshold,
+        "separation": s.separation,
+        "d": s.d,
+        "p_value": s.p_value,
+        "null": s.null.name(),
+    })
+}
+
 /// Each metric as the answer lists it, with its test's outcome.
 fn metrics_json(w: &Window, metrics: &[Metric], tested: &[MetricBands]) -> Vec<Value> {
     metrics
@@ -159,7 +177,7 @@ fn bands_json(w: &Window, measured: &[usize], bands: &Bands) -> Value {
         Bands::None { reason, best, outliers } => json!({
             "found": false,
             "reason": reason.to_string(),
-            "best": best.as_ref().map(|s| split_json(w, measured, s)),
+            "best": best.as_ref().map(refused_json),
             "outliers": outliers.iter().map(|&i| w.nodes[measured[i]].node.as_str()).collect::<Vec<_>>(),
         }),
     }
@@ -833,7 +851,7 @@ mod tests {
         assert_eq!(listed[0]["values"], json!([100.0, null, 400.0, 420.0]));
     }
 
-    /// No bands: the reason in words, and the best split tested, named the same way.
+    /// No bands: the reason in words, and the best split tested, its sides counted.
     #[test]
     fn no_bands_say_why_and_show_the_best_split() {
         let w = window(&["a", "b", "c"]);
@@ -845,7 +863,13 @@ mod tests {
         let v = bands_json(&w, &[0, 1, 2], &none);
         assert_eq!(v["found"], false);
         assert!(v["reason"].as_str().unwrap().contains("p = 0.200"), "{v}");
-        assert_eq!(v["best"]["high"], json!(["c"]));
+        assert_eq!(v["best"]["high_nodes"], 1);
+        assert_eq!(v["best"]["low_nodes"], 2);
+        assert_eq!(
+            v["best"]["high"],
+            Value::Null,
+            "a refused split is counted, not named: {v}"
+        );
         let without = bands_json(
             &w,
             &[],
