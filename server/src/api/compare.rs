@@ -30,11 +30,9 @@ use crate::window::{self, data_tables, find_bands, function_tables, no_bands_ver
 const DEFAULT_LIMIT: u32 = 50;
 const MAX_LIMIT: u32 = 1000;
 
-fn split_json(w: &Window, measured: &[usize], s: &Split) -> Value {
-    let names = |idx: &[usize]| -> Vec<&str> { idx.iter().map(|&i| w.nodes[measured[i]].node.as_str()).collect() };
+/// A split's figures: both bands' medians, the threshold between them and its tests.
+fn figures_json(s: &Split) -> Value {
     json!({
-        "low": names(&s.low),
-        "high": names(&s.high),
         "low_median": s.low_median,
         "high_median": s.high_median,
         "threshold": s.threshold,
@@ -42,27 +40,29 @@ fn split_json(w: &Window, measured: &[usize], s: &Split) -> Value {
         "d": s.d,
         "p_value": s.p_value,
         "null": s.null.name(),
-        "levels": s.levels.iter().map(|l| names(l)).collect::<Vec<_>>(),
-        "outliers": names(&s.outliers),
     })
 }
 
-/// A split that was refused, as a metric's `best`: how many nodes each side held, not their
-/// names (a node's side is read off its value against `threshold` in the plot). Naming them
-/// doubled the answer for nothing a reader acts on: at 100,000 nodes the refused splits of six
-/// metrics named 7.5 of its 15.7 MiB. Found splits name their nodes.
+/// A split that was found: its figures, and its nodes named on each side and level.
+fn split_json(w: &Window, measured: &[usize], s: &Split) -> Value {
+    let names = |idx: &[usize]| -> Vec<&str> { idx.iter().map(|&i| w.nodes[measured[i]].node.as_str()).collect() };
+    let mut v = figures_json(s);
+    v["low"] = json!(names(&s.low));
+    v["high"] = json!(names(&s.high));
+    v["levels"] = json!(s.levels.iter().map(|l| names(l)).collect::<Vec<_>>());
+    v["outliers"] = json!(names(&s.outliers));
+    v
+}
+
+/// A split that was refused, as a metric's `best`: its figures and how many nodes each side
+/// held, not their names (a node's side is read off its value against `threshold` in the plot).
+/// Naming them doubled the answer for nothing a reader acts on: at 100,000 nodes the refused
+/// splits of six metrics named 7.5 of its 15.7 MiB.
 fn refused_json(s: &Split) -> Value {
-    json!({
-        "low_nodes": s.low.len(),
-        "high_nodes": s.high.len(),
-        "low_median": s.low_median,
-        "high_median": s.high_median,
-        "threshold": s.threshold,
-        "separation": s.separation,
-        "d": s.d,
-        "p_value": s.p_value,
-        "null": s.null.name(),
-    })
+    let mut v = figures_json(s);
+    v["low_nodes"] = json!(s.low.len());
+    v["high_nodes"] = json!(s.high.len());
+    v
 }
 
 /// Each metric as the answer lists it, with its test's outcome.
