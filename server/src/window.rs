@@ -23,7 +23,7 @@ use crate::analysis::bands::{BandConfig, Bands, Evidence, NullCache};
 use crate::analysis::compare::{
     self, BandChoice, DataTable, DataValues, Direction, FunctionTable, FunctionValues, Metric, MetricKind,
 };
-use crate::analysis::{chains, Columns, NodeValues};
+use crate::analysis::{chains, held_out, Columns, NodeValues};
 use crate::selector::Selector;
 use crate::storage::placement::ProcessPlacement;
 use crate::storage::queries::Measures;
@@ -894,6 +894,136 @@ fn source_scopes<'a>(
             to,
         })
         .collect()
+}
+
+/// The window's two halves ([`crate::storage::plan::half_way`]) as read for its band metric:
+/// what the window's nodes did in each half, and the metric there aligned with the window's
+/// nodes. Compare flags the nodes that moved band between the halves; compare and alert rules
+/// test the band event's functions on them held out (docs/design/037).
+#[derive(Clone, Debug)]
+pub struct Halves {
+    pub ranges: [(u32, u32); 2],
+    pub windows: [Window; 2],
+    pub metrics: [Metric; 2],
+}
+
+/// Why a window has no halves.
+pub const ONE_BUCKET: &str = "the window is one bucket: it has no halves to compare";
+
+impl Halves {
+    /// The halves of [from, to) of `window` for `metric`; `None` when the window is one bucket.
+    pub async fn read(
+        store: &Store,
+        selector: &Selector,
+        (from, to): (u32, u32),
+        window: &Window,
+        metric: &Metric,
+    ) -> Result<Option<Halves>, StorageError> {
+        let Some(mid) = crate::storage::plan::half_way(from, to) else {
+            return Ok(None);
+        };
+        let read_at = crate::clock::now_secs();
+        // The window's nodes and facts as they are: only what they did in each half is read.
+        let (first, second) = tokio::try_join!(
+            Window::read_part(store, selector, (from, mid), read_at, window, &metric.kind),
+            Window::read_part(store, selector, (mid, to), read_at, window, &metric.kind),
+        )?;
+        fn names_of(w: &Window) -> Vec<&str> {
+            w.nodes.iter().map(|n| n.node.as_str()).collect()
+        }
+        let names = names_of(window);
+        // A half in which no node measured the metric: every node's half is unknown.
+        let half = |w: &Window| -> Metric {
+            match w.metrics.iter().find(|m| m.kind == metric.kind) {
+                Some(m) => m.aligned(&names_of(w), &names),
+                None => metric.only(&[]),
+            }
+        };
+        let metrics = [half(&first), half(&second)];
+        Ok(Some(Halves {
+            ranges: [(from, mid), (mid, to)],
+            windows: [first, second],
+            metrics,
+        }))
+    }
+}
+
+/// The halves of a window whose bands were cut on one event's rate, and that event: its
+/// functions made the very values the bands were cut on, so they are tested again held out.
+#[derive(Clone, Debug)]
+pub struct HeldOutHalves {
+    pub halves: Halves,
+    /// (event, source, unit) of the band metric.
+    pub source: (&'static str, String, String),
+}
+
+impl HeldOutHalves {
+    /// `halves` of `window` for the held-out tests of `metric`'s functions, or why there are none.
+    pub fn of(halves: Halves, window: &Window, metric: &Metric) -> Result<HeldOutHalves, &'static str> {
+        let source = match &metric.kind {
+            MetricKind::EventRate { event, source } => window
+                .sources
+                .iter()
+                .find(|(e, s, _)| e == event && s == source)
+                .cloned()
+                .ok_or("the band metric's event has no functions in this window")?,
+            _ => return Err("the bands are not cut on one event's samples: no function's values chose them"),
+        };
+        Ok(HeldOutHalves { halves, source })
+    }
+
+    /// The band event's `listed` functions in each half, of the nodes `read`: only those
+    /// functions are read, not ranked again. `None` when none of them is listed.
+    pub async fn tables(
+        &self,
+        store: &Store,
+        selector: &Selector,
+        listed: &[compare::CodeDifference],
+        read: NodesRead<'_>,
+    ) -> Result<Option<[FunctionTable; 2]>, StorageError> {
+        let mut ids: Vec<u64> = listed
+            .iter()
+            .filter(|d| self.is_band_event(d))
+            .map(|d| crate::storage::rows::function_id(&d.function, &d.module))
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        if ids.is_empty() {
+            return Ok(None);
+        }
+        let source = std::iter::once(&self.source);
+        let which = Functions::These(&ids);
+        let ranges = self.halves.ranges;
+        let (first, second) = tokio::try_join!(
+            function_reads(store, source.clone(), selector, ranges[0], read, which),
+            function_reads(store, source.clone(), selector, ranges[1], read, which),
+        )?;
+        let windows = &self.halves.windows;
+        let table = |w: &Window, reads| function_tables_of(w, source.clone(), reads, read).pop();
+        Ok(table(&windows[0], first)
+            .zip(table(&windows[1], second))
+            .map(|(a, b)| [a, b]))
+    }
+
+    /// Tests the band event's functions in `listed` on `tables` (of [`HeldOutHalves::tables`])
+    /// between `groups`, as [`held_out::held_out`] does.
+    pub fn test(
+        &self,
+        listed: &mut Vec<compare::CodeDifference>,
+        groups: &compare::Groups,
+        tables: &[FunctionTable; 2],
+    ) -> held_out::HeldOutSummary {
+        let halves = [0, 1].map(|i| held_out::Half {
+            metric: &self.halves.metrics[i],
+            table: &tables[i],
+        });
+        held_out::held_out(listed, groups, halves)
+    }
+
+    /// Whether `d` is a function of the band metric's event and source.
+    pub fn is_band_event(&self, d: &compare::CodeDifference) -> bool {
+        d.difference.event == self.source.0 && d.difference.source == self.source.1
+    }
 }
 
 #[cfg(test)]

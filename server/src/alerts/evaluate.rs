@@ -14,7 +14,8 @@ use super::notify::{Notifier, RESEND_RESOLVED};
 use super::rules::{Condition, Rule, RuleFile};
 use super::state::{Alert, State, Tracker};
 use crate::analysis::bands::NullCache;
-use crate::analysis::{compare, NodeValues};
+use crate::analysis::compare::{self, Direction};
+use crate::analysis::NodeValues;
 use crate::clock::now_secs;
 use crate::metrics::{label, metrics};
 use crate::selector::{MatchOp, Matcher, Selector};
@@ -272,6 +273,13 @@ async fn evaluate(
     Ok(changed)
 }
 
+/// The first of compare's `listed` code differences, in compare's order (the band event's
+/// functions confirmed held out before those that were not), that is not one only following a
+/// node-wide shift of its event: every stack of it moved alike, and no function is to blame.
+fn first_cause(listed: Vec<compare::CodeDifference>) -> Option<String> {
+    listed.into_iter().find(|d| !d.with_whole).map(|d| d.function)
+}
+
 /// `selector` narrowed to one node.
 fn node_selector(selector: &Selector, node: &str) -> Selector {
     match Matcher::new("node", MatchOp::Equal, node) {
@@ -281,7 +289,8 @@ fn node_selector(selector: &Selector, node: &str) -> Selector {
 }
 
 /// The function that differs most on an alert's nodes, per CPU-second of each node: for bands,
-/// compare's first code difference between them; for a node, its function with the largest
+/// compare's first code difference between them that names a cause ([`first_cause`]); for a
+/// node, its function with the largest
 /// excess over the reference the rule held the node to (nothing for `rate_above`, the node's own
 /// past for `above_baseline`, the median of its peers for `above_peers`). `before_window` is
 /// the window before that `above_baseline` judged against.
@@ -310,10 +319,41 @@ async fn top_function(
         let tables = window::function_tables(store, &rule.selector, from, to, current, NodesRead::Every)
             .await
             .map_err(err)?;
-        let first = tokio::task::spawn_blocking(move || compare::code_differences(&tables, &groups, 1))
-            .await
-            .map_err(|e| e.to_string())?;
-        return Ok(first.into_iter().next().map(|d| d.function));
+        let listing = groups.clone();
+        let mut code =
+            tokio::task::spawn_blocking(move || compare::code_differences(&tables, &listing, FUNCTIONS_READ as usize))
+                .await
+                .map_err(|e| e.to_string())?;
+        // When the bands were cut on one event's rate, that event's functions made the very
+        // values they were cut on: those that hold on the half of the window that did not cut
+        // the bands go first, as compare lists them (docs/design/037). One that was not
+        // confirmed keeps its place: with 3 nodes against 5, or a half without samples, the
+        // test cannot confirm the true cause either.
+        let metric = found
+            .labels
+            .get("metric")
+            .and_then(|name| current.metrics.iter().find(|m| &m.name == name));
+        let held_out = match metric {
+            // The slow band is the high one (`judge::bands`), as the held-out cut takes it.
+            Some(metric) if metric.direction == Direction::HigherIsSlower => {
+                window::Halves::read(store, &rule.selector, (from, to), current, metric)
+                    .await
+                    .map_err(err)?
+                    .and_then(|halves| window::HeldOutHalves::of(halves, current, metric).ok())
+            }
+            _ => None,
+        };
+        if let Some(h) = &held_out {
+            if let Some(tables) = h
+                .tables(store, &rule.selector, &code, NodesRead::Every)
+                .await
+                .map_err(err)?
+            {
+                let held = h.test(&mut code, &groups, &tables);
+                tracing::debug!(rule = %rule.name, tested = held.tested, confirmed = held.confirmed, "the band event's functions held out");
+            }
+        }
+        return Ok(first_cause(code));
     }
     let (Some(node), Some(event)) = (found.labels.get("node"), rule.event) else {
         return Ok(None);
@@ -423,4 +463,57 @@ async fn top_function(
         .filter(|(_, excess)| *excess > 0.0)
         .max_by(|a, b| a.1.total_cmp(&b.1))
         .map(|(f, _)| f))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::compare::{CodeDifference, Difference, Measure};
+    use crate::analysis::held_out::HeldOut;
+
+    fn listed(function: &str, event: &str, with_whole: bool, confirmed: Option<bool>) -> CodeDifference {
+        CodeDifference {
+            function: function.into(),
+            module: "app".into(),
+            measure: Measure::SelfValue,
+            with_whole,
+            held_out: confirmed.map(|confirmed| HeldOut {
+                p_value: if confirmed { 0.001 } else { 0.4 },
+                q_value: if confirmed { 0.002 } else { 0.4 },
+                confirmed,
+            }),
+            difference: Difference {
+                event: event.into(),
+                source: "src".into(),
+                unit: "events per CPU-second".into(),
+                low: vec![1.0],
+                high: vec![4.0],
+                low_median: 1.0,
+                high_median: 4.0,
+                weight: 0.5,
+                effect: 1.0,
+                p_value: 0.001,
+                q_value: 0.002,
+            },
+        }
+    }
+
+    /// The first listed function names the cause, in compare's order (held out first); one
+    /// that only follows a node-wide shift never does, and with nothing else listed there is
+    /// none.
+    #[test]
+    fn the_first_cause_is_the_first_listed_that_is_not_node_wide() {
+        let listed_in_order = vec![
+            listed("follows_the_whole", "page_fault", true, Some(true)),
+            listed("held", "page_fault", false, Some(true)),
+            listed("not_confirmed", "page_fault", false, Some(false)),
+            listed("other_event", "remote_access", false, None),
+        ];
+        assert_eq!(first_cause(listed_in_order.clone()).as_deref(), Some("held"));
+        assert_eq!(
+            first_cause(listed_in_order[2..].to_vec()).as_deref(),
+            Some("not_confirmed")
+        );
+        assert_eq!(first_cause(listed_in_order[..1].to_vec()), None);
+    }
 }

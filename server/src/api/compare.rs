@@ -19,12 +19,12 @@ use serde_json::{json, Value};
 use super::params::Params;
 use super::{AppError, AppState};
 use crate::analysis::bands::{BandConfig, Bands, Split};
-use crate::analysis::compare::{self, BandChoice, ClassSplit, FunctionTable, Groups, Metric, MetricBands, MetricKind};
-use crate::analysis::{held_out, NodeSet};
+use crate::analysis::compare::{self, BandChoice, ClassSplit, Groups, Metric, MetricBands};
+use crate::analysis::NodeSet;
 use crate::clock::{now_secs as now, rfc3339};
 use crate::selector::Selector;
-use crate::storage::{Functions, NodesRead};
-use crate::window::{self, data_tables, find_bands, function_tables, no_bands_verdict, timed, Window};
+use crate::storage::NodesRead;
+use crate::window::{self, data_tables, find_bands, function_tables, no_bands_verdict, timed, HeldOutHalves, Window};
 
 /// Differences listed by default and at most.
 const DEFAULT_LIMIT: u32 = 50;
@@ -289,13 +289,9 @@ pub(super) async fn compare(State(state): State<AppState>, RawQuery(raw): RawQue
     .map_err(|e| AppError::Internal(format!("explaining the bands failed: {e}")))?;
     // The band event's listed functions, read again in each half and tested there.
     explanation["held_out"] = match &halves.held_out {
-        Ok(h) => match timed("held out", h.tables(&state, &selector, &code, sample.read())).await? {
+        Ok(h) => match timed("held out", h.tables(&state.store, &selector, &code, sample.read())).await? {
             Some(tables) => {
-                let halves = [0, 1].map(|i| held_out::Half {
-                    metric: &h.metrics[i],
-                    table: &tables[i],
-                });
-                let summary = held_out::held_out(&mut code, &groups_explained, halves);
+                let summary = h.test(&mut code, &groups_explained, &tables);
                 json!({"event": h.source.0, "source": h.source.1, "reason": Value::Null, "summary": summary})
             }
             None => json!({"reason": "no function of the band metric's event is listed"}),
@@ -622,93 +618,33 @@ async fn changes(
 /// the held-out tests of the explanation need.
 struct Halves {
     json: Value,
-    held_out: Result<HalfWindows, &'static str>,
+    held_out: Result<HeldOutHalves, &'static str>,
 }
 
-/// Each half of the window as read, with the band metric in it aligned with the window's nodes,
-/// and the band metric's event and source ([`held_out::held_out`]).
-struct HalfWindows {
-    ranges: [(u32, u32); 2],
-    windows: [Window; 2],
-    metrics: [Metric; 2],
-    source: (&'static str, String, String),
-}
-
-impl HalfWindows {
-    /// The band event's `listed` functions in each half, of the explained nodes (`read`): only
-    /// those functions are read, not ranked again. `None` when none of them is listed.
-    async fn tables(
-        &self,
-        state: &AppState,
-        selector: &Selector,
-        listed: &[compare::CodeDifference],
-        read: NodesRead<'_>,
-    ) -> Result<Option<[FunctionTable; 2]>, AppError> {
-        let mut ids: Vec<u64> = listed
-            .iter()
-            .filter(|d| d.difference.event == self.source.0 && d.difference.source == self.source.1)
-            .map(|d| crate::ingest::rows::function_id(&d.function, &d.module))
-            .collect();
-        ids.sort_unstable();
-        ids.dedup();
-        if ids.is_empty() {
-            return Ok(None);
-        }
-        let source = std::iter::once(&self.source);
-        let which = Functions::These(&ids);
-        let (first, second) = tokio::try_join!(
-            window::function_reads(&state.store, source.clone(), selector, self.ranges[0], read, which),
-            window::function_reads(&state.store, source.clone(), selector, self.ranges[1], read, which),
-        )?;
-        let table = |w: &Window, reads| window::function_tables_of(w, source.clone(), reads, read).pop();
-        Ok(table(&self.windows[0], first)
-            .zip(table(&self.windows[1], second))
-            .map(|(a, b)| [a, b]))
-    }
-}
-
-/// The chosen metric in each half of the window ([`plan::half_way`]): the nodes of the bands
+/// The chosen metric in each half of the window ([`window::Halves`]): the nodes of the bands
 /// that ran clearly in one band in the first half and in the other in the second
 /// ([`compare::moved_within`]); and the halves themselves, where the bands are cut on an event's
 /// rate, for the held-out tests of that event's functions.
 async fn within_window(
     state: &AppState,
     selector: &Selector,
-    (from, to): (u32, u32),
+    range: (u32, u32),
     window: &Window,
     metric: &Metric,
     groups: &Groups,
 ) -> Result<Halves, AppError> {
-    let Some(mid) = crate::storage::plan::half_way(from, to) else {
-        const ONE_BUCKET: &str = "the window is one bucket: it has no halves to compare";
+    let Some(halves) = window::Halves::read(&state.store, selector, range, window, metric).await? else {
         return Ok(Halves {
             json: json!({
                 "halves": Value::Null,
-                "reason": ONE_BUCKET,
+                "reason": window::ONE_BUCKET,
                 "moved": [],
             }),
-            held_out: Err(ONE_BUCKET),
+            held_out: Err(window::ONE_BUCKET),
         });
     };
-    let read_at = crate::clock::now_secs();
-    // The window's nodes and facts as they are: only what they did in each half is read.
-    let (first, second) = tokio::try_join!(
-        Window::read_part(&state.store, selector, (from, mid), read_at, window, &metric.kind),
-        Window::read_part(&state.store, selector, (mid, to), read_at, window, &metric.kind),
-    )?;
-    fn names_of(w: &Window) -> Vec<&str> {
-        w.nodes.iter().map(|n| n.node.as_str()).collect()
-    }
-    let names = names_of(window);
-    // A half in which no node measured the metric: every node's half is unknown.
-    let half = |w: &Window| -> Metric {
-        match w.metrics.iter().find(|m| m.kind == metric.kind) {
-            Some(m) => m.aligned(&names_of(w), &names),
-            None => metric.only(&[]),
-        }
-    };
-    let (first_metric, second_metric) = (half(&first), half(&second));
-    let moved = compare::moved_within(metric, groups, &first_metric, &second_metric);
+    let names: Vec<&str> = window.nodes.iter().map(|n| n.node.as_str()).collect();
+    let moved = compare::moved_within(metric, groups, &halves.metrics[0], &halves.metrics[1]);
     let moved: Vec<Value> = moved
         .iter()
         .map(|m| {
@@ -717,30 +653,14 @@ async fn within_window(
             v
         })
         .collect();
-    // The band metric's own event, when it is one event's rate: its functions made the values
-    // the bands were cut on.
-    let held_out = match &metric.kind {
-        MetricKind::EventRate { event, source } => window
-            .sources
-            .iter()
-            .find(|(e, s, _)| e == event && s == source)
-            .cloned()
-            .ok_or("the band metric's event has no functions in this window"),
-        _ => Err("the bands are not cut on one event's samples: no function's values chose them"),
-    }
-    .map(|source| HalfWindows {
-        ranges: [(from, mid), (mid, to)],
-        windows: [first, second],
-        metrics: [first_metric, second_metric],
-        source,
+    let json = json!({
+        "halves": halves.ranges.map(|(from, to)| [rfc3339(from), rfc3339(to)]),
+        "reason": Value::Null,
+        "moved": moved,
     });
     Ok(Halves {
-        json: json!({
-            "halves": [[rfc3339(from), rfc3339(mid)], [rfc3339(mid), rfc3339(to)]],
-            "reason": Value::Null,
-            "moved": moved,
-        }),
-        held_out,
+        json,
+        held_out: HeldOutHalves::of(halves, window, metric),
     })
 }
 

@@ -13,13 +13,13 @@
 //! - a process is who it is (comm, executable, container, pod, unit), never its pid.
 
 use std::collections::HashMap;
-use std::hash::Hasher;
 use std::sync::Arc;
 
 use bimodal_proto::v1;
-use twox_hash::XxHash64;
 
-use crate::storage::rows::{PlacementRow, ProcessRow};
+/// Functions are keyed by the id storage reads them by, defined there.
+pub use crate::storage::rows::function_id;
+use crate::storage::rows::{IdHasher, PlacementRow, ProcessRow};
 
 /// Frames are named by the debug-info store's names (or none).
 pub use crate::debuginfo::names::{FrameNamer, NoNames};
@@ -34,28 +34,6 @@ type DataKey<'a> = (i32, u64, u64, &'a str, &'a str, &'a str, u64);
 /// Hash maps of this hot path: ids and small keys need no DoS-resistant hashing (SipHash cost
 /// a tenth of ingest's CPU).
 type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
-
-struct IdHasher(XxHash64);
-
-impl IdHasher {
-    fn new(tag: u8) -> IdHasher {
-        let mut h = XxHash64::with_seed(0);
-        h.write_u8(tag);
-        IdHasher(h)
-    }
-    fn bytes(mut self, b: &[u8]) -> Self {
-        self.0.write_u32(b.len() as u32);
-        self.0.write(b);
-        self
-    }
-    fn u64(mut self, v: u64) -> Self {
-        self.0.write_u64(v);
-        self
-    }
-    fn finish(&self) -> u64 {
-        self.0.finish()
-    }
-}
 
 /// The module a frame belongs to as functions are keyed: the file name (paths differ between
 /// containers and nodes), `[jit]` for JIT code (its perf map is per process).
@@ -106,14 +84,6 @@ pub fn stack_id(frame_ids: impl IntoIterator<Item = u64>) -> u64 {
 /// The frame ids of a stack, leaf first, from the ids of its batch's frames.
 fn frames_of<'a>(stack: &'a v1::Stack, frame_ids: &'a [u64]) -> impl Iterator<Item = u64> + 'a {
     stack.frame_indices.iter().map(|&i| frame_ids[i as usize])
-}
-
-/// The id of a function by its name and module file name.
-pub fn function_id(name: &str, module: &str) -> u64 {
-    IdHasher::new(b'f')
-        .bytes(name.as_bytes())
-        .bytes(module.as_bytes())
-        .finish()
 }
 
 /// The id of a process identity (`process_id` and `last_seen` are ignored).

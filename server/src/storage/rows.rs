@@ -2,8 +2,44 @@
 //! migrations/007_fleet_schema.sql. Rows written borrow their strings from the buffered batches,
 //! so a flush copies no node name or function name per row.
 
+use std::hash::Hasher;
+
 use clickhouse::Row;
 use serde::{Deserialize, Serialize};
+use twox_hash::XxHash64;
+
+/// The ids rows are keyed by (`crate::ingest::rows` says which fields make each): xxHash64 of a
+/// tag and length-prefixed fields, the same on every server.
+pub(crate) struct IdHasher(XxHash64);
+
+impl IdHasher {
+    pub(crate) fn new(tag: u8) -> IdHasher {
+        let mut h = XxHash64::with_seed(0);
+        h.write_u8(tag);
+        IdHasher(h)
+    }
+    pub(crate) fn bytes(mut self, b: &[u8]) -> Self {
+        self.0.write_u32(b.len() as u32);
+        self.0.write(b);
+        self
+    }
+    pub(crate) fn u64(mut self, v: u64) -> Self {
+        self.0.write_u64(v);
+        self
+    }
+    pub(crate) fn finish(&self) -> u64 {
+        self.0.finish()
+    }
+}
+
+/// The id of a function by its name and module file name: what ingest keys its rows by and a
+/// read of chosen functions (`Functions::These`) asks for.
+pub fn function_id(name: &str, module: &str) -> u64 {
+    IdHasher::new(b'f')
+        .bytes(name.as_bytes())
+        .bytes(module.as_bytes())
+        .finish()
+}
 
 /// `samples_input`: kind 0 is a stack's samples, kind 1 a function's.
 #[derive(Row, Serialize)]

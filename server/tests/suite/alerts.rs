@@ -708,7 +708,8 @@ fn remote_access_batch(node: usize, ago: i64, remote: u64) -> bimodal_proto::v1:
 /// ten nodes ran at about a thousand remote accesses per CPU-second; in the last two minutes
 /// three of them run at five times that. `above_baseline` (the default RemoteAccessSpike rule
 /// with shorter windows) fires on exactly those three, each naming `scan_table`; `bands_appear`
-/// (FleetSplitIntoBands) fires once for the fleet, since the window before had one band.
+/// (FleetSplitIntoBands) fires once for the fleet, since the window before had one band, naming
+/// `scan_table` as compare's first code difference held out.
 /// Delivered as Alertmanager's webhook payload.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_remote_access_spike_and_a_split_fleet_fire_from_stored_history() {
@@ -800,6 +801,10 @@ async fn a_remote_access_spike_and_a_split_fleet_fire_from_stored_history() {
             .is_some_and(|m| m.starts_with("remote_access")),
         "{split:#}"
     );
+    // The bands were cut on remote accesses per CPU-second: `scan_table`'s remote accesses made
+    // those values, and it is named as the cause because it holds on the half of the window
+    // that did not cut the bands.
+    assert_eq!(split["annotations"]["top_function"], "scan_table", "{split:#}");
     // Once per fleet, however many evaluations saw the bands.
     let fingerprints: BTreeSet<String> = splits
         .iter()
