@@ -911,18 +911,19 @@ pub struct Halves {
 pub const ONE_BUCKET: &str = "the window is one bucket: it has no halves to compare";
 
 impl Halves {
-    /// The halves of [from, to) of `window` for `metric`; `None` when the window is one bucket.
+    /// The halves of [from, to) of `window` for `metric`, read as of `read_at` (as the window
+    /// was); `None` when the window is one bucket.
     pub async fn read(
         store: &Store,
         selector: &Selector,
         (from, to): (u32, u32),
+        read_at: u32,
         window: &Window,
         metric: &Metric,
     ) -> Result<Option<Halves>, StorageError> {
         let Some(mid) = crate::storage::plan::half_way(from, to) else {
             return Ok(None);
         };
-        let read_at = crate::clock::now_secs();
         // The window's nodes and facts as they are: only what they did in each half is read.
         let (first, second) = tokio::try_join!(
             Window::read_part(store, selector, (from, mid), read_at, window, &metric.kind),
@@ -957,21 +958,22 @@ pub struct HeldOutHalves {
     pub source: (&'static str, String, String),
 }
 
-impl HeldOutHalves {
-    /// `halves` of `window` for the held-out tests of `metric`'s functions, or why there are none.
-    pub fn of(halves: Halves, window: &Window, metric: &Metric) -> Result<HeldOutHalves, &'static str> {
-        let source = match &metric.kind {
-            MetricKind::EventRate { event, source } => window
-                .sources
-                .iter()
-                .find(|(e, s, _)| e == event && s == source)
-                .cloned()
-                .ok_or("the band metric's event has no functions in this window")?,
-            _ => return Err("the bands are not cut on one event's samples: no function's values chose them"),
-        };
-        Ok(HeldOutHalves { halves, source })
+/// The event and source of `window` whose functions made `metric`'s values, when it is one
+/// event's rate: theirs are the functions to hold out; else why no function's values chose the
+/// bands. Known before the halves are read.
+pub fn band_source(window: &Window, metric: &Metric) -> Result<(&'static str, String, String), &'static str> {
+    match &metric.kind {
+        MetricKind::EventRate { event, source } => window
+            .sources
+            .iter()
+            .find(|(e, s, _)| e == event && s == source)
+            .cloned()
+            .ok_or("the band metric's event has no functions in this window"),
+        _ => Err("the bands are not cut on one event's samples: no function's values chose them"),
     }
+}
 
+impl HeldOutHalves {
     /// The band event's `listed` functions in each half, of the nodes `read`: only those
     /// functions are read, not ranked again. `None` when none of them is listed.
     pub async fn tables(

@@ -273,11 +273,46 @@ async fn evaluate(
     Ok(changed)
 }
 
-/// The first of compare's `listed` code differences, in compare's order (the band event's
-/// functions confirmed held out before those that were not), that is not one only following a
-/// node-wide shift of its event: every stack of it moved alike, and no function is to blame.
+/// The first of the `listed` code differences, in the order compare lists them by default (the
+/// band event's functions confirmed held out before those that were not; here tested over every
+/// node, where compare tests a sample of at most `explained_nodes` per band), that is not one
+/// only following a node-wide shift of its event: every stack of it moved alike, and no
+/// function is to blame.
 fn first_cause(listed: Vec<compare::CodeDifference>) -> Option<String> {
     listed.into_iter().find(|d| !d.with_whole).map(|d| d.function)
+}
+
+/// The halves of the window and the band event's listed functions in them, for the held-out
+/// tests of a split's first cause, when the bands were cut on one event's rate (its functions
+/// made the values they were cut on); `None` when they were not, the window has no halves, or
+/// no function of that event is listed.
+async fn held_out(
+    store: &Store,
+    rule: &Rule,
+    found: &Found,
+    current: &Window,
+    range: (u32, u32),
+    code: &[compare::CodeDifference],
+) -> Result<Option<(window::HeldOutHalves, [compare::FunctionTable; 2])>, StorageError> {
+    let metric = found
+        .labels
+        .get("metric")
+        .and_then(|name| current.metrics.iter().find(|m| &m.name == name));
+    // The slow band is the high one (`judge::bands`), as the held-out cut takes it.
+    let Some(metric) = metric.filter(|m| m.direction == Direction::HigherIsSlower) else {
+        return Ok(None);
+    };
+    let Ok(source) = window::band_source(current, metric) else {
+        return Ok(None);
+    };
+    // Read as of the window's end, as the window was.
+    let Some(halves) = window::Halves::read(store, &rule.selector, range, range.1, current, metric).await? else {
+        return Ok(None);
+    };
+    let h = window::HeldOutHalves { halves, source };
+    Ok(h.tables(store, &rule.selector, code, NodesRead::Every)
+        .await?
+        .map(|tables| (h, tables)))
 }
 
 /// `selector` narrowed to one node.
@@ -320,39 +355,34 @@ async fn top_function(
             .await
             .map_err(err)?;
         let listing = groups.clone();
-        let mut code =
-            tokio::task::spawn_blocking(move || compare::code_differences(&tables, &listing, FUNCTIONS_READ as usize))
-                .await
-                .map_err(|e| e.to_string())?;
+        let code = tokio::task::spawn_blocking(move || compare::code_differences(&tables, &listing, compare::LISTED))
+            .await
+            .map_err(|e| e.to_string())?;
         // When the bands were cut on one event's rate, that event's functions made the very
         // values they were cut on: those that hold on the half of the window that did not cut
-        // the bands go first, as compare lists them (docs/design/037). One that was not
-        // confirmed keeps its place: with 3 nodes against 5, or a half without samples, the
-        // test cannot confirm the true cause either.
-        let metric = found
-            .labels
-            .get("metric")
-            .and_then(|name| current.metrics.iter().find(|m| &m.name == name));
-        let held_out = match metric {
-            // The slow band is the high one (`judge::bands`), as the held-out cut takes it.
-            Some(metric) if metric.direction == Direction::HigherIsSlower => {
-                window::Halves::read(store, &rule.selector, (from, to), current, metric)
-                    .await
-                    .map_err(err)?
-                    .and_then(|halves| window::HeldOutHalves::of(halves, current, metric).ok())
-            }
-            _ => None,
-        };
-        if let Some(h) = &held_out {
-            if let Some(tables) = h
-                .tables(store, &rule.selector, &code, NodesRead::Every)
-                .await
-                .map_err(err)?
-            {
+        // the bands go first, as compare lists them (docs/design/037). One not confirmed keeps
+        // its place: with 3 nodes against 5, or a half without samples, the test cannot
+        // confirm the true cause either.
+        let code = match held_out(store, rule, found, current, (from, to), &code).await {
+            // Hundreds of rank tests over every node: on a blocking thread, as the listing.
+            Ok(Some((h, tables))) => tokio::task::spawn_blocking(move || {
+                let mut code = code;
                 let held = h.test(&mut code, &groups, &tables);
+                (code, held)
+            })
+            .await
+            .map(|(code, held)| {
                 tracing::debug!(rule = %rule.name, tested = held.tested, confirmed = held.confirmed, "the band event's functions held out");
+                code
+            })
+            .map_err(|e| e.to_string())?,
+            Ok(None) => code,
+            // The order before the held-out tests still names a cause.
+            Err(e) => {
+                tracing::warn!(rule = %rule.name, error = %e, "reading the window's halves for the held-out tests failed; the first cause is chosen without them");
+                code
             }
-        }
+        };
         return Ok(first_cause(code));
     }
     let (Some(node), Some(event)) = (found.labels.get("node"), rule.event) else {

@@ -910,6 +910,9 @@ pub fn node_wide(tables: &[FunctionTable], groups: &Groups, listed: &[CodeDiffer
 
 /// Smallest |effect| listed: below it the bands overlap more than they differ.
 pub const MIN_LISTED_EFFECT: f64 = 0.5;
+/// Code differences compare lists by default, and an alert's first cause is chosen among: the
+/// held-out q-values depend on how many of the band event's functions are listed.
+pub const LISTED: usize = 50;
 /// Largest p-value listed. Small bands cannot go far below it (3 nodes against 5: 0.036 when
 /// every slow node is above every fast one), so the q-value is given beside it, not required.
 pub const MAX_LISTED_P: f64 = 0.05;

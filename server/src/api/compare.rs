@@ -26,8 +26,8 @@ use crate::selector::Selector;
 use crate::storage::NodesRead;
 use crate::window::{self, data_tables, find_bands, function_tables, no_bands_verdict, timed, HeldOutHalves, Window};
 
-/// Differences listed by default and at most.
-const DEFAULT_LIMIT: u32 = 50;
+/// Differences listed by default (as many as an alert's first cause is chosen among) and at most.
+const DEFAULT_LIMIT: u32 = compare::LISTED as u32;
 const MAX_LIMIT: u32 = 1000;
 
 /// A split's figures: both bands' medians, the threshold between them and its tests.
@@ -55,9 +55,9 @@ fn split_json(w: &Window, measured: &[usize], s: &Split) -> Value {
 }
 
 /// A split that was refused, as a metric's `best`: its figures and how many nodes each side
-/// held, not their names (a node's side is read off its value against `threshold` in the plot).
-/// Naming them doubled the answer for nothing a reader acts on: at 100,000 nodes the refused
-/// splits of six metrics named 7.5 of its 15.7 MiB.
+/// held, not their names (a refused split has no levels, and its outliers are the metric's
+/// `outliers`, named beside it). Naming its sides doubled the answer for nothing a reader acts
+/// on: at 100,000 nodes the refused splits of six metrics named 7.5 of its 15.7 MiB.
 fn refused_json(s: &Split) -> Value {
     let mut v = figures_json(s);
     v["low_nodes"] = json!(s.low.len());
@@ -616,7 +616,7 @@ async fn changes(
 
 /// What compare read of each half of the window: the nodes that moved band within it, and what
 /// the held-out tests of the explanation need.
-struct Halves {
+struct WithinWindow {
     json: Value,
     held_out: Result<HeldOutHalves, &'static str>,
 }
@@ -632,9 +632,10 @@ async fn within_window(
     window: &Window,
     metric: &Metric,
     groups: &Groups,
-) -> Result<Halves, AppError> {
-    let Some(halves) = window::Halves::read(&state.store, selector, range, window, metric).await? else {
-        return Ok(Halves {
+) -> Result<WithinWindow, AppError> {
+    let halves = window::Halves::read(&state.store, selector, range, now(), window, metric).await?;
+    let Some(halves) = halves else {
+        return Ok(WithinWindow {
             json: json!({
                 "halves": Value::Null,
                 "reason": window::ONE_BUCKET,
@@ -658,9 +659,9 @@ async fn within_window(
         "reason": Value::Null,
         "moved": moved,
     });
-    Ok(Halves {
+    Ok(WithinWindow {
         json,
-        held_out: HeldOutHalves::of(halves, window, metric),
+        held_out: window::band_source(window, metric).map(|source| HeldOutHalves { halves, source }),
     })
 }
 

@@ -803,7 +803,7 @@ impl Store {
     }
 
     /// [`Store::node_functions`] of the `which` functions: the largest, or functions already
-    /// chosen (by [`crate::ingest::rows::function_id`]), which are not ranked again.
+    /// chosen (by [`rows::function_id`]), which are not ranked again.
     pub async fn node_functions_of(
         &self,
         scope: &Scope,
