@@ -985,7 +985,7 @@ impl HeldOutHalves {
     ) -> Result<Option<[FunctionTable; 2]>, StorageError> {
         let mut ids: Vec<u64> = listed
             .iter()
-            .filter(|d| self.is_band_event(d))
+            .filter(|d| d.difference.event == self.source.0 && d.difference.source == self.source.1)
             .map(|d| crate::storage::rows::function_id(&d.function, &d.module))
             .collect();
         ids.sort_unstable();
@@ -1020,11 +1020,6 @@ impl HeldOutHalves {
             table: &tables[i],
         });
         held_out::held_out(listed, groups, halves)
-    }
-
-    /// Whether `d` is a function of the band metric's event and source.
-    pub fn is_band_event(&self, d: &compare::CodeDifference) -> bool {
-        d.difference.event == self.source.0 && d.difference.source == self.source.1
     }
 }
 

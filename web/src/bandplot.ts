@@ -11,14 +11,13 @@ export type Band = 'slow' | 'fast' | 'high' | 'low' | '';
 /** A two-band split of the nodes by one metric: the comparison's, or a metric's own. */
 export interface Split {
   metric: string;
-  low: readonly string[];
-  high: readonly string[];
   threshold: number;
   /** Which side is slow; null when the metric does not say (CPU load). */
   slow: 'high' | 'low' | null;
   p_value: number;
   /** Each node's side, looked up once per node drawn or listed (a fleet of 100,000 nodes
-   * searched its sides' lists for every node: 10^10 comparisons). */
+   * searched its sides' lists for every node: 10^10 comparisons); the sides' lists are not
+   * kept beside it. */
   side: ReadonlyMap<string, 'low' | 'high'>;
 }
 
@@ -35,8 +34,6 @@ export function chosenSplit(a: ApiCompare): Split | null {
   if (!b) return null;
   return {
     metric: b.metric,
-    low: b.low,
-    high: b.high,
     threshold: b.threshold,
     slow: b.slow,
     p_value: b.p_value,
@@ -51,8 +48,6 @@ export function metricSplit(m: ApiMetric): Split | null {
   const slow = m.direction === 'higher_is_slower' ? 'high' : m.direction === 'lower_is_slower' ? 'low' : null;
   return {
     metric: m.name,
-    low: b.low,
-    high: b.high,
     threshold: b.threshold,
     slow,
     p_value: b.p_value ?? 1,
