@@ -81,6 +81,8 @@ bench: release
 	python3 tools/bench_storage.py --nodes $${BENCH_FLEETS:-100,1000,10000}
 	python3 tools/bench_fleet_reads.py --nodes $${BENCH_READS_NODES:-100000}
 	cargo run --release -q -p bimodal-server --example bands_bench $${BENCH_BAND_TRIALS:-200}
+	cargo run --release -q -p bimodal-proto --example naming_digests -- /lib/x86_64-linux-gnu/libc.so.6 \
+		target/release/bimodal-server target/release/bimodal-agent
 	python3 tools/soak.py
 
 ## fuzz: every fuzz target (fuzz/fuzz_targets: ingest messages, selectors, alert rules) for

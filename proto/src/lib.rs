@@ -218,6 +218,64 @@ pub fn inspect_debuginfo(bytes: &[u8]) -> Result<DebuginfoFile, String> {
     })
 }
 
+/// Digests of what names an image's frames, to tell whether two copies of a build id would
+/// name them alike: a copy uploaded by one token and the copies every other node runs.
+///
+/// They cover the symbols and the layout, not the code: a copy with other code but the same
+/// symbols names every frame the same. They are stable across `strip`: a stripped copy and its
+/// unstripped original have the same `exported` digest, and `strip -g` keeps `local` (only
+/// section and file symbols go, which name nothing).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NamingDigests {
+    /// The `PT_LOAD` segments' places (file offset, address, size in the file) and the defined
+    /// symbols of `.dynsym`: what turns a frame's file offset into an address and what names it
+    /// in a stripped copy.
+    pub exported: [u8; 32],
+    /// The defined symbols of `.symtab`; `None` when the copy has none.
+    pub local: Option<[u8; 32]>,
+}
+
+/// Reads an ELF image's [`NamingDigests`]; an error says why it is not ELF.
+pub fn naming_digests(bytes: &[u8]) -> Result<NamingDigests, String> {
+    use object::{Object, ObjectSegment, ObjectSymbolTable};
+    use sha2::Digest;
+    let file = object::File::parse(bytes).map_err(|e| e.to_string())?;
+    let mut exported = sha2::Sha256::new();
+    for segment in file.segments() {
+        let (offset, size) = segment.file_range();
+        for n in [offset, segment.address(), size] {
+            exported.update(n.to_le_bytes());
+        }
+    }
+    exported.update(symbols_digest(file.dynamic_symbols()));
+    Ok(NamingDigests {
+        exported: exported.finalize().into(),
+        local: file.symbol_table().map(|t| symbols_digest(t.symbols())),
+    })
+}
+
+/// The digest of a symbol table's defined symbols that can name code, as a set of (address,
+/// size, name): order and section and file symbols do not count.
+fn symbols_digest<'data: 'file, 'file>(symbols: impl Iterator<Item = object::Symbol<'data, 'file>>) -> [u8; 32] {
+    use object::{ObjectSymbol, SymbolKind};
+    use sha2::Digest;
+    let mut entries: Vec<(u64, u64, &[u8])> = symbols
+        .filter(|s| !s.is_undefined() && !matches!(s.kind(), SymbolKind::Section | SymbolKind::File))
+        .map(|s| (s.address(), s.size(), s.name_bytes().unwrap_or_default()))
+        .collect();
+    entries.sort_unstable();
+    entries.dedup();
+    let mut digest = sha2::Sha256::new();
+    digest.update((entries.len() as u64).to_le_bytes());
+    for (address, size, name) in entries {
+        digest.update(address.to_le_bytes());
+        digest.update(size.to_le_bytes());
+        digest.update((name.len() as u64).to_le_bytes());
+        digest.update(name);
+    }
+    digest.finalize().into()
+}
+
 /// Lower-case hex of raw bytes (build ids).
 pub fn hex(bytes: &[u8]) -> String {
     // A table, not `format!`: servers hex every frame's build id of every batch.
@@ -236,4 +294,50 @@ pub fn unhex(h: &str) -> Option<Vec<u8>> {
         .step_by(2)
         .map(|i| u8::from_str_radix(h.get(i..i + 2)?, 16).ok())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A copy of this test binary changed by `objcopy ARGS` (`strip` when `strip`).
+    fn changed(dir: &std::path::Path, name: &str, strip: bool, args: &[&str]) -> Vec<u8> {
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let out = dir.join(name);
+        let mut command = std::process::Command::new(if strip { "strip" } else { "objcopy" });
+        match strip {
+            true => command.args(args).arg("-o").arg(&out).arg(&exe),
+            false => command.args(args).arg(&exe).arg(&out),
+        };
+        let status = command.status().unwrap_or_else(|e| panic!("run {command:?}: {e}"));
+        assert!(status.success(), "{command:?} failed");
+        std::fs::read(out).unwrap()
+    }
+
+    /// Stripping keeps what names frames the same in both digests (`strip` drops `.symtab`,
+    /// `strip -g` only debugging sections); a symbol added to `.symtab` changes the local digest
+    /// only.
+    #[test]
+    fn naming_digests_follow_the_symbols_not_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = naming_digests(&std::fs::read("/proc/self/exe").unwrap()).unwrap();
+        assert!(me.local.is_some(), "the test binary has .symtab");
+        let stripped = naming_digests(&changed(dir.path(), "stripped", true, &[])).unwrap();
+        assert_eq!(stripped.exported, me.exported);
+        assert_eq!(stripped.local, None);
+        let no_debug = naming_digests(&changed(dir.path(), "no-debug", true, &["-g"])).unwrap();
+        assert_eq!(no_debug, me);
+        let renamed = naming_digests(&changed(
+            dir.path(),
+            "renamed",
+            false,
+            &["--add-symbol", "EVIL_RENAMED=.text:0x10,function,global"],
+        ))
+        .unwrap();
+        assert_eq!(renamed.exported, me.exported);
+        assert_ne!(renamed.local, me.local);
+        // Copying a file changes nothing.
+        let copied = naming_digests(&changed(dir.path(), "copied", false, &[])).unwrap();
+        assert_eq!(copied, me);
+    }
 }

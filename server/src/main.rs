@@ -253,23 +253,66 @@ enum DebuginfoCommand {
     Upload {
         /// The ELF file.
         file: PathBuf,
-        /// The server's gRPC address.
-        #[arg(long, env = "BIMODAL_SERVER_URL", default_value = "http://127.0.0.1:7070")]
-        server_url: String,
-        /// A token with the `write` scope (and `symbols` for a debug file), when the server has
-        /// tokens.
-        #[arg(long, env = "BIMODAL_TOKEN", hide_env_values = true)]
-        token: Option<String>,
-        /// PEM certificates of the CA that signed the server's certificate (https:// URLs).
-        #[arg(long, env = "BIMODAL_CA_FILE")]
-        ca_file: Option<PathBuf>,
-        /// A client certificate (PEM), for a server that asks for one (--tls-client-ca).
-        #[arg(long, env = "BIMODAL_CLIENT_CERT", requires = "client_key")]
-        client_cert: Option<PathBuf>,
-        /// Its private key (PEM).
-        #[arg(long, env = "BIMODAL_CLIENT_KEY", requires = "client_cert")]
-        client_key: Option<PathBuf>,
+        #[command(flatten)]
+        server: ServerConnection,
     },
+    /// List the build ids whose stored executable agents' copies contradict: their names are
+    /// withheld until resolved (needs the `symbols` scope).
+    Disputes {
+        #[command(flatten)]
+        server: ServerConnection,
+    },
+    /// Resolve a disputed build id: keep its stored files (names are given again) or drop them
+    /// (the next agent that runs it uploads its copy). Needs the `symbols` scope.
+    #[command(group(clap::ArgGroup::new("resolution").required(true)))]
+    Resolve {
+        /// The build id, in hex.
+        build_id: String,
+        /// The stored files are right.
+        #[arg(long, group = "resolution")]
+        keep: bool,
+        /// The stored files are wrong.
+        #[arg(long, group = "resolution")]
+        drop: bool,
+        #[command(flatten)]
+        server: ServerConnection,
+    },
+}
+
+/// How `bimodal-server debuginfo` reaches a running server.
+#[derive(clap::Args, Debug)]
+struct ServerConnection {
+    /// The server's gRPC address.
+    #[arg(long, env = "BIMODAL_SERVER_URL", default_value = "http://127.0.0.1:7070")]
+    server_url: String,
+    /// A token with the `write` scope (and `symbols` for a debug file, disputes and
+    /// resolutions), when the server has tokens.
+    #[arg(long, env = "BIMODAL_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// PEM certificates of the CA that signed the server's certificate (https:// URLs).
+    #[arg(long, env = "BIMODAL_CA_FILE")]
+    ca_file: Option<PathBuf>,
+    /// A client certificate (PEM), for a server that asks for one (--tls-client-ca).
+    #[arg(long, env = "BIMODAL_CLIENT_CERT", requires = "client_key")]
+    client_cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long, env = "BIMODAL_CLIENT_KEY", requires = "client_cert")]
+    client_key: Option<PathBuf>,
+}
+
+impl ServerConnection {
+    fn connection(&self) -> bimodal_server::debuginfo::service::Connection<'_> {
+        bimodal_server::debuginfo::service::Connection {
+            server_url: &self.server_url,
+            ca_file: self.ca_file.as_deref(),
+            identity: self
+                .client_cert
+                .clone()
+                .zip(self.client_key.clone())
+                .map(|(cert, key)| bimodal_proto::client::ClientIdentity { cert, key }),
+            token: self.token.as_deref(),
+        }
+    }
 }
 
 fn positive_rate(s: &str) -> Result<f64, String> {
@@ -295,33 +338,21 @@ async fn main() -> std::process::ExitCode {
         println!("# the token (give it to its holder; it is not kept):\n{token}\n# its entry under `tokens:` in the token file:\n{entry}");
         return std::process::ExitCode::SUCCESS;
     }
-    if let Some(Command::Debuginfo {
-        command:
-            DebuginfoCommand::Upload {
-                file,
-                server_url,
-                token,
-                ca_file,
-                client_cert,
-                client_key,
-            },
-    }) = &cli.command
-    {
-        let identity = client_cert
-            .clone()
-            .zip(client_key.clone())
-            .map(|(cert, key)| bimodal_proto::client::ClientIdentity { cert, key });
-        return match bimodal_server::debuginfo::service::upload_file(
-            file,
-            server_url,
-            ca_file.as_deref(),
-            identity.as_ref(),
-            token.as_deref(),
-        )
-        .await
-        {
-            Ok(status) => {
-                eprintln!("bimodal-server: {status}");
+    if let Some(Command::Debuginfo { command }) = &cli.command {
+        use bimodal_server::debuginfo::service as client;
+        let done = match command {
+            DebuginfoCommand::Upload { file, server } => client::upload_file(file, &server.connection()).await,
+            DebuginfoCommand::Disputes { server } => client::list_disputes(&server.connection()).await,
+            DebuginfoCommand::Resolve {
+                build_id,
+                keep,
+                drop: _,
+                server,
+            } => client::resolve(&server.connection(), build_id, *keep).await,
+        };
+        return match done {
+            Ok(said) => {
+                eprintln!("bimodal-server: {said}");
                 std::process::ExitCode::SUCCESS
             }
             Err(e) => {

@@ -40,6 +40,8 @@ pub struct Metrics {
     pub ingest_rejected: Family<Label, Counter>,
     /// Debug-info checks and uploads refused, by `reason` (not_elf, build_id_mismatch, ...).
     pub debuginfo_rejected: Family<Label, Counter>,
+    /// Agents' checks whose copy of a build id contradicted the executable stored for it.
+    pub debuginfo_disputes: Counter,
     /// Agents with an open stream.
     pub agents_connected: Gauge,
     /// HTTP API requests by `route`, in seconds.
@@ -72,6 +74,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         ingest_samples: Counter::default(),
         ingest_rejected: Family::default(),
         debuginfo_rejected: Family::default(),
+        debuginfo_disputes: Counter::default(),
         agents_connected: Gauge::default(),
         http_request_seconds: Family::new_with_constructor(latency_histogram),
         clickhouse_errors: Family::default(),
@@ -103,6 +106,11 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "bimodal_debuginfo_rejected_uploads",
         "Debug-info checks and uploads refused, by reason",
         m.debuginfo_rejected.clone(),
+    );
+    registry.register(
+        "bimodal_debuginfo_disputes",
+        "Agents' checks whose copy of a build id contradicted the executable stored for it (its names are withheld)",
+        m.debuginfo_disputes.clone(),
     );
     registry.register(
         "bimodal_agents_connected",

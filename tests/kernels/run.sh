@@ -21,19 +21,42 @@ strip --strip-debug "$out/bin/bimodal-agent"
 gcc -O2 -g -fomit-frame-pointer -Wall -Werror -o "$out/bin/workload-nofp" testdata/fixtures/workload.c
 gcc -O1 -Wall -Werror -o "$out/bin/least_privilege" testdata/fixtures/least_privilege.c
 
-runs=()
-for suite in ${KERNEL_SUITES-bullseye bookworm trixie}; do
-	log="$out/$suite.log"
-	if ! tools/numa-vm/run.sh -q --retry-on-lockup --tcg-single-thread --suite "$suite" --nodes 1 --cpus-per-node 2 \
+# Each guest runs its vCPUs on one host thread (--tcg-single-thread): two guests at a time keep
+# both of a 2-core machine's cores busy, where one at a time left one idle: 191 s for the whole
+# matrix one at a time, 121 s two at a time (2026-12-07).
+boot() {
+	local suite=$1
+	tools/numa-vm/run.sh -q --retry-on-lockup --tcg-single-thread --suite "$suite" --nodes 1 --cpus-per-node 2 \
 		--mem-per-node 1G --timeout 600 --copy "$out/bin:/opt/bimodal" \
 		--copy tests/kernels/smoke.sh:/opt/bimodal/smoke.sh \
-		--out-dir "$out/$suite" -- sh /opt/bimodal/smoke.sh /opt/bimodal /out >"$log" 2>&1; then
-		echo "kernels: the $suite guest failed:" >&2
-		tail -40 "$log" >&2
-		exit 1
-	fi
+		--out-dir "$out/$suite" -- sh /opt/bimodal/smoke.sh /opt/bimodal /out >"$out/$suite.log" 2>&1
+}
+# Kernels fetched (and qemu installed) one suite at a time: two apt-gets at once fail on dpkg's
+# lock. Each boot's own preparation then finds its cache current.
+for suite in ${KERNEL_SUITES-bullseye bookworm trixie}; do
+	NUMA_VM_SUITE=$suite tools/numa-vm/prepare.sh -q "target/numa-vm-$suite"
+done
+runs=()
+declare -A booting=()
+failed=()
+# Waits for one guest and notes it if it failed.
+reap() {
+	local pid
+	wait -n -p pid "${!booting[@]}" || failed+=("${booting[$pid]}")
+	unset "booting[$pid]"
+}
+for suite in ${KERNEL_SUITES-bullseye bookworm trixie}; do
+	[ "${#booting[@]}" -lt 2 ] || reap
+	boot "$suite" &
+	booting[$!]=$suite
 	runs+=("$out/$suite")
 done
+while [ "${#booting[@]}" -gt 0 ]; do reap; done
+for suite in "${failed[@]}"; do
+	echo "kernels: the $suite guest failed:" >&2
+	tail -40 "$out/$suite.log" >&2
+done
+[ "${#failed[@]}" -eq 0 ] || exit 1
 sh tests/kernels/smoke.sh "$PWD/$out/bin" "$out/host" >"$out/host.log" 2>&1
 runs+=("$out/host")
 

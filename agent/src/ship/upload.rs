@@ -9,6 +9,10 @@
 //! accepted once the agent's first frames of it are stored, and is tried again 30 s later. A
 //! stripped image without one is reported once, and its debug file is uploaded by its owner with
 //! `bimodal-server debuginfo upload`.
+//!
+//! Each check of a build id carries the naming digests of this node's copy: the executable the
+//! server stores for it may be another node's upload, maybe a forged one, and a copy that names
+//! frames otherwise disputes it (design 040).
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -78,19 +82,46 @@ pub struct Opened {
 /// host, carrying `build_id` and symbols. Its headers are read through a mapping, so memory does
 /// not grow with the image's size.
 pub fn open_image(image: &ImageRef, max_bytes: u64) -> Result<Opened, Outcome> {
+    let file = open_file(image)?;
+    let size = file.metadata().map_err(|e| Outcome::Unreadable(e.to_string()))?.len();
+    if size > max_bytes {
+        return Err(Outcome::TooLarge(size));
+    }
+    let (map, inspected) = map_checked(image, &file)?;
+    drop(map);
+    if !inspected.has_symbols {
+        return Err(Outcome::NoSymbols);
+    }
+    Ok(Opened { file, size })
+}
+
+/// The naming digests of this node's copy of an image, which the server compares with the
+/// executable stored for its build id (another node's upload, maybe a hostile one's); `None`
+/// when the copy cannot be read. Only its headers and symbol tables are read.
+pub fn naming_digests(image: &ImageRef) -> Option<bimodal_proto::NamingDigests> {
+    let file = open_file(image).ok()?;
+    let (map, _) = map_checked(image, &file).ok()?;
+    bimodal_proto::naming_digests(&map).ok()
+}
+
+/// The file of an image: at its path in its process's mount namespace, or on the host.
+fn open_file(image: &ImageRef) -> Result<std::fs::File, Outcome> {
     let in_process = crate::host::files::in_process(image.pid, &image.path);
     let path = [in_process.as_path(), Path::new(&image.path)]
         .into_iter()
         .find(|p| p.is_file())
         .ok_or_else(|| Outcome::Unreadable(format!("{} is gone", image.path)))?;
-    let file = std::fs::File::open(path).map_err(|e| Outcome::Unreadable(e.to_string()))?;
-    let size = file.metadata().map_err(|e| Outcome::Unreadable(e.to_string()))?.len();
-    if size > max_bytes {
-        return Err(Outcome::TooLarge(size));
-    }
+    std::fs::File::open(path).map_err(|e| Outcome::Unreadable(e.to_string()))
+}
+
+/// Maps an image's file and checks it still carries the image's build id.
+fn map_checked(
+    image: &ImageRef,
+    file: &std::fs::File,
+) -> Result<(memmap2::Mmap, bimodal_proto::DebuginfoFile), Outcome> {
     // SAFETY: read only; the image is mapped by a running process and replaced, not truncated,
     // by package updates.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Outcome::Unreadable(e.to_string()))?;
+    let map = unsafe { memmap2::Mmap::map(file) }.map_err(|e| Outcome::Unreadable(e.to_string()))?;
     let inspected = bimodal_proto::inspect_debuginfo(&map).map_err(|e| Outcome::Unreadable(format!("not ELF: {e}")))?;
     if inspected.build_id.as_deref() != Some(image.build_id.as_slice()) {
         return Err(Outcome::Unreadable(format!(
@@ -98,10 +129,7 @@ pub fn open_image(image: &ImageRef, max_bytes: u64) -> Result<Opened, Outcome> {
             image.path
         )));
     }
-    if !inspected.has_symbols {
-        return Err(Outcome::NoSymbols);
-    }
-    Ok(Opened { file, size })
+    Ok((map, inspected))
 }
 
 /// The messages of one upload of `opened`, read [`bimodal_proto::DEBUGINFO_CHUNK_BYTES`] at a time
@@ -274,12 +302,28 @@ async fn upload(
     max_bytes: u64,
     debug_dirs: &std::sync::Arc<[PathBuf]>,
 ) -> Result<Outcome, tonic::Status> {
+    // The server compares this node's copy with what it stores for the build id: a copy that
+    // names frames otherwise disputes it, and its names are withheld.
+    let for_read = image.clone();
+    let copy = tokio::task::spawn_blocking(move || naming_digests(&for_read))
+        .await
+        .ok()
+        .flatten();
     let status = client
         .check(v1::DebuginfoCheck {
             build_id: image.build_id.clone(),
+            exported_digest: copy.as_ref().map(|d| d.exported.to_vec()).unwrap_or_default(),
+            local_digest: copy.and_then(|d| d.local).map(|d| d.to_vec()).unwrap_or_default(),
         })
         .await?
         .into_inner();
+    if status.disputed {
+        tracing::warn!(
+            path = %image.path,
+            build_id = %bimodal_profile::hex(&image.build_id),
+            "the server withholds this image's names: the executable stored for its build id contradicts a node's copy (bimodal-server debuginfo disputes)"
+        );
+    }
     let name = Path::new(&image.path)
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -422,6 +466,9 @@ mod tests {
         };
         // Stripped, but it names what it exports.
         assert!(open_image(&libc, u64::MAX).is_ok());
+        // What the server compares with its stored executable: this copy's digests.
+        assert_eq!(naming_digests(&me), bimodal_proto::naming_digests(&bytes).ok());
+        assert_eq!(naming_digests(&other), None, "not the image's file");
     }
 
     /// An opened file goes out as chunks of at most DEBUGINFO_CHUNK_BYTES that add up to it, the

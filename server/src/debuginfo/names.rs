@@ -2,8 +2,10 @@
 //! store in ClickHouse on first use and kept in a cache bounded in bytes.
 //!
 //! Every server reads the same tables, so a debug file uploaded to one names frames on all of
-//! them: a build id with nothing stored is asked again after [`RECHECK_MISSING`], one named only
-//! by its executable's symbols after [`RECHECK_EXECUTABLE`] (a debug file may have come since).
+//! them: a build id with nothing stored is asked again after [`RECHECK_MISSING`], a named one
+//! after [`RECHECK_NAMED`] (a debug file may have come since, or an agent disputed the
+//! executable at another server). A disputed build id names nothing until an operator resolves
+//! it, and is asked again after [`RECHECK_MISSING`].
 //! Names are looked up when frames are read, never written with stacks, so an upload names
 //! frames stored before it.
 
@@ -20,8 +22,9 @@ pub const MAX_TABLES_PER_BATCH: usize = 2048;
 
 /// How soon a build id with no symbols stored is looked up again.
 pub const RECHECK_MISSING: Duration = Duration::from_secs(30);
-/// How soon a build id named by its executable's symbols is checked for a debug file.
-pub const RECHECK_EXECUTABLE: Duration = Duration::from_secs(300);
+/// How soon a named build id is looked up again: one named by its executable's symbols may have
+/// a debug file since, and either may have been disputed at another server.
+pub const RECHECK_NAMED: Duration = Duration::from_secs(300);
 
 /// A build id's best table (the debug file's, else the executable's), or none.
 struct Entry {
@@ -39,10 +42,9 @@ impl Entry {
             return false;
         }
         let age = self.loaded.elapsed();
-        match (self.kind, &self.table) {
-            (_, None) => age < RECHECK_MISSING,
-            (1, Some(_)) => age < RECHECK_EXECUTABLE,
-            _ => true,
+        match self.table {
+            None => age < RECHECK_MISSING,
+            Some(_) => age < RECHECK_NAMED,
         }
     }
 
@@ -103,10 +105,17 @@ impl Names {
         }
         let stored_before = self.stored.load(std::sync::atomic::Ordering::Acquire);
         let files = self.store.debuginfo_files(&due).await?;
+        let stored: Vec<String> = due.iter().filter(|b| files.contains_key(*b)).cloned().collect();
+        let disputed = match stored.is_empty() {
+            true => Default::default(),
+            false => self.store.disputed(&stored).await?,
+        };
         for build_id in due {
-            // The debug file names more (local functions) than the executable's symbols.
+            // The debug file names more (local functions) than the executable's symbols. A
+            // disputed build id names nothing, as if nothing were stored, until it is resolved.
             let best = files
                 .get(&build_id)
+                .filter(|_| !disputed.contains(&build_id))
                 .and_then(|f| f.iter().map(|f| f.kind).max_by_key(|&k| (k == 2, k)));
             let cached = self.cache.get(&build_id);
             let entry = match best {

@@ -183,11 +183,18 @@ impl DebuginfoService {
     /// where the server asks for them.
     /// Then within the client address's rate ([`crate::rate::Rate::DEBUGINFO_CALLS`]):
     /// `RESOURCE_EXHAUSTED` beyond it (an agent tries the build id again in minutes).
+    /// Returns who asks, for the disputes they report: "address (token name)".
     #[allow(clippy::result_large_err)]
-    fn allow_write<T>(&self, request: &Request<T>) -> Result<(), Status> {
+    fn allow_write<T>(&self, request: &Request<T>) -> Result<String, Status> {
         let peer = request.extensions().get::<Peer>();
-        self.auth
+        let token = self
+            .auth
             .allow_grpc(request.metadata(), peer, crate::auth::Scope::Write, None)?;
+        let reporter = format!(
+            "{} ({})",
+            peer.map_or_else(|| "unknown address".to_owned(), |p| p.addr.ip().to_string()),
+            token.as_deref().unwrap_or("no token")
+        );
         let key = peer.map_or_else(
             || "address:unknown".to_owned(),
             |p| crate::rate::address_key(p.addr.ip()),
@@ -204,7 +211,16 @@ impl DebuginfoService {
                 )),
             ));
         }
-        Ok(())
+        Ok(reporter)
+    }
+
+    /// Disputes and resolutions need a token with the `symbols` scope, as debug files do.
+    #[allow(clippy::result_large_err)]
+    fn allow_symbols<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        let peer = request.extensions().get::<Peer>();
+        self.auth
+            .allow_grpc(request.metadata(), peer, crate::auth::Scope::Symbols, None)
+            .map(drop)
     }
 
     async fn status(&self, build_id: Vec<u8>) -> Result<v1::DebuginfoStatus, Status> {
@@ -218,11 +234,45 @@ impl DebuginfoService {
             .get(&id)
             .map(|f| f.iter().map(|f| i32::from(f.kind)).collect())
             .unwrap_or_default();
+        let disputed = !stored.is_empty()
+            && self
+                .store
+                .disputed(std::slice::from_ref(&id))
+                .await
+                .map_err(|e| Status::unavailable(e.to_string()))?
+                .contains(&id);
         Ok(v1::DebuginfoStatus {
             build_id,
             wanted: stored.is_empty(),
             stored,
+            disputed,
         })
+    }
+
+    /// Compares an agent's copy of `id` with the executable stored for it, and records a
+    /// dispute when they would name frames otherwise (unless an operator kept the stored one):
+    /// its names are withheld from then on, on this server at once and on others when they next
+    /// look the build id up.
+    async fn compare_copy(&self, id: &str, copy: &bimodal_proto::NamingDigests, reporter: &str) -> Result<(), Status> {
+        let unavailable = |e: StorageError| Status::unavailable(e.to_string());
+        let Some(stored) = self.store.debuginfo_digests(id).await.map_err(unavailable)? else {
+            return Ok(());
+        };
+        let Some(reason) = contradiction(&stored.digests, copy) else {
+            return Ok(());
+        };
+        if stored.kept {
+            tracing::debug!(build_id = %id, %reporter, reason, "a copy differs from an executable an operator kept");
+            return Ok(());
+        }
+        self.store
+            .record_dispute(id, reporter, reason)
+            .await
+            .map_err(unavailable)?;
+        self.names.invalidate(id);
+        metrics().debuginfo_disputes.inc();
+        tracing::warn!(build_id = %id, %reporter, reason, "an agent's copy contradicts the executable stored for its build id: its names are withheld until an operator resolves it (bimodal-server debuginfo disputes)");
+        Ok(())
     }
 
     /// Checks an uploaded file and stores its function table.
@@ -236,7 +286,7 @@ impl DebuginfoService {
         if build_id.is_empty() || build_id.len() > 64 {
             return Err(UploadError::BadBuildId(build_id.len()));
         }
-        let (sha256, size, table) = {
+        let (sha256, size, table, digests) = {
             let path = path.to_owned();
             let declared = build_id.to_vec();
             tokio::task::spawn_blocking(move || read_checked(&path, &declared))
@@ -266,7 +316,7 @@ impl DebuginfoService {
             }
             self.store.clear_orphan_symbols(&id, kind_code).await?;
             self.store
-                .store_debuginfo(&id, kind_code, sha256, size, file_name, &table)
+                .store_debuginfo(&id, kind_code, sha256, size, file_name, &table, &digests)
                 .await?;
             Ok::<bool, UploadError>(true)
         }
@@ -362,8 +412,32 @@ fn remove_stale_uploads(dir: &Path) {
 /// The first bytes of every ELF file.
 const ELF_MAGIC: &[u8] = b"\x7fELF";
 
-/// Hashes the file, checks it is an ELF file of `declared` with symbols, reads its table.
-fn read_checked(path: &Path, declared: &[u8]) -> Result<([u8; 32], u64, symtab::SymbolTable), UploadError> {
+/// What differs between a stored executable's naming digests and an agent's copy's, in words;
+/// `None` when the copy names frames as the stored file does. A copy without `.symtab` (a
+/// stripped one) cannot confirm the stored file's local names: that is a difference too, or a
+/// hostile token could upload a forged image of a library every node runs stripped (libc) with
+/// a `.symtab` of its choosing. A stored file without one names what any copy names alike.
+pub fn contradiction(
+    stored: &bimodal_proto::NamingDigests,
+    copy: &bimodal_proto::NamingDigests,
+) -> Option<&'static str> {
+    if stored.exported != copy.exported {
+        return Some("its load segments or exported symbols differ");
+    }
+    match (stored.local, copy.local) {
+        (Some(a), Some(b)) if a != b => Some("its .symtab differs"),
+        (Some(_), None) => Some("the stored executable's .symtab names functions the copy, stripped, cannot confirm"),
+        _ => None,
+    }
+}
+
+/// Hashes the file, checks it is an ELF file of `declared` with symbols, reads its table and
+/// naming digests.
+#[allow(clippy::type_complexity)]
+fn read_checked(
+    path: &Path,
+    declared: &[u8],
+) -> Result<([u8; 32], u64, symtab::SymbolTable, bimodal_proto::NamingDigests), UploadError> {
     let mut hasher = sha2::Sha256::new();
     let mut file = std::fs::File::open(path)?;
     let size = std::io::copy(&mut file, &mut hasher)?;
@@ -384,18 +458,109 @@ fn read_checked(path: &Path, declared: &[u8]) -> Result<([u8; 32], u64, symtab::
     if !info.has_symbols || table.functions.is_empty() {
         return Err(UploadError::NoSymbols);
     }
-    Ok((sha256, size, table))
+    let digests = bimodal_proto::naming_digests(&map).map_err(UploadError::NotElf)?;
+    Ok((sha256, size, table, digests))
 }
 
 #[tonic::async_trait]
 impl Debuginfo for DebuginfoService {
     async fn check(&self, request: Request<v1::DebuginfoCheck>) -> Result<Response<v1::DebuginfoStatus>, Status> {
-        self.allow_write(&request)?;
-        let build_id = request.into_inner().build_id;
-        if build_id.is_empty() || build_id.len() > 64 {
-            return Err(UploadError::BadBuildId(build_id.len()).into());
+        let reporter = self.allow_write(&request)?;
+        let check = request.into_inner();
+        if check.build_id.is_empty() || check.build_id.len() > 64 {
+            return Err(UploadError::BadBuildId(check.build_id.len()).into());
         }
-        Ok(Response::new(self.status(build_id).await?))
+        // An agent that could not read its copy sends no digests (and agents before them none).
+        if !check.exported_digest.is_empty() {
+            let digest = |bytes: &[u8], what: &str| {
+                <[u8; 32]>::try_from(bytes).map_err(|_| {
+                    refused(
+                        "bad_digest",
+                        Status::invalid_argument(format!("{what} is 32 bytes (SHA-256), not {}", bytes.len())),
+                    )
+                })
+            };
+            let copy = bimodal_proto::NamingDigests {
+                exported: digest(&check.exported_digest, "exported_digest")?,
+                local: match check.local_digest.as_slice() {
+                    [] => None,
+                    bytes => Some(digest(bytes, "local_digest")?),
+                },
+            };
+            self.compare_copy(&hex(&check.build_id), &copy, &reporter).await?;
+        }
+        Ok(Response::new(self.status(check.build_id).await?))
+    }
+
+    async fn disputes(
+        &self,
+        request: Request<v1::DebuginfoDisputesRequest>,
+    ) -> Result<Response<v1::DebuginfoDisputes>, Status> {
+        self.allow_symbols(&request)?;
+        let unavailable = |e: StorageError| Status::unavailable(e.to_string());
+        let disputes = self.store.disputes().await.map_err(unavailable)?;
+        let ids: Vec<String> = disputes.iter().map(|d| d.build_id.clone()).collect();
+        let files = self.store.debuginfo_files(&ids).await.map_err(unavailable)?;
+        let executable = DebuginfoKind::Executable as u8;
+        let file_name = |id: &str| {
+            files
+                .get(id)
+                .and_then(|f| f.iter().find(|f| f.kind == executable))
+                .map(|f| f.file_name.clone())
+                .unwrap_or_default()
+        };
+        Ok(Response::new(v1::DebuginfoDisputes {
+            disputes: disputes
+                .into_iter()
+                .map(|d| v1::DebuginfoDispute {
+                    build_id: bimodal_proto::unhex(&d.build_id).unwrap_or_default(),
+                    file_name: file_name(&d.build_id),
+                    reports: d.reports,
+                    first: d.first.into(),
+                    last: d.last.into(),
+                    reporters: d.reporters,
+                    reason: d.reason,
+                })
+                .collect(),
+        }))
+    }
+
+    async fn resolve(&self, request: Request<v1::DebuginfoResolve>) -> Result<Response<v1::DebuginfoStatus>, Status> {
+        self.allow_symbols(&request)?;
+        let resolve = request.into_inner();
+        if resolve.build_id.is_empty() || resolve.build_id.len() > 64 {
+            return Err(UploadError::BadBuildId(resolve.build_id.len()).into());
+        }
+        let id = hex(&resolve.build_id);
+        let unavailable = |e: StorageError| Status::unavailable(e.to_string());
+        match v1::DebuginfoResolution::try_from(resolve.resolution) {
+            Ok(v1::DebuginfoResolution::Keep) => {
+                let Some(stored) = self.store.debuginfo_digests(&id).await.map_err(unavailable)? else {
+                    return Err(Status::not_found(format!(
+                        "build id {id} has no executable stored with digests to keep"
+                    )));
+                };
+                self.store
+                    .store_digests(&id, DebuginfoKind::Executable as u8, &stored.digests, true)
+                    .await
+                    .map_err(unavailable)?;
+                tracing::warn!(build_id = %id, "an operator kept the executable stored for a disputed build id");
+            }
+            Ok(v1::DebuginfoResolution::Drop) => {
+                // Under the build id's lease, so that no upload of it is being decided meanwhile.
+                let lease = tokio::time::timeout(LEASE_WAIT, self.store.debuginfo_lease(&id))
+                    .await
+                    .map_err(|_| Status::from(UploadError::Busy(id.clone())))?
+                    .map_err(unavailable)?;
+                let dropped = self.store.drop_debuginfo(&id).await;
+                lease.release().await;
+                dropped.map_err(unavailable)?;
+                tracing::warn!(build_id = %id, "an operator dropped the files stored for a build id; the next agent that runs it uploads its copy");
+            }
+            _ => return Err(Status::invalid_argument("a resolution is keep or drop")),
+        }
+        self.names.invalidate(&id);
+        Ok(Response::new(self.status(resolve.build_id).await?))
     }
 
     async fn upload(
@@ -506,15 +671,32 @@ impl Debuginfo for DebuginfoService {
     }
 }
 
-/// Uploads `path` to the server at `server_url` (`bimodal-server debuginfo upload`), streaming
-/// it in chunks; returns what the server stores for its build id afterwards, in words.
-pub async fn upload_file(
-    path: &Path,
-    server_url: &str,
-    ca_file: Option<&Path>,
-    identity: Option<&bimodal_proto::client::ClientIdentity>,
-    token: Option<&str>,
-) -> anyhow::Result<String> {
+/// How the `bimodal-server debuginfo` commands reach a running server.
+#[derive(Debug)]
+pub struct Connection<'a> {
+    pub server_url: &'a str,
+    pub ca_file: Option<&'a Path>,
+    pub identity: Option<bimodal_proto::client::ClientIdentity>,
+    pub token: Option<&'a str>,
+}
+
+type Client = v1::debuginfo_client::DebuginfoClient<
+    tonic::service::interceptor::InterceptedService<tonic::transport::Channel, bimodal_proto::client::Bearer>,
+>;
+
+impl Connection<'_> {
+    async fn client(&self) -> anyhow::Result<Client> {
+        let bearer = bimodal_proto::client::Bearer::new(self.token).map_err(|e| anyhow::anyhow!(e))?;
+        let channel = bimodal_proto::client::channel(self.server_url, self.ca_file, self.identity.as_ref())
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot reach the server at {}: {e}", self.server_url))?;
+        Ok(v1::debuginfo_client::DebuginfoClient::with_interceptor(channel, bearer))
+    }
+}
+
+/// Uploads `path` to the server (`bimodal-server debuginfo upload`), streaming it in chunks;
+/// returns what the server stores for its build id afterwards, in words.
+pub async fn upload_file(path: &Path, server: &Connection<'_>) -> anyhow::Result<String> {
     use anyhow::Context;
     let file = std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
     // SAFETY: read-only mapping of a file the user names; a file changed while it is uploaded is
@@ -531,12 +713,9 @@ pub async fn upload_file(
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let chunks = bimodal_proto::debuginfo_chunks(&build_id, kind, &name, &data);
-    let bearer = bimodal_proto::client::Bearer::new(token).map_err(|e| anyhow::anyhow!(e))?;
-    let channel = bimodal_proto::client::channel(server_url, ca_file, identity)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot reach the server at {server_url}: {e}"))?;
-    let mut client = v1::debuginfo_client::DebuginfoClient::with_interceptor(channel, bearer);
-    let status = client
+    let status = server
+        .client()
+        .await?
         .upload(tokio_stream::iter(chunks))
         .await
         .map_err(|s| anyhow::anyhow!("the server refused {}: {}", path.display(), s.message()))?
@@ -548,4 +727,88 @@ pub async fn upload_file(
         kind_name(kind),
         hex(&status.build_id)
     ))
+}
+
+/// The disputed build ids, one paragraph each (`bimodal-server debuginfo disputes`).
+pub async fn list_disputes(server: &Connection<'_>) -> anyhow::Result<String> {
+    let disputes = server
+        .client()
+        .await?
+        .disputes(v1::DebuginfoDisputesRequest {})
+        .await
+        .map_err(|s| anyhow::anyhow!("the server refused the list of disputes: {}", s.message()))?
+        .into_inner()
+        .disputes;
+    if disputes.is_empty() {
+        return Ok("no build id is disputed".to_owned());
+    }
+    let mut out = format!("{} disputed build id(s); their names are withheld:", disputes.len());
+    for d in disputes {
+        out += &format!(
+            "\n{} ({}): {} report(s) from {} to {} (Unix seconds), by {}; last: {}",
+            hex(&d.build_id),
+            d.file_name,
+            d.reports,
+            d.first,
+            d.last,
+            d.reporters.join(", "),
+            d.reason
+        );
+    }
+    out += "\nresolve each with: bimodal-server debuginfo resolve BUILD_ID --keep|--drop";
+    Ok(out)
+}
+
+/// Keeps (`keep`) or drops a disputed build id's stored files (`bimodal-server debuginfo resolve`).
+pub async fn resolve(server: &Connection<'_>, build_id: &str, keep: bool) -> anyhow::Result<String> {
+    let raw = bimodal_proto::unhex(build_id)
+        .filter(|b| !b.is_empty())
+        .ok_or_else(|| anyhow::anyhow!("`{build_id}` is not a build id in hex"))?;
+    let resolution = match keep {
+        true => v1::DebuginfoResolution::Keep,
+        false => v1::DebuginfoResolution::Drop,
+    };
+    server
+        .client()
+        .await?
+        .resolve(v1::DebuginfoResolve {
+            build_id: raw,
+            resolution: resolution as i32,
+        })
+        .await
+        .map_err(|s| anyhow::anyhow!("the server refused to resolve {build_id}: {}", s.message()))?;
+    Ok(match keep {
+        true => format!("build id {build_id}: the stored files are kept, and name its frames again"),
+        false => {
+            format!("build id {build_id}: the stored files are dropped; the next agent that runs it uploads its copy")
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::contradiction;
+    use bimodal_proto::NamingDigests;
+
+    fn digests(exported: u8, local: Option<u8>) -> NamingDigests {
+        NamingDigests {
+            exported: [exported; 32],
+            local: local.map(|l| [l; 32]),
+        }
+    }
+
+    /// A copy contradicts a stored executable when its exports or layout differ, when both have
+    /// a `.symtab` and they differ, and when the stored one has a `.symtab` a stripped copy
+    /// cannot confirm; a stored stripped executable names only what every copy names alike.
+    #[test]
+    fn copies_contradict_what_they_cannot_confirm() {
+        assert_eq!(contradiction(&digests(1, Some(2)), &digests(1, Some(2))), None);
+        assert_eq!(contradiction(&digests(1, None), &digests(1, None)), None);
+        assert_eq!(contradiction(&digests(1, None), &digests(1, Some(2))), None);
+        assert!(contradiction(&digests(1, None), &digests(3, None)).is_some_and(|r| r.contains("exported")));
+        assert!(
+            contradiction(&digests(1, Some(2)), &digests(1, Some(4))).is_some_and(|r| r.contains(".symtab differs"))
+        );
+        assert!(contradiction(&digests(1, Some(2)), &digests(1, None)).is_some_and(|r| r.contains("stripped")));
+    }
 }

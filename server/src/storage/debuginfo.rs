@@ -1,5 +1,7 @@
 //! The debug-info store in ClickHouse, shared by every server: which files were uploaded for a
-//! build id (`debuginfo`) and the functions they name (`debuginfo_symbols`).
+//! build id (`debuginfo`), the functions they name (`debuginfo_symbols`), what names a stored
+//! executable's frames (`debuginfo_digests`) and the agents' copies that contradict it
+//! (`debuginfo_disputes`).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -84,7 +86,75 @@ pub struct StoredFile {
     pub kind: u8,
     pub sha256: [u8; 32],
     pub functions: u64,
+    /// As uploaded, for people.
+    pub file_name: String,
 }
+
+/// What names a stored executable's frames ([`bimodal_proto::NamingDigests`]), and whether an
+/// operator kept it despite disputes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredDigests {
+    pub digests: bimodal_proto::NamingDigests,
+    pub kept: bool,
+}
+
+/// A build id whose stored executable agents' copies contradict, and no operator kept.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dispute {
+    /// Lower-case hex.
+    pub build_id: String,
+    pub reports: u64,
+    /// Unix seconds of the first and the last report.
+    pub first: u32,
+    pub last: u32,
+    /// Up to 10 of those who reported: "address (token name)".
+    pub reporters: Vec<String>,
+    /// What differed in the last report.
+    pub reason: String,
+}
+
+#[derive(clickhouse::Row, serde::Serialize, serde::Deserialize)]
+struct DigestsRow {
+    exported: [u8; 32],
+    local: String,
+    kept: u8,
+}
+
+#[derive(clickhouse::Row, serde::Serialize)]
+struct DigestsWriteRow<'a> {
+    build_id: &'a str,
+    kind: u8,
+    exported: [u8; 32],
+    local: &'a str,
+    kept: u8,
+    updated: u32,
+}
+
+#[derive(clickhouse::Row, serde::Serialize)]
+struct DisputeWriteRow<'a> {
+    build_id: &'a str,
+    time: u32,
+    reporter: &'a str,
+    reason: &'a str,
+}
+
+#[derive(clickhouse::Row, serde::Deserialize)]
+struct BuildIdRow {
+    build_id: String,
+}
+
+#[derive(clickhouse::Row, serde::Deserialize)]
+struct DisputeRow {
+    build_id: String,
+    reports: u64,
+    first: u32,
+    last: u32,
+    reporters: Vec<String>,
+    reason: String,
+}
+
+/// How long [`Store::drop_debuginfo`] waits for its deletions to be done.
+const DROPPED_WITHIN: Duration = Duration::from_secs(60);
 
 #[derive(clickhouse::Row, serde::Deserialize)]
 struct FileRow {
@@ -92,6 +162,7 @@ struct FileRow {
     kind: u8,
     sha256: [u8; 32],
     functions: u64,
+    file_name: String,
 }
 
 #[derive(clickhouse::Row, serde::Serialize)]
@@ -149,6 +220,7 @@ impl Store {
                     kind: r.kind,
                     sha256: r.sha256,
                     functions: r.functions,
+                    file_name: r.file_name,
                 });
             }
         }
@@ -255,8 +327,9 @@ impl Store {
         Ok(orphans)
     }
 
-    /// Stores a file's function table: the symbols first, the file's row last, so a file that
-    /// is listed has all its symbols.
+    /// Stores a file's function table and naming digests: the symbols and digests first, the
+    /// file's row last, so a file that is listed has all of them.
+    #[allow(clippy::too_many_arguments)]
     pub async fn store_debuginfo(
         &self,
         build_id: &str,
@@ -265,7 +338,9 @@ impl Store {
         size: u64,
         file_name: &str,
         table: &SymbolTable,
+        digests: &bimodal_proto::NamingDigests,
     ) -> Result<(), StorageError> {
+        self.store_digests(build_id, kind, digests, false).await?;
         let client = self.writer_client();
         let err = StorageError::insert;
         let mut insert = client
@@ -303,3 +378,153 @@ impl Store {
         insert.end().await.map_err(err("debuginfo"))
     }
 }
+
+impl Store {
+    /// The naming digests of `build_id`'s stored executable; `None` when none is stored, or it
+    /// was stored before digests were (schema 18).
+    pub async fn debuginfo_digests(&self, build_id: &str) -> Result<Option<StoredDigests>, StorageError> {
+        let row = queries::debuginfo_digests(build_id)
+            .query(&self.client)
+            .fetch_optional::<DigestsRow>()
+            .await
+            .map_err(StorageError::query("read the digests of a stored executable"))?;
+        Ok(row.map(|r| StoredDigests {
+            digests: bimodal_proto::NamingDigests {
+                exported: r.exported,
+                local: bimodal_proto::unhex(&r.local).and_then(|b| <[u8; 32]>::try_from(b).ok()),
+            },
+            kept: r.kept > 0,
+        }))
+    }
+
+    /// Writes the naming digests of `build_id`'s file of `kind` (before its `debuginfo` row), or
+    /// marks them kept by an operator.
+    pub async fn store_digests(
+        &self,
+        build_id: &str,
+        kind: u8,
+        digests: &bimodal_proto::NamingDigests,
+        kept: bool,
+    ) -> Result<(), StorageError> {
+        let local = digests.local.map(|d| bimodal_proto::hex(&d)).unwrap_or_default();
+        let row = DigestsWriteRow {
+            build_id,
+            kind,
+            exported: digests.exported,
+            local: &local,
+            kept: u8::from(kept),
+            updated: now_secs(),
+        };
+        self.insert_row::<DigestsWriteRow<'static>>("debuginfo_digests", &row)
+            .await
+    }
+
+    /// Records that `reporter`'s copy of `build_id` contradicts its stored executable.
+    pub async fn record_dispute(&self, build_id: &str, reporter: &str, reason: &str) -> Result<(), StorageError> {
+        let row = DisputeWriteRow {
+            build_id,
+            time: now_secs(),
+            reporter,
+            reason,
+        };
+        self.insert_row::<DisputeWriteRow<'static>>("debuginfo_disputes", &row)
+            .await
+    }
+
+    /// Inserts one row into `table`.
+    async fn insert_row<T: clickhouse::RowWrite>(
+        &self,
+        table: &'static str,
+        row: &T::Value<'_>,
+    ) -> Result<(), StorageError> {
+        let err = StorageError::insert;
+        let mut insert = self.writer_client().insert::<T>(table).await.map_err(err(table))?;
+        insert.write(row).await.map_err(err(table))?;
+        insert.end().await.map_err(err(table))
+    }
+
+    /// Of `build_ids` (hex), those disputed and not kept: their names are withheld. (Two reads,
+    /// not a subquery: on a cluster both are Distributed tables.)
+    pub async fn disputed(&self, build_ids: &[String]) -> Result<std::collections::HashSet<String>, StorageError> {
+        let mut out = std::collections::HashSet::new();
+        for chunk in build_ids.chunks(5000) {
+            let disputed: Vec<String> = queries::debuginfo_disputed(chunk)
+                .query(&self.client)
+                .fetch_all::<BuildIdRow>()
+                .await
+                .map_err(StorageError::query("look up disputed build ids"))?
+                .into_iter()
+                .map(|r| r.build_id)
+                .collect();
+            if disputed.is_empty() {
+                continue;
+            }
+            let kept: std::collections::HashSet<String> = queries::debuginfo_kept(&disputed)
+                .query(&self.client)
+                .fetch_all::<BuildIdRow>()
+                .await
+                .map_err(StorageError::query("look up kept build ids"))?
+                .into_iter()
+                .map(|r| r.build_id)
+                .collect();
+            out.extend(disputed.into_iter().filter(|b| !kept.contains(b)));
+        }
+        Ok(out)
+    }
+
+    /// Every build id disputed and not kept.
+    pub async fn disputes(&self) -> Result<Vec<Dispute>, StorageError> {
+        let rows = queries::debuginfo_disputes()
+            .query(&self.client)
+            .fetch_all::<DisputeRow>()
+            .await
+            .map_err(StorageError::query("list disputed build ids"))?;
+        let ids: Vec<String> = rows.iter().map(|r| r.build_id.clone()).collect();
+        let open = self.disputed(&ids).await?;
+        Ok(rows
+            .into_iter()
+            .filter(|r| open.contains(&r.build_id))
+            .map(|r| Dispute {
+                build_id: r.build_id,
+                reports: r.reports,
+                first: r.first,
+                last: r.last,
+                reporters: r.reporters,
+                reason: r.reason,
+            })
+            .collect())
+    }
+
+    /// Deletes every file of `build_id`, its symbols, digests and disputes, and waits (up to a
+    /// minute) until no file of it is listed: the next upload of it is stored as the first.
+    pub async fn drop_debuginfo(&self, build_id: &str) -> Result<(), StorageError> {
+        let dialect = &self.dialect;
+        let ids = [build_id.to_owned()];
+        // The file rows first: a build id listed is one whose symbols are all there.
+        for table in DEBUGINFO_TABLES {
+            queries::delete_build_ids(&dialect.qualified(table), &dialect.on_cluster_clause(), &ids)
+                .query(&self.client)
+                .execute()
+                .await
+                .map_err(StorageError::query("delete the debug info of a build id"))?;
+        }
+        let deadline = std::time::Instant::now() + DROPPED_WITHIN;
+        while self.debuginfo_files(&ids).await?.contains_key(build_id)
+            || self.debuginfo_digests(build_id).await?.is_some()
+        {
+            if std::time::Instant::now() > deadline {
+                return Err(StorageError::Timeout(DROPPED_WITHIN));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Ok(())
+    }
+}
+
+/// The tables holding a build id's debug info, the file rows first.
+pub const DEBUGINFO_TABLES: [&str; 4] = [
+    "debuginfo",
+    "debuginfo_symbols",
+    "debuginfo_digests",
+    "debuginfo_disputes",
+];

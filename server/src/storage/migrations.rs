@@ -84,6 +84,11 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
         "counter_reports",
         include_str!("../../migrations/017_counter_reports.sql"),
     ),
+    (
+        18,
+        "debuginfo_disputes",
+        include_str!("../../migrations/018_debuginfo_disputes.sql"),
+    ),
 ];
 
 /// The first migration of the current schema: a new database starts here.

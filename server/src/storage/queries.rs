@@ -709,7 +709,8 @@ pub(super) fn progress(ids: &[[u8; 16]]) -> Sql {
 /// The files stored for build ids.
 pub(super) fn debuginfo_files(build_ids: &[String]) -> Sql {
     let mut sql = Sql::new(
-        "SELECT build_id, kind, any(sha256) AS sha256, max(functions) AS functions FROM debuginfo WHERE build_id IN (",
+        "SELECT build_id, kind, any(sha256) AS sha256, max(functions) AS functions, any(file_name) AS file_name \
+         FROM debuginfo WHERE build_id IN (",
     );
     sql.bind_strs(build_ids).push(") GROUP BY build_id, kind");
     sql
@@ -754,6 +755,40 @@ pub(super) fn debuginfo_functions(build_id: &str, kind: u8) -> Sql {
         .bind(Value::U32(kind.into()))
         .push(" GROUP BY address ORDER BY address");
     sql
+}
+
+/// The naming digests of a build id's stored executable, and whether an operator kept it.
+pub(super) fn debuginfo_digests(build_id: &str) -> Sql {
+    let mut sql = Sql::new(
+        "SELECT any(exported) AS exported, any(local) AS local, max(kept) AS kept FROM debuginfo_digests \
+         WHERE kind = 1 AND build_id = ",
+    );
+    sql.bind(Value::Str(build_id.to_owned())).push(" GROUP BY build_id");
+    sql
+}
+
+/// Of build ids, those with disputes.
+pub(super) fn debuginfo_disputed(build_ids: &[String]) -> Sql {
+    let mut sql = Sql::new("SELECT DISTINCT build_id FROM debuginfo_disputes WHERE build_id IN (");
+    sql.bind_strs(build_ids).push(")");
+    sql
+}
+
+/// Of build ids, those whose executable an operator kept.
+pub(super) fn debuginfo_kept(build_ids: &[String]) -> Sql {
+    let mut sql = Sql::new("SELECT build_id FROM debuginfo_digests WHERE kind = 1 AND build_id IN (");
+    sql.bind_strs(build_ids)
+        .push(") GROUP BY build_id HAVING max(kept) = 1");
+    sql
+}
+
+/// Every build id with disputes: how many, when, by whom (10 of them), and the last reason.
+pub(super) fn debuginfo_disputes() -> Sql {
+    Sql::new(
+        "SELECT build_id, count() AS reports, toUInt32(min(time)) AS first, toUInt32(max(time)) AS last, \
+         arraySlice(groupUniqArray(reporter), 1, 10) AS reporters, argMax(reason, time) AS reason \
+         FROM debuginfo_disputes GROUP BY build_id ORDER BY build_id",
+    )
 }
 
 /// The reads of one scope as the API sends them: the flame graph (100,000 stacks), per-node
@@ -870,6 +905,10 @@ pub fn examples(client: &Client) -> Vec<String> {
         any_row("frames", "build_id", "0a1b"),
         debuginfo_segments("0a1b", 2),
         debuginfo_functions("0a1b", 2),
+        debuginfo_digests("0a1b"),
+        debuginfo_disputed(&["0a1b".into(), "ff00".into()]),
+        debuginfo_kept(&["0a1b".into()]),
+        debuginfo_disputes(),
         placements(Nodes::In(&["web-1".into()]), 1_795_000_000, 1_795_000_900),
         placements(
             Nodes::Matching {

@@ -186,7 +186,7 @@ impl Store {
         let dialect = &self.dialect;
         for chunk in unused.chunks(1000) {
             // The file's row first: a build id listed is one whose symbols are all there.
-            for table in ["debuginfo", "debuginfo_symbols"] {
+            for table in super::debuginfo::DEBUGINFO_TABLES {
                 super::queries::delete_build_ids(&dialect.qualified(table), &dialect.on_cluster_clause(), chunk)
                     .query(&self.client)
                     .execute()

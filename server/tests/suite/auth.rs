@@ -61,7 +61,10 @@ async fn tokens_decide_who_writes_as_which_node_and_who_reads() {
         .await
         .unwrap();
     let e = debuginfo
-        .check(bimodal_proto::v1::DebuginfoCheck { build_id: vec![1; 20] })
+        .check(bimodal_proto::v1::DebuginfoCheck {
+            build_id: vec![1; 20],
+            ..Default::default()
+        })
         .await
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");

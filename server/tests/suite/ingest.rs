@@ -391,6 +391,7 @@ async fn a_client_checking_build_ids_in_a_loop_is_told_to_retry() {
     let status = loop {
         let check = v1::DebuginfoCheck {
             build_id: checked.to_le_bytes().repeat(5),
+            ..Default::default()
         };
         match client.check(check).await {
             Ok(_) => checked += 1,

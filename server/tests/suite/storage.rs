@@ -902,8 +902,8 @@ async fn old_partitions_are_dropped_where_there_is_no_ttl() {
 }
 
 /// The debug-info store keeps a build id's symbols while a kept frame is of that build id, and
-/// deletes them (on every ClickHouse version) once none is and the upload is older than the
-/// grace; a recent upload whose frames have not arrived yet stays.
+/// deletes them with its digests and disputes (on every ClickHouse version) once none is and the
+/// upload is older than the grace; a recent upload whose frames have not arrived yet stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn debug_info_no_kept_frame_refers_to_is_deleted() {
     use bimodal_server::debuginfo::symtab::{Function, SymbolTable};
@@ -925,9 +925,17 @@ async fn debug_info_no_kept_frame_refers_to_is_deleted() {
         ],
         Vec::new(),
     );
+    let digests = bimodal_proto::NamingDigests {
+        exported: [3; 32],
+        local: None,
+    };
     for (build_id, seed) in [(&used, 1u8), (&unused, 2)] {
         store
-            .store_debuginfo(build_id, 2, [seed; 32], 4096, "x.debug", &table)
+            .store_debuginfo(build_id, 2, [seed; 32], 4096, "x.debug", &table, &digests)
+            .await
+            .unwrap();
+        store
+            .record_dispute(build_id, "127.0.0.1 (agent)", "a test")
             .await
             .unwrap();
     }
@@ -950,12 +958,19 @@ async fn debug_info_no_kept_frame_refers_to_is_deleted() {
     assert_eq!(store.expire_debuginfo(Duration::ZERO).await.unwrap(), 1);
     // A mutation: ClickHouse deletes the rows shortly after.
     let deadline = Instant::now() + Duration::from_secs(60);
-    while rows("debuginfo", unused.clone()).await + rows("debuginfo_symbols", unused.clone()).await > 0 {
-        assert!(Instant::now() < deadline, "the unused build id's rows are still there");
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    for table in bimodal_server::storage::debuginfo::DEBUGINFO_TABLES {
+        while rows(table, unused.clone()).await > 0 {
+            assert!(
+                Instant::now() < deadline,
+                "the unused build id's rows of {table} are still there"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
     assert_eq!(rows("debuginfo", used.clone()).await, 1);
     assert_eq!(rows("debuginfo_symbols", used.clone()).await, 2);
+    assert_eq!(rows("debuginfo_digests", used.clone()).await, 1);
+    assert_eq!(rows("debuginfo_disputes", used.clone()).await, 1);
     assert_eq!(
         store.expire_debuginfo(Duration::ZERO).await.unwrap(),
         0,
@@ -1403,4 +1418,165 @@ async fn nodes_are_listed_a_page_at_a_time() {
     let (status, body) = server.get("/api/v1/nodes?limit=5001").await;
     assert_eq!(status, 400, "{body}");
     server.stop().await;
+}
+
+/// Any write token may upload a build id's first executable, so a hostile one could upload a
+/// forged image of a library every node runs stripped (libc), with a `.symtab` naming its
+/// functions as it likes, and every server would name their frames so (issue 49). Each agent's
+/// check carries its own copy's naming digests. Here a stripped copy contradicts the forgery at
+/// server b: the build id is disputed, and the frame's name is withheld when read at either
+/// server. An operator lists the dispute and drops the forgery; the honest copy is then stored
+/// and names the frame. A copy that differs from a kept executable no longer disputes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_executable_is_disputed_by_the_copies_nodes_run() {
+    let ch = SharedClickHouse::start().await;
+    let (a, b) = tokio::join!(
+        TestServer::with_config(ch.server_config("a"), None),
+        TestServer::with_config(ch.server_config("b"), None)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let build_id = "d1".repeat(20);
+    let [stripped, ..] = library_with_debug_files(dir.path(), &build_id);
+    let library = dir.path().join(format!("libwork-{build_id}.so"));
+    // The forgery: the library with its export renamed in `.symtab` (its `.dynsym` and layout
+    // are the library's, as a forger who has the real one would keep them).
+    let forged = dir.path().join("forged.so");
+    let renamed = std::process::Command::new("objcopy")
+        .arg("--redefine-sym=lib_work=EVIL_RENAMED_work")
+        .arg(&library)
+        .arg(&forged)
+        .status()
+        .expect("objcopy");
+    assert!(renamed.success());
+    let stored = upload_file(&a, &forged);
+    assert!(stored.status.success(), "{}", String::from_utf8_lossy(&stored.stderr));
+
+    // A page fault in lib_work, sent by (build id, ELF address) for the server to name.
+    let raw_id = bimodal_proto::unhex(&build_id).unwrap();
+    let address = symbol_address(&library, "lib_work");
+    let mut batch = wire::batch([0xd1; 16], false, "", 5);
+    batch.frames[0] = v1::Frame {
+        kind: v1::FrameKind::User as i32,
+        module: "/usr/lib/libwork.so".into(),
+        build_id: raw_id.clone(),
+        elf_address: address,
+        file_offset: address,
+        ..Default::default()
+    };
+    let acks = exchange_with(b.url(), vec![wire::hello("forged-node"), req(batch)])
+        .await
+        .unwrap();
+    assert_eq!(Status::try_from(acks[0].status).unwrap(), Status::Stored, "{acks:?}");
+    async fn flame(server: &TestServer) -> String {
+        let path = format!(
+            "/api/v1/flamegraph?event=page_fault&{}&format=folded",
+            selector(r#"{node="forged-node"}"#)
+        );
+        let (status, body) = server.get(&path).await;
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+    assert!(
+        flame(&b).await.contains("EVIL_RENAMED_work"),
+        "the forgery names the frame until disputed"
+    );
+
+    // A node running the stripped library checks the build id at server b.
+    let digests = |path: &Path| bimodal_proto::naming_digests(&std::fs::read(path).unwrap()).unwrap();
+    let check = |server: &TestServer, copy: bimodal_proto::NamingDigests| {
+        let (url, build_id) = (server.url(), raw_id.clone());
+        async move {
+            v1::debuginfo_client::DebuginfoClient::connect(url)
+                .await
+                .unwrap()
+                .check(v1::DebuginfoCheck {
+                    build_id,
+                    exported_digest: copy.exported.to_vec(),
+                    local_digest: copy.local.map(|d| d.to_vec()).unwrap_or_default(),
+                })
+                .await
+                .unwrap()
+                .into_inner()
+        }
+    };
+    assert_eq!(
+        digests(&stripped).exported,
+        digests(&forged).exported,
+        "the forgery keeps the layout"
+    );
+    assert!(check(&b, digests(&stripped)).await.disputed);
+    assert!(
+        check(&a, digests(&forged)).await.disputed,
+        "the forger's own copy does not settle it"
+    );
+    for server in [&a, &b] {
+        let body = flame(server).await;
+        assert!(!body.contains("EVIL_RENAMED_work"), "a disputed name is given: {body}");
+    }
+    let (_, metrics) = b.get("/metrics").await;
+    assert!(
+        metrics.lines().any(|l| l == "bimodal_debuginfo_disputes_total 1"),
+        "the dispute is counted: {metrics}"
+    );
+
+    // The operator lists the dispute and drops the forgery.
+    let cli = |args: &[&str], server: &TestServer| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_bimodal-server"))
+            .arg("debuginfo")
+            .args(args)
+            .args(["--server-url", &server.url()])
+            .output()
+            .expect("run bimodal-server debuginfo")
+    };
+    let listed = cli(&["disputes"], &a);
+    let said = String::from_utf8_lossy(&listed.stderr);
+    assert!(listed.status.success(), "{said}");
+    assert!(
+        said.contains(&build_id)
+            && said.contains("forged.so")
+            && said.contains("127.0.0.1")
+            && said.contains("stripped"),
+        "{said}"
+    );
+    let dropped = cli(&["resolve", &build_id, "--drop"], &a);
+    assert!(dropped.status.success(), "{}", String::from_utf8_lossy(&dropped.stderr));
+    let listed = cli(&["disputes"], &b);
+    assert!(String::from_utf8_lossy(&listed.stderr).contains("no build id is disputed"));
+
+    // The next node uploads its copy, which names the frame at both servers.
+    let status = check(&b, digests(&stripped)).await;
+    assert!(status.wanted && !status.disputed, "{status:?}");
+    let stored = upload_file(&b, &stripped);
+    assert!(stored.status.success(), "{}", String::from_utf8_lossy(&stored.stderr));
+    assert!(
+        !check(&a, digests(&library)).await.disputed,
+        "an unstripped original agrees with its stripped copy"
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for server in [&a, &b] {
+        loop {
+            let body = flame(server).await;
+            if body.contains("lib_work") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the honest copy never named the frame: {body}"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    // A copy whose exports differ disputes it; once kept, no copy does.
+    let other = bimodal_proto::NamingDigests {
+        exported: [9; 32],
+        local: None,
+    };
+    assert!(check(&a, other.clone()).await.disputed);
+    let kept = cli(&["resolve", &build_id, "--keep"], &b);
+    assert!(kept.status.success(), "{}", String::from_utf8_lossy(&kept.stderr));
+    assert!(!check(&a, other).await.disputed);
+    a.stop().await;
+    b.stop().await;
+    ch.stop().await;
 }

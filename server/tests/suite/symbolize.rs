@@ -96,6 +96,7 @@ async fn a_stripped_binary_is_named_by_the_server_from_its_uploaded_debug_file()
         let status = client
             .check(v1::DebuginfoCheck {
                 build_id: build_id(libc),
+                ..Default::default()
             })
             .await
             .unwrap()
@@ -116,7 +117,12 @@ async fn a_stripped_binary_is_named_by_the_server_from_its_uploaded_debug_file()
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     // Checks and uploads with a malformed build id are refused, not stored.
-    let bad = client.check(v1::DebuginfoCheck { build_id: Vec::new() }).await;
+    let bad = client
+        .check(v1::DebuginfoCheck {
+            build_id: Vec::new(),
+            ..Default::default()
+        })
+        .await;
     assert_eq!(bad.unwrap_err().code(), tonic::Code::InvalidArgument);
 
     stop_agent.send(true).unwrap();
@@ -178,6 +184,7 @@ async fn an_agent_uploads_the_installed_debug_file_of_a_stripped_binary() {
     let status = client
         .check(v1::DebuginfoCheck {
             build_id: build_id(build.binary.to_str().unwrap()),
+            ..Default::default()
         })
         .await
         .unwrap()
