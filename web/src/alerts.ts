@@ -73,7 +73,7 @@ function render(alerts: ApiAlert[]): void {
   ui.section.hidden = false;
   ui.count.textContent = `${shown.length} of ${alerts.length}`;
   const head = el('tr');
-  for (const h of ['state', 'rule', 'nodes', 'value', 'since', 'ended', 'top differing function', 'summary', '']) {
+  for (const h of ['state', 'rule', 'nodes', 'value', 'since', 'ended', 'cause', 'summary', '']) {
     head.append(el('th', undefined, h));
   }
   const rows = shown.map((a) => {
@@ -89,7 +89,9 @@ function render(alerts: ApiAlert[]): void {
     td(figure(a.value), 'num');
     td(`${formatTime(a.starts_at)} (${formatAgo(a.starts_at)})`, 'small');
     td(a.ends_at ? formatTime(a.ends_at) : '—', 'small');
-    td(a.top_function ?? '—', 'mono small');
+    // The top differing function, and for bands a node-wide shift no function is to blame for.
+    const cause = [a.top_function, a.node_wide && `node-wide: ${a.node_wide}`].filter(Boolean).join('; ');
+    td(cause || '—', 'mono small');
     td(a.annotations.summary ?? a.annotations.description ?? '', 'small');
     const link = el('a', 'btn btn-light', 'Compare →');
     link.href = compareHref(a);

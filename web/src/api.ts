@@ -639,6 +639,8 @@ export interface ApiAlert {
   from: string;
   to: string;
   top_function: string | null;
+  /** For bands: the node-wide shifts they differ by, which no function is to blame for. */
+  node_wide: string | null;
 }
 
 /**

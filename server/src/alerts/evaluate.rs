@@ -259,15 +259,27 @@ async fn evaluate(
         let Some(f) = by_fingerprint.get(&alert.fingerprint) else {
             continue;
         };
-        match top_function(store, rule, f, &current, baseline_window.as_deref(), (from, to)).await {
-            Ok(Some(name)) => {
-                alert.top_function = name.clone();
+        let cause = match rule.condition {
+            Condition::BandsAppear { .. } => bands_cause(store, rule, f, &current, (from, to)).await,
+            _ => top_function(store, rule, f, &current, baseline_window.as_deref(), (from, to))
+                .await
+                .map(|function| Cause {
+                    function,
+                    node_wide: String::new(),
+                }),
+        };
+        match cause {
+            Ok(cause) => {
+                if let Some(name) = cause.function {
+                    alert.top_function = name;
+                }
+                alert.node_wide = cause.node_wide;
                 if let Some(a) = tracker.get_mut(alert.fingerprint) {
-                    a.top_function = name;
+                    a.top_function = alert.top_function.clone();
+                    a.node_wide = alert.node_wide.clone();
                 }
             }
-            Ok(None) => {}
-            Err(e) => tracing::warn!(rule = %rule.name, error = %e, "finding an alert's top function failed"),
+            Err(e) => tracing::warn!(rule = %rule.name, error = %e, "finding an alert's cause failed"),
         }
     }
     Ok(changed)
@@ -323,12 +335,100 @@ fn node_selector(selector: &Selector, node: &str) -> Selector {
     }
 }
 
-/// The function that differs most on an alert's nodes, per CPU-second of each node: for bands,
-/// compare's first code difference between them that names a cause ([`first_cause`]); for a
-/// node, its function with the largest
-/// excess over the reference the rule held the node to (nothing for `rate_above`, the node's own
-/// past for `above_baseline`, the median of its peers for `above_peers`). `before_window` is
-/// the window before that `above_baseline` judged against.
+/// What an alert that starts firing names as its cause.
+#[derive(Debug, Default, PartialEq)]
+struct Cause {
+    /// The function that differs most on its nodes.
+    function: Option<String>,
+    /// For bands: the node-wide shifts they differ by, in words ([`node_wide_text`]).
+    node_wide: String,
+}
+
+/// The cause of a split into bands: compare's first code difference between them that names a
+/// cause ([`first_cause`]), and the node-wide shifts the bands differ by, which no function is to
+/// blame for (every remote-access stack ×5: remote memory, THP off, a smaller cache).
+async fn bands_cause(
+    store: &Store,
+    rule: &Rule,
+    found: &Found,
+    current: &Window,
+    (from, to): (u32, u32),
+) -> Result<Cause, String> {
+    let err = |e: StorageError| e.to_string();
+    let index: HashMap<&str, usize> = current
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.node.as_str(), i))
+        .collect();
+    let ids = |names: &[String]| names.iter().filter_map(|n| index.get(n.as_str()).copied()).collect();
+    let groups = compare::Groups {
+        high: ids(&found.nodes),
+        low: ids(&found.others),
+        slow: Some("high"),
+    };
+    let tables = std::sync::Arc::new(
+        window::function_tables(store, &rule.selector, from, to, current, NodesRead::Every)
+            .await
+            .map_err(err)?,
+    );
+    let (listing, listed_in) = (groups.clone(), tables.clone());
+    let code = tokio::task::spawn_blocking(move || compare::code_differences(&listed_in, &listing, compare::LISTED))
+        .await
+        .map_err(|e| e.to_string())?;
+    // Whether the bands differ by a shift of the node: compare's flags of the listed functions,
+    // which the held-out order below does not change.
+    let node_wide = node_wide_text(&compare::node_wide(&tables, &groups, &code));
+    // When the bands were cut on one event's rate, that event's functions made the very
+    // values they were cut on: those that hold on the half of the window that did not cut
+    // the bands go first, as compare lists them (docs/design/037). One not confirmed keeps
+    // its place: with 3 nodes against 5, or a half without samples, the test cannot
+    // confirm the true cause either.
+    let code = match held_out(store, rule, found, current, (from, to), &code).await {
+        // Hundreds of rank tests over every node: on a blocking thread, as the listing.
+        Ok(Some((h, tables))) => tokio::task::spawn_blocking(move || {
+            let mut code = code;
+            let held = h.test(&mut code, &groups, &tables);
+            (code, held)
+        })
+        .await
+        .map(|(code, held)| {
+            tracing::debug!(rule = %rule.name, tested = held.tested, confirmed = held.confirmed, "the band event's functions held out");
+            code
+        })
+        .map_err(|e| e.to_string())?,
+        Ok(None) => code,
+        // The order before the held-out tests still names a cause.
+        Err(e) => {
+            tracing::warn!(rule = %rule.name, error = %e, "reading the window's halves for the held-out tests failed; the first cause is chosen without them");
+            code
+        }
+    };
+    Ok(Cause {
+        function: first_cause(code),
+        node_wide,
+    })
+}
+
+/// Node-wide shifts in words, `; `-separated: "remote_access ×5.0 on every stack (node-wide: 3
+/// listed functions follow it, none moved on its own)".
+fn node_wide_text(shifts: &[compare::NodeWide]) -> String {
+    shifts
+        .iter()
+        .map(|w| {
+            format!(
+                "{} ×{:.1} on every stack (node-wide: {} listed functions follow it, none moved on its own)",
+                w.event, w.factor, w.functions
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The function that differs most on a node's alert, per CPU-second: its function with the
+/// largest excess over the reference the rule held the node to (nothing for `rate_above`, the
+/// node's own past for `above_baseline`, the median of its peers for `above_peers`; bands are
+/// [`bands_cause`]'s). `before_window` is the window before that `above_baseline` judged against.
 async fn top_function(
     store: &Store,
     rule: &Rule,
@@ -338,53 +438,6 @@ async fn top_function(
     (from, to): (u32, u32),
 ) -> Result<Option<String>, String> {
     let err = |e: StorageError| e.to_string();
-    if let Condition::BandsAppear { .. } = rule.condition {
-        let index: HashMap<&str, usize> = current
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.node.as_str(), i))
-            .collect();
-        let ids = |names: &[String]| names.iter().filter_map(|n| index.get(n.as_str()).copied()).collect();
-        let groups = compare::Groups {
-            high: ids(&found.nodes),
-            low: ids(&found.others),
-            slow: Some("high"),
-        };
-        let tables = window::function_tables(store, &rule.selector, from, to, current, NodesRead::Every)
-            .await
-            .map_err(err)?;
-        let listing = groups.clone();
-        let code = tokio::task::spawn_blocking(move || compare::code_differences(&tables, &listing, compare::LISTED))
-            .await
-            .map_err(|e| e.to_string())?;
-        // When the bands were cut on one event's rate, that event's functions made the very
-        // values they were cut on: those that hold on the half of the window that did not cut
-        // the bands go first, as compare lists them (docs/design/037). One not confirmed keeps
-        // its place: with 3 nodes against 5, or a half without samples, the test cannot
-        // confirm the true cause either.
-        let code = match held_out(store, rule, found, current, (from, to), &code).await {
-            // Hundreds of rank tests over every node: on a blocking thread, as the listing.
-            Ok(Some((h, tables))) => tokio::task::spawn_blocking(move || {
-                let mut code = code;
-                let held = h.test(&mut code, &groups, &tables);
-                (code, held)
-            })
-            .await
-            .map(|(code, held)| {
-                tracing::debug!(rule = %rule.name, tested = held.tested, confirmed = held.confirmed, "the band event's functions held out");
-                code
-            })
-            .map_err(|e| e.to_string())?,
-            Ok(None) => code,
-            // The order before the held-out tests still names a cause.
-            Err(e) => {
-                tracing::warn!(rule = %rule.name, error = %e, "reading the window's halves for the held-out tests failed; the first cause is chosen without them");
-                code
-            }
-        };
-        return Ok(first_cause(code));
-    }
     let (Some(node), Some(event)) = (found.labels.get("node"), rule.event) else {
         return Ok(None);
     };

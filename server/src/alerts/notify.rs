@@ -77,6 +77,9 @@ impl Notifier {
         if !a.top_function.is_empty() {
             annotations.insert("top_function".into(), a.top_function.clone());
         }
+        if !a.node_wide.is_empty() {
+            annotations.insert("node_wide".into(), a.node_wide.clone());
+        }
         let ends_at = match a.state {
             State::Resolved | State::Inactive => rfc3339(a.resolved_at),
             State::Firing | State::Pending => rfc3339(ends),
@@ -259,6 +262,7 @@ mod tests {
             from: 1_699_999_700,
             to: 1_700_000_060,
             top_function: "touch_pages".into(),
+            node_wide: String::new(),
         }
     }
 

@@ -96,6 +96,7 @@ impl Tracker {
                         from,
                         to,
                         top_function: String::new(),
+                        node_wide: String::new(),
                     };
                     self.alerts.insert(fp, a);
                     let a = self.alerts.get_mut(&fp).expect("just inserted");

@@ -43,6 +43,7 @@ pub(super) async fn alerts(State(state): State<AppState>, RawQuery(raw): RawQuer
                 "from": rfc3339(a.from),
                 "to": rfc3339(a.to),
                 "top_function": (!a.top_function.is_empty()).then_some(a.top_function),
+                "node_wide": (!a.node_wide.is_empty()).then_some(a.node_wide),
             })
         })
         .collect();

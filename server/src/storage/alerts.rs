@@ -59,6 +59,9 @@ pub struct Alert {
     pub to: u32,
     /// The function that differs most on the alert's nodes, once it fires (empty if none).
     pub top_function: String,
+    /// For bands: the node-wide shifts they differ by, in words ("remote_access ×5.0 on every
+    /// stack"), once it fires; empty if none.
+    pub node_wide: String,
 }
 
 impl Alert {
@@ -84,6 +87,7 @@ struct WriteRow<'a> {
     window_from: u32,
     window_to: u32,
     top_function: &'a str,
+    node_wide: &'a str,
     written: u32,
     sequence: u64,
 }
@@ -107,6 +111,7 @@ struct ReadRow {
     last_window_from: u32,
     last_window_to: u32,
     last_top_function: String,
+    last_node_wide: String,
     #[allow(dead_code)] // read so that the columns line up; the rows come ordered by it
     last_sequence: u64,
 }
@@ -120,7 +125,7 @@ const LATEST: &str = "SELECT fingerprint, toUInt32(active_since) AS first_since,
      toUInt32(argMax(fired_at, sequence)) AS last_fired_at, toUInt32(argMax(resolved_at, sequence)) AS last_resolved_at, \
      argMax(selector, sequence) AS last_selector, toUInt32(argMax(window_from, sequence)) AS last_window_from, \
      toUInt32(argMax(window_to, sequence)) AS last_window_to, argMax(top_function, sequence) AS last_top_function, \
-     max(sequence) AS last_sequence \
+     argMax(node_wide, sequence) AS last_node_wide, max(sequence) AS last_sequence \
      FROM alerts";
 
 /// Row order across servers and restarts: milliseconds of the wall clock, then a counter.
@@ -157,6 +162,7 @@ impl ReadRow {
             from: self.last_window_from,
             to: self.last_window_to,
             top_function: self.last_top_function,
+            node_wide: self.last_node_wide,
         })
     }
 }
@@ -221,6 +227,7 @@ impl Store {
                 window_from: a.from,
                 window_to: a.to,
                 top_function: &a.top_function,
+                node_wide: &a.node_wide,
                 written,
                 sequence: next_sequence(),
             };

@@ -89,6 +89,11 @@ const MIGRATIONS: &[(u32, &str, &str)] = &[
         "debuginfo_disputes",
         include_str!("../../migrations/018_debuginfo_disputes.sql"),
     ),
+    (
+        19,
+        "alert_node_wide",
+        include_str!("../../migrations/019_alert_node_wide.sql"),
+    ),
 ];
 
 /// The first migration of the current schema: a new database starts here.
@@ -210,6 +215,7 @@ impl Dialect {
                 ("on_cluster", _) => self.on_cluster_clause(),
                 ("engine", _) => self.engine(table.as_deref().expect("{{engine}} after {{local:T}}"), args),
                 ("distributed", _) => self.distributed(args),
+                ("distributed_alter", _) => self.distributed_alter(args),
                 ("ttl", true) => {
                     let (expr, class) = args.rsplit_once(' ').expect("{{ttl EXPR retention|ledger}}");
                     let days = match class {
@@ -275,6 +281,21 @@ impl Dialect {
             quote_ident(&self.database),
             self.local(table),
             key.trim(),
+        )
+    }
+
+    /// On a cluster, `ALTER TABLE T ... ` of the Distributed table `T` (its local tables are
+    /// altered by the statement before); nothing on one server, where `T` is the table itself.
+    fn distributed_alter(&self, spec: &str) -> String {
+        if self.cluster.is_none() {
+            return String::new();
+        }
+        let (table, change) = spec.split_once(' ').expect("{{distributed_alter T CHANGE}}");
+        format!(
+            "ALTER TABLE {}.{table} {} {}",
+            quote_ident(&self.database),
+            self.on_cluster_clause(),
+            change.trim()
         )
     }
 }

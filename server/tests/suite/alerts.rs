@@ -95,12 +95,45 @@ impl Receiver {
 async fn alerting_server(rules: rules::RuleFile, alertmanagers: Vec<String>, webhooks: Vec<String>) -> TestServer {
     let dir = tempfile::tempdir().unwrap();
     let mut config = test_config("127.0.0.1:0".parse().unwrap(), dir.path());
-    config.alerts = Some(AlertConfig {
+    config.alerts = Some(alert_config(rules, alertmanagers, webhooks));
+    TestServer::with_config(config, Some(dir)).await
+}
+
+fn alert_config(rules: rules::RuleFile, alertmanagers: Vec<String>, webhooks: Vec<String>) -> AlertConfig {
+    AlertConfig {
         rules,
         alertmanagers,
         webhooks,
         external_url: "http://bimodal.example:7070".into(),
-    });
+    }
+}
+
+/// [`alerting_server`] over a store that holds `fleet()` (each node's stream: its Hello, then
+/// its batches) before the server evaluates any rule: the first evaluation that sees a split sees
+/// every node of it. (Sent to a running alerting server, the fleet arrives a node at a time, and
+/// on a busy machine a split can fire on the first nodes alone, too few for any function to be
+/// told apart.) The fleet is made once the store is ready, so that its batches' times, relative
+/// to when they are made, are as recent when the rules first read them.
+async fn alerting_server_over(
+    rules: rules::RuleFile,
+    webhooks: Vec<String>,
+    fleet: impl FnOnce() -> Vec<Vec<bimodal_proto::v1::IngestRequest>>,
+) -> TestServer {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config("127.0.0.1:0".parse().unwrap(), dir.path());
+    let ingest = TestServer::with_config(config.clone(), None).await;
+    for messages in fleet() {
+        let sent = messages.len() - 1;
+        let acks = super::wire::exchange(&ingest, messages).await.unwrap();
+        assert_eq!(acks.len(), sent, "{acks:?}");
+        assert!(
+            acks.iter()
+                .all(|a| a.status == bimodal_proto::v1::ack::Status::Stored as i32),
+            "{acks:?}"
+        );
+    }
+    ingest.stop().await;
+    config.alerts = Some(alert_config(rules, Vec::new(), webhooks));
     TestServer::with_config(config, Some(dir)).await
 }
 
@@ -703,6 +736,30 @@ fn remote_access_batch(node: usize, ago: i64, remote: u64) -> bimodal_proto::v1:
     batch
 }
 
+/// The nodes of [`split_fleet`] that run five times their usual rate in the last two minutes.
+const SPIKING: [usize; 3] = [2, 5, 7];
+
+/// Ten nodes' streams, `db-0` to `db-9`: a batch a minute from 14 to 4 minutes ago, before any
+/// window the rules read as "now" (two minutes, rounded down to whole minutes: at most three
+/// back), at about a thousand remote accesses per CPU-second; then three batches in the last two
+/// minutes, at five times that on [`SPIKING`]. `batch(node, ago, remote)` makes each batch.
+fn split_fleet(batch: fn(usize, i64, u64) -> bimodal_proto::v1::Batch) -> Vec<Vec<bimodal_proto::v1::IngestRequest>> {
+    (0..10)
+        .map(|node| {
+            let usual = 1_000 + 20 * node as u64;
+            let mut messages = vec![super::wire::hello(&format!("db-{node}"))];
+            for minute in 4..=14 {
+                messages.push(super::wire::req(batch(node, minute * 60 - 20, usual)));
+            }
+            let now_rate = if SPIKING.contains(&node) { 5 * usual } else { usual };
+            for ago in [100, 60, 20] {
+                messages.push(super::wire::req(batch(node, ago, now_rate)));
+            }
+            messages
+        })
+        .collect()
+}
+
 /// The shipped rules' remaining conditions judged on stored history (batches over real gRPC
 /// into a real ClickHouse, dated as agents would have sent them over the last quarter hour):
 /// ten nodes ran at about a thousand remote accesses per CPU-second; in the last two minutes
@@ -730,28 +787,12 @@ async fn a_remote_access_spike_and_a_split_fleet_fire_from_stored_history() {
          \x20   for: 1s\n",
     )
     .unwrap();
-    let server = alerting_server(rules, Vec::new(), vec![format!("http://{receiver_addr}/hook")]).await;
-    let spiking = [2usize, 5, 7];
-    let name = |node: usize| format!("db-{node}");
-    for node in 0..10 {
-        let usual = 1_000 + 20 * node as u64;
-        let mut messages = vec![super::wire::hello(&name(node))];
-        // History: a batch a minute from 14 to 4 minutes ago, before any window the rules
-        // read as "now" (two minutes, rounded down to whole minutes: at most three back).
-        for minute in 4..=14 {
-            messages.push(super::wire::req(remote_access_batch(node, minute * 60 - 20, usual)));
-        }
-        // The last two minutes.
-        let now_rate = if spiking.contains(&node) { 5 * usual } else { usual };
-        for ago in [100, 60, 20] {
-            messages.push(super::wire::req(remote_access_batch(node, ago, now_rate)));
-        }
-        let sent = messages.len() - 1;
-        let acks = super::wire::exchange(&server, messages).await.unwrap();
-        assert_eq!(acks.len(), sent, "{acks:?}");
-    }
+    let server = alerting_server_over(rules, vec![format!("http://{receiver_addr}/hook")], || {
+        split_fleet(remote_access_batch)
+    })
+    .await;
 
-    let expected: BTreeSet<String> = spiking.iter().map(|&n| name(n)).collect();
+    let expected: BTreeSet<String> = SPIKING.iter().map(|n| format!("db-{n}")).collect();
     let firing = |rule: &str| -> Vec<Value> {
         receiver
             .on("/hook")
@@ -811,5 +852,100 @@ async fn a_remote_access_spike_and_a_split_fleet_fire_from_stored_history() {
         .map(|a| a["fingerprint"].as_str().unwrap_or_default().to_owned())
         .collect();
     assert_eq!(fingerprints.len(), 1, "{splits:#?}");
+    server.stop().await;
+}
+
+/// [`remote_access_batch`] with the remote accesses spread over three functions under `main`
+/// alike on every node (about 40%, 35% and 25%, a little apart per node), as remote memory slows
+/// every stack of a node alike.
+fn every_stack_batch(node: usize, ago: i64, remote: u64) -> bimodal_proto::v1::Batch {
+    use bimodal_proto::v1;
+    let mut batch = remote_access_batch(node, ago, remote);
+    batch.frames.push(v1::Frame {
+        function: "hash_key".into(),
+        ..batch.frames[1].clone()
+    });
+    batch.stacks.push(v1::Stack {
+        frame_indices: vec![3, 0],
+    });
+    let remote_sample = batch
+        .samples
+        .iter()
+        .position(|s| s.event == v1::EventKind::RemoteAccess as i32)
+        .expect("the batch's remote accesses");
+    let template = batch.samples.remove(remote_sample);
+    let jitter = 0.01 * (node % 3) as f64;
+    for (stack, part) in [(0u32, 0.40 + jitter), (1, 0.35), (2, 0.25 - jitter)] {
+        let count = (remote as f64 * part).round() as u64;
+        batch.samples.push(v1::Sample {
+            stack_index: stack,
+            count,
+            value: count,
+            ..template.clone()
+        });
+    }
+    batch
+}
+
+/// A split by a node-wide shift: ten nodes ran at about a thousand remote accesses per
+/// CPU-second, spread over three functions alike; in the last two minutes three of them run
+/// every stack at five times that, as remote memory would. `bands_appear` fires naming no
+/// function (every function only follows the shift) and says what the bands differ by:
+/// remote_access on every stack, node-wide, in its annotation and in the alerts API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_split_by_a_node_wide_shift_is_named_node_wide() {
+    let (receiver, receiver_addr) = Receiver::start().await;
+    let rules = rules::read(
+        "evaluation_interval: 1s\n\
+         rules:\n\
+         \x20 - alert: FleetSplitIntoBands\n\
+         \x20   window: 2m\n\
+         \x20   condition:\n\
+         \x20     bands_appear:\n\
+         \x20   for: 1s\n",
+    )
+    .unwrap();
+    let server = alerting_server_over(rules, vec![format!("http://{receiver_addr}/hook")], || {
+        split_fleet(every_stack_batch)
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let split = loop {
+        let firing: Vec<Value> = receiver
+            .on("/hook")
+            .iter()
+            .flat_map(|p| p["alerts"].as_array().cloned().unwrap_or_default())
+            .filter(|a| a["status"] == "firing" && a["labels"]["alertname"] == "FleetSplitIntoBands")
+            .collect();
+        if let Some(split) = firing.into_iter().next() {
+            break split;
+        }
+        let (_, alerts) = server.get("/api/v1/alerts").await;
+        assert!(
+            Instant::now() < deadline,
+            "FleetSplitIntoBands never fired; the server has {alerts}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let node_wide = split["annotations"]["node_wide"].as_str().unwrap_or_default();
+    assert!(
+        node_wide.starts_with("remote_access ×") && node_wide.contains("node-wide"),
+        "{split:#}"
+    );
+    assert!(
+        split["annotations"]["top_function"].is_null(),
+        "no function is to blame: {split:#}"
+    );
+    let (status, body) = server.get("/api/v1/alerts").await;
+    assert_eq!(status, 200, "{body}");
+    let listed: Value = serde_json::from_str(&body).unwrap();
+    assert!(
+        listed["alerts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["node_wide"].as_str() == Some(node_wide)),
+        "{listed:#}"
+    );
     server.stop().await;
 }
