@@ -225,7 +225,7 @@ pub fn inspect_debuginfo(bytes: &[u8]) -> Result<DebuginfoFile, String> {
 /// symbols names every frame the same. They are stable across `strip`: a stripped copy and its
 /// unstripped original have the same `exported` digest, and `strip -g` keeps `local` (only
 /// section and file symbols go, which name nothing).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct NamingDigests {
     /// The `PT_LOAD` segments' places (file offset, address, size in the file) and the defined
     /// symbols of `.dynsym`: what turns a frame's file offset into an address and what names it

@@ -140,7 +140,14 @@ pub struct DebuginfoService {
     uploads: Arc<tokio::sync::Semaphore>,
     /// Checks and uploads per client address.
     calls: Arc<crate::rate::Buckets>,
+    /// Disputes recorded lately, by (build id, reporter, the stored file's digests): an agent
+    /// checks a build id once per run, but a client checking in a loop would otherwise write a
+    /// row a check.
+    disputed: Arc<quick_cache::sync::Cache<(String, String, bimodal_proto::NamingDigests), ()>>,
 }
+
+/// Disputes remembered as recorded, to write each (build id, reporter, stored file) once.
+const DISPUTES_REMEMBERED: usize = 16_384;
 
 /// Uploads a server receives at once; more are told to retry later (agents try again in minutes).
 pub const MAX_UPLOADS_AT_ONCE: usize = 4;
@@ -167,6 +174,7 @@ impl DebuginfoService {
             auth,
             uploads: Arc::new(tokio::sync::Semaphore::new(MAX_UPLOADS_AT_ONCE)),
             calls: Arc::new(crate::rate::Buckets::new(crate::rate::Rate::DEBUGINFO_CALLS)),
+            disputed: Arc::new(quick_cache::sync::Cache::new(DISPUTES_REMEMBERED)),
         })
     }
 
@@ -265,10 +273,15 @@ impl DebuginfoService {
             tracing::debug!(build_id = %id, %reporter, reason, "a copy differs from an executable an operator kept");
             return Ok(());
         }
+        let key = (id.to_owned(), reporter.to_owned(), stored.digests);
+        if self.disputed.get(&key).is_some() {
+            return Ok(());
+        }
         self.store
             .record_dispute(id, reporter, reason)
             .await
             .map_err(unavailable)?;
+        self.disputed.insert(key, ());
         self.names.invalidate(id);
         metrics().debuginfo_disputes.inc();
         tracing::warn!(build_id = %id, %reporter, reason, "an agent's copy contradicts the executable stored for its build id: its names are withheld until an operator resolves it (bimodal-server debuginfo disputes)");

@@ -215,7 +215,7 @@ impl Dialect {
                 ("on_cluster", _) => self.on_cluster_clause(),
                 ("engine", _) => self.engine(table.as_deref().expect("{{engine}} after {{local:T}}"), args),
                 ("distributed", _) => self.distributed(args),
-                ("distributed_alter", _) => self.distributed_alter(args),
+                ("drop_distributed", _) => self.drop_distributed(args),
                 ("ttl", true) => {
                     let (expr, class) = args.rsplit_once(' ').expect("{{ttl EXPR retention|ledger}}");
                     let days = match class {
@@ -284,18 +284,18 @@ impl Dialect {
         )
     }
 
-    /// On a cluster, `ALTER TABLE T ... ` of the Distributed table `T` (its local tables are
-    /// altered by the statement before); nothing on one server, where `T` is the table itself.
-    fn distributed_alter(&self, spec: &str) -> String {
+    /// On a cluster, drops the Distributed table `T` on every server, for `{{distributed T
+    /// KEY}}` to create it again over its altered local tables (ClickHouse 18.16 refuses `ALTER
+    /// ... ON CLUSTER` of a Distributed table over replicated shards; it holds no rows); nothing
+    /// on one server, where `T` is the table itself.
+    fn drop_distributed(&self, table: &str) -> String {
         if self.cluster.is_none() {
             return String::new();
         }
-        let (table, change) = spec.split_once(' ').expect("{{distributed_alter T CHANGE}}");
         format!(
-            "ALTER TABLE {}.{table} {} {}",
+            "DROP TABLE IF EXISTS {}.{table} {}",
             quote_ident(&self.database),
-            self.on_cluster_clause(),
-            change.trim()
+            self.on_cluster_clause()
         )
     }
 }
@@ -345,19 +345,20 @@ struct ColumnName {
 /// migration that added its columns but was not recorded (a crash in between) must not fail
 /// on the next start.
 async fn without_existing_columns(client: &Client, statement: &str) -> Result<Option<String>, StorageError> {
-    let Some((table, clauses)) = split_add_columns(statement) else {
+    let Some(alter) = split_add_columns(statement) else {
         return Ok(Some(statement.to_owned()));
     };
     let existing: Vec<String> = client
         .query("SELECT name FROM system.columns WHERE database = currentDatabase() AND table = ?")
-        .bind(table)
+        .bind(alter.name)
         .fetch_all::<ColumnName>()
         .await
         .map_err(StorageError::query("read the columns of a table"))?
         .into_iter()
         .map(|c| c.name)
         .collect();
-    let missing: Vec<&str> = clauses
+    let missing: Vec<&str> = alter
+        .clauses
         .into_iter()
         .filter(|c| !existing.iter().any(|e| c.split_whitespace().next() == Some(e)))
         .collect();
@@ -365,19 +366,48 @@ async fn without_existing_columns(client: &Client, statement: &str) -> Result<Op
         return Ok(None);
     }
     let adds: Vec<String> = missing.iter().map(|c| format!("ADD COLUMN {c}")).collect();
-    Ok(Some(format!("ALTER TABLE {table} {}", adds.join(", "))))
+    Ok(Some(format!(
+        "ALTER TABLE {} {}{}",
+        alter.table,
+        alter.on_cluster,
+        adds.join(", ")
+    )))
 }
 
-/// The table and the `name type` clauses of an `ALTER TABLE t ADD COLUMN a T, ADD COLUMN b U`.
-fn split_add_columns(statement: &str) -> Option<(&str, Vec<&str>)> {
+/// An `ALTER TABLE t [ON CLUSTER c] ADD COLUMN a T, ADD COLUMN b U`, in parts.
+#[derive(Debug, PartialEq)]
+struct AddColumns<'a> {
+    /// The table as written (`t`, or `` `db`.t `` on a cluster).
+    table: &'a str,
+    /// Its name without database or quotes, as `system.columns` has it.
+    name: &'a str,
+    /// `ON CLUSTER c ` (with its trailing space), or empty.
+    on_cluster: String,
+    /// The `name type` clauses.
+    clauses: Vec<&'a str>,
+}
+
+fn split_add_columns(statement: &str) -> Option<AddColumns<'_>> {
     let rest = statement.trim().strip_prefix("ALTER TABLE ")?;
-    let (table, rest) = rest.split_once(char::is_whitespace)?;
+    let (table, mut rest) = rest.split_once(char::is_whitespace)?;
+    let mut on_cluster = String::new();
+    if let Some(after) = rest.trim_start().strip_prefix("ON CLUSTER ") {
+        let (cluster, after) = after.trim_start().split_once(char::is_whitespace)?;
+        on_cluster = format!("ON CLUSTER {cluster} ");
+        rest = after;
+    }
     let clauses: Vec<&str> = rest
         .split("ADD COLUMN")
         .map(|c| c.trim().trim_end_matches(',').trim())
         .filter(|c| !c.is_empty())
         .collect();
-    (rest.trim_start().starts_with("ADD COLUMN") && !clauses.is_empty()).then_some((table, clauses))
+    let name = table.rsplit('.').next()?.trim_matches('`');
+    (rest.trim_start().starts_with("ADD COLUMN") && !clauses.is_empty()).then_some(AddColumns {
+        table,
+        name,
+        on_cluster,
+        clauses,
+    })
 }
 
 #[derive(clickhouse::Row, serde::Deserialize)]
@@ -520,15 +550,28 @@ mod tests {
         assert!(input.contains("ENGINE = Null"), "{input}");
     }
 
-    /// ADD COLUMN migrations split into their columns; other statements are not touched.
+    /// ADD COLUMN migrations split into their columns, on one server and on a cluster (where a
+    /// shard without the migration's record runs it again, and must skip columns the first
+    /// server's `ON CLUSTER` added); other statements are not touched.
     #[test]
     fn add_column_statements_split() {
-        let (table, clauses) = split_add_columns(
+        let alter = split_add_columns(
             "ALTER TABLE samples\n    ADD COLUMN executable String,\n    ADD COLUMN pod_uid LowCardinality(String)",
         )
         .unwrap();
-        assert_eq!(table, "samples");
-        assert_eq!(clauses, ["executable String", "pod_uid LowCardinality(String)"]);
+        assert_eq!(
+            (alter.table, alter.name, alter.on_cluster.as_str()),
+            ("samples", "samples", "")
+        );
+        assert_eq!(alter.clauses, ["executable String", "pod_uid LowCardinality(String)"]);
+        let on_cluster = Dialect::for_version("18.16.1", 30).on_cluster(Some("c".to_owned()), "prof");
+        let rendered = on_cluster.render("ALTER TABLE {{local:alerts}} {{on_cluster}} ADD COLUMN node_wide String");
+        let alter = split_add_columns(&rendered[0]).unwrap();
+        assert_eq!(
+            (alter.table, alter.name, alter.on_cluster.as_str()),
+            ("`prof`.alerts_local", "alerts_local", "ON CLUSTER `c` ")
+        );
+        assert_eq!(alter.clauses, ["node_wide String"]);
         assert!(split_add_columns("CREATE TABLE x (a UInt8) ENGINE = Log").is_none());
     }
 

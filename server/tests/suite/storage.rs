@@ -1505,6 +1505,8 @@ async fn a_forged_executable_is_disputed_by_the_copies_nodes_run() {
         "the forgery keeps the layout"
     );
     assert!(check(&b, digests(&stripped)).await.disputed);
+    // The same node checking again adds no report.
+    assert!(check(&b, digests(&stripped)).await.disputed);
     assert!(
         check(&a, digests(&forged)).await.disputed,
         "the forger's own copy does not settle it"
@@ -1534,6 +1536,7 @@ async fn a_forged_executable_is_disputed_by_the_copies_nodes_run() {
     assert!(
         said.contains(&build_id)
             && said.contains("forged.so")
+            && said.contains("1 report(s)")
             && said.contains("127.0.0.1")
             && said.contains("stripped"),
         "{said}"
@@ -1572,7 +1575,7 @@ async fn a_forged_executable_is_disputed_by_the_copies_nodes_run() {
         exported: [9; 32],
         local: None,
     };
-    assert!(check(&a, other.clone()).await.disputed);
+    assert!(check(&a, other).await.disputed);
     let kept = cli(&["resolve", &build_id, "--keep"], &b);
     assert!(kept.status.success(), "{}", String::from_utf8_lossy(&kept.stderr));
     assert!(!check(&a, other).await.disputed);
