@@ -113,7 +113,7 @@ pub struct Dispute {
     pub reason: String,
 }
 
-#[derive(clickhouse::Row, serde::Serialize, serde::Deserialize)]
+#[derive(clickhouse::Row, serde::Deserialize)]
 struct DigestsRow {
     exported: [u8; 32],
     local: String,
@@ -139,8 +139,8 @@ struct DisputeWriteRow<'a> {
 }
 
 #[derive(clickhouse::Row, serde::Deserialize)]
-struct BuildIdRow {
-    build_id: String,
+pub(super) struct BuildIdRow {
+    pub(super) build_id: String,
 }
 
 #[derive(clickhouse::Row, serde::Deserialize)]
@@ -358,10 +358,6 @@ impl Store {
             insert.write(&row).await.map_err(err("debuginfo_symbols"))?;
         }
         insert.end().await.map_err(err("debuginfo_symbols"))?;
-        let mut insert = client
-            .insert::<FileWriteRow<'static>>("debuginfo")
-            .await
-            .map_err(err("debuginfo"))?;
         let row = FileWriteRow {
             build_id,
             kind,
@@ -374,8 +370,7 @@ impl Store {
             segment_sizes: table.segments.iter().map(|s| s.file_size).collect(),
             uploaded: now_secs(),
         };
-        insert.write(&row).await.map_err(err("debuginfo"))?;
-        insert.end().await.map_err(err("debuginfo"))
+        self.insert_row::<FileWriteRow<'static>>("debuginfo", &row).await
     }
 }
 
@@ -498,16 +493,8 @@ impl Store {
     /// Deletes every file of `build_id`, its symbols, digests and disputes, and waits (up to a
     /// minute) until no file of it is listed: the next upload of it is stored as the first.
     pub async fn drop_debuginfo(&self, build_id: &str) -> Result<(), StorageError> {
-        let dialect = &self.dialect;
         let ids = [build_id.to_owned()];
-        // The file rows first: a build id listed is one whose symbols are all there.
-        for table in DEBUGINFO_TABLES {
-            queries::delete_build_ids(&dialect.qualified(table), &dialect.on_cluster_clause(), &ids)
-                .query(&self.client)
-                .execute()
-                .await
-                .map_err(StorageError::query("delete the debug info of a build id"))?;
-        }
+        self.delete_debuginfo(&ids).await?;
         let deadline = std::time::Instant::now() + DROPPED_WITHIN;
         while self.debuginfo_files(&ids).await?.contains_key(build_id)
             || self.debuginfo_digests(build_id).await?.is_some()
@@ -516,6 +503,22 @@ impl Store {
                 return Err(StorageError::Timeout(DROPPED_WITHIN));
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Ok(())
+    }
+}
+
+impl Store {
+    /// Deletes every row of `build_ids` from [`DEBUGINFO_TABLES`], the file rows first (a build
+    /// id listed is one whose symbols are all there); mutations, done shortly after.
+    pub(super) async fn delete_debuginfo(&self, build_ids: &[String]) -> Result<(), StorageError> {
+        let dialect = &self.dialect;
+        for table in DEBUGINFO_TABLES {
+            queries::delete_build_ids(&dialect.qualified(table), &dialect.on_cluster_clause(), build_ids)
+                .query(&self.client)
+                .execute()
+                .await
+                .map_err(StorageError::query("delete debug info"))?;
         }
         Ok(())
     }

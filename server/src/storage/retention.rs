@@ -144,11 +144,6 @@ impl Store {
     }
 }
 
-#[derive(clickhouse::Row, serde::Deserialize)]
-struct BuildId {
-    build_id: String,
-}
-
 /// How old an upload must be before its build id's symbols may be deleted for want of frames.
 pub const DEBUGINFO_GRACE: Duration = Duration::from_secs(86_400);
 
@@ -159,7 +154,7 @@ impl Store {
         // Two reads rather than a NOT IN subquery: on a cluster both are Distributed tables.
         let build_ids = |query: clickhouse::query::Query, what: &'static str| async move {
             query
-                .fetch_all::<BuildId>()
+                .fetch_all::<super::debuginfo::BuildIdRow>()
                 .await
                 .map(|rows| rows.into_iter().map(|r| r.build_id))
                 .map_err(StorageError::query(what))
@@ -183,16 +178,8 @@ impl Store {
         .collect();
         // Listed distinct; sorted so that the deletions go in a stable order.
         unused.sort();
-        let dialect = &self.dialect;
         for chunk in unused.chunks(1000) {
-            // The file's row first: a build id listed is one whose symbols are all there.
-            for table in super::debuginfo::DEBUGINFO_TABLES {
-                super::queries::delete_build_ids(&dialect.qualified(table), &dialect.on_cluster_clause(), chunk)
-                    .query(&self.client)
-                    .execute()
-                    .await
-                    .map_err(StorageError::query("delete unused debug info"))?;
-            }
+            self.delete_debuginfo(chunk).await?;
         }
         if !unused.is_empty() {
             tracing::info!(
